@@ -1,0 +1,110 @@
+// run_benchmark(): warm-up, then one prompt of prompt_len tokens and gen_len greedy decode steps (EOS
+// ignored), timed by the generator's own stats.
+#include "bench/benchmark.h"
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bandwidth.h"
+#include "bench/synthetic_shapes.h"
+#include "core/status.h"
+#include "engine/generator.h"
+#include "model/registry.h"
+#include "model/synthetic.h"
+
+namespace bunsen::bench {
+namespace {
+
+std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(model::splitmix64(0xbe0c4ull + static_cast<uint64_t>(i)) %
+                                                        static_cast<uint64_t>(vocab));
+  return ids;
+}
+
+int64_t matmul_params(const model::ModelConfig& c) {
+  const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  const int64_t per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + 3 * c.d_model * c.d_ff;
+  return per_layer * c.n_layers + c.vocab_size * c.d_model;
+}
+
+}  // namespace
+
+BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
+  check(o.prompt_len > 0 && o.gen_len > 0, "bench", "--prompt-len and --gen must be > 0");
+  ThreadPool pool(o.threads);
+  BenchmarkResult r;
+  std::unique_ptr<model::Model> m;
+  if (!o.synthetic.empty()) {
+    m = make_synthetic_model(o.synthetic, o.dtype);
+    r.model = "synthetic:" + o.synthetic;
+    r.dtype = dtype_name(o.dtype);
+  } else {
+    m = model::load_model(o.model_dir);
+    r.model = o.model_dir;
+    r.dtype = dtype_name(m->config().torch_dtype);
+  }
+  const model::ModelConfig& cfg = m->config();
+  r.threads = pool.size();
+  r.backend = kernels::cpu_backend_name();
+  r.prompt_len = o.prompt_len;
+  r.gen_len = o.gen_len;
+  r.params = matmul_params(cfg);
+  r.weight_bytes_per_token = static_cast<double>(m->weight_bytes_per_token());
+  if (o.probe) r.probe_read_gbps = measure_read_bandwidth(pool).read_gbps;
+
+  engine::RunnerOptions ro;
+  ro.max_context = o.prompt_len + o.gen_len;
+  ro.max_tokens_per_step = std::min<int64_t>(o.prompt_len, 512);
+  engine::Runner runner(*m, ro, kernels::Context{&pool});
+  engine::GenerateOptions go;
+  go.sampling.temperature = 0;
+  go.max_tokens = 4;  // warm-up: pages weights in, starts threads
+  auto prompt = bench_prompt(o.prompt_len, cfg.vocab_size);
+  engine::generate(runner, std::span<const int32_t>(prompt.data(), std::min<size_t>(prompt.size(), 16)), go);
+  go.max_tokens = o.gen_len;
+  engine::GenerateResult g = engine::generate(runner, prompt, go);
+  r.prefill_tok_s = g.stats.prefill_tok_s();
+  r.ttft_ms = 1000.0 * g.stats.prefill_seconds;
+  r.decode_tok_s = g.stats.decode_tok_s();
+  r.ms_per_token = g.stats.ms_per_token();
+  r.decode_gbps = r.weight_bytes_per_token * r.decode_tok_s / 1e9;
+  r.decode_bw_fraction = r.probe_read_gbps > 0 ? r.decode_gbps / r.probe_read_gbps : 0;
+  r.prefill_gflops = 2.0 * static_cast<double>(r.params) * r.prefill_tok_s / 1e9;
+  return r;
+}
+
+std::string BenchmarkResult::to_json() const {
+  nlohmann::ordered_json j;
+  j["model"] = model;
+  j["dtype"] = dtype;
+  j["device"] = "cpu";
+  j["backend"] = backend;
+  j["threads"] = threads;
+  j["matmul_params"] = params;
+  j["prompt_len"] = prompt_len;
+  j["gen_len"] = gen_len;
+  j["prefill_tok_s"] = prefill_tok_s;
+  j["ttft_ms"] = ttft_ms;
+  j["prefill_gflops"] = prefill_gflops;
+  j["decode_tok_s"] = decode_tok_s;
+  j["ms_per_token"] = ms_per_token;
+  j["weight_bytes_per_token"] = weight_bytes_per_token;
+  j["decode_gbps"] = decode_gbps;
+  j["probe_read_gbps"] = probe_read_gbps;
+  j["decode_bandwidth_fraction"] = decode_bw_fraction;
+  return j.dump(2);
+}
+
+std::string BenchmarkResult::to_text() const {
+  return strfmt(
+      "model      %s (%s, %s, %d threads)\n"
+      "prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s\n"
+      "decode     tg%lld: %.2f tok/s, %.2f ms/token\n"
+      "roofline   %.1f MB/token -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the probe\n",
+      model.c_str(), dtype.c_str(), backend.c_str(), threads, (long long)prompt_len, prefill_tok_s, ttft_ms,
+      prefill_gflops, (long long)gen_len, decode_tok_s, ms_per_token, weight_bytes_per_token / 1e6, decode_gbps,
+      100.0 * decode_bw_fraction, probe_read_gbps);
+}
+
+}  // namespace bunsen::bench

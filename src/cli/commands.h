@@ -1,0 +1,9 @@
+// The bunsen verbs. Each returns the process exit code; errors propagate as bunsen::Error to main().
+#pragma once
+
+namespace bunsen::cli {
+
+int cmd_generate(int argc, char** argv);
+int cmd_benchmark(int argc, char** argv);
+
+}  // namespace bunsen::cli

@@ -1,0 +1,298 @@
+// ops.h entry points: validate dtypes, shapes, devices and (on CPU) index contents, then route CPU
+// tensors to cpu:: (or ref:: when BUNSEN_KERNELS=ref, read once) and reject CUDA tensors until that
+// backend exists. Not a kernel: no math here. Invariants: every error is Error("kernels", "<op>: ...")
+// naming the op and the offending tensors' shapes; kernels never see an index that is out of range.
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "kernels/rows.h"
+
+namespace bunsen::kernels {
+namespace {
+
+bool use_ref() {
+  static const bool ref = [] {
+    const char* v = std::getenv("BUNSEN_KERNELS");
+    return v != nullptr && std::string_view(v) == "ref";
+  }();
+  return ref;
+}
+
+ThreadPool& pool_of(Context& ctx) { return ctx.pool ? *ctx.pool : ThreadPool::global(); }
+
+[[noreturn]] void fail(const char* op, const std::string& msg) { throw Error("kernels", std::string(op) + ": " + msg); }
+
+std::string desc(const char* name, const Tensor& t) { return std::string(name) + " " + t.shape_str(); }
+
+// All tensors on the CPU; otherwise says why not (mixed devices, or no CUDA kernels).
+void require_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
+  bool cuda = false, cpu = false;
+  for (const Tensor* t : ts) {
+    if (t->empty()) continue;
+    (t->device.is_cuda() ? cuda : cpu) = true;
+  }
+  if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
+#ifdef BUNSEN_HAVE_CUDA
+  if (cuda) fail(op, "CUDA kernels are not implemented yet");
+#else
+  if (cuda) fail(op, "CUDA backend not built");
+#endif
+}
+
+void need_dtype(const char* op, const char* name, const Tensor& t, DType d) {
+  if (t.dtype != d) fail(op, desc(name, t) + " must be " + dtype_name(d));
+}
+
+void need_float(const char* op, const char* name, const Tensor& t) {
+  if (!is_float(t.dtype)) fail(op, desc(name, t) + " must be f32, f16 or bf16");
+}
+
+void need_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
+  if (t.ndim != ndim) fail(op, desc(name, t) + strfmt(" must have %d dims", ndim));
+}
+
+void need_data(const char* op, const char* name, const Tensor& t) {
+  if (t.data == nullptr && t.numel() > 0) fail(op, desc(name, t) + " has no data");
+}
+
+// An f32 tensor walked as rows (>= 1 dim, last dim contiguous, leading dims collapsible).
+void need_rows(const char* op, const char* name, const Tensor& t, DType d = DType::kF32) {
+  need_dtype(op, name, t, d);
+  if (t.ndim < 1 || !rows_ok(t)) fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
+  need_data(op, name, t);
+}
+
+// A 1-D contiguous index or parameter vector of length n (n < 0: any length).
+void need_vector(const char* op, const char* name, const Tensor& t, int64_t n) {
+  need_ndim(op, name, t, 1);
+  if (t.shape[0] > 1 && t.strides[0] != 1) fail(op, desc(name, t) + " must be contiguous");
+  if (n >= 0 && t.shape[0] != n) fail(op, desc(name, t) + strfmt(" must have %lld elements", (long long)n));
+  need_data(op, name, t);
+}
+
+void need_same_shape(const char* op, const char* na, const Tensor& a, const char* nb, const Tensor& b) {
+  if (!same_shape(a, b)) fail(op, desc(na, a) + " and " + desc(nb, b) + " must have the same shape");
+}
+
+// [n_tokens, heads, head_dim] f32 with a contiguous last dim (other strides free).
+void need_heads(const char* op, const char* name, const Tensor& t) {
+  need_dtype(op, name, t, DType::kF32);
+  need_ndim(op, name, t, 3);
+  if (t.shape[2] > 1 && t.strides[2] != 1) fail(op, desc(name, t) + " must have a contiguous last dim");
+  need_data(op, name, t);
+}
+
+void need_cache(const char* op, const PagedKv& c) {
+  for (const Tensor* t : {&c.k, &c.v}) {
+    const char* name = t == &c.k ? "cache.k" : "cache.v";
+    need_ndim(op, name, *t, 4);
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16) fail(op, desc(name, *t) + " must be f32 or bf16");
+    if (t->shape[3] > 1 && t->strides[3] != 1) fail(op, desc(name, *t) + " must have a contiguous last dim");
+    need_data(op, name, *t);
+  }
+  if (!same_shape(c.k, c.v) || c.k.dtype != c.v.dtype)
+    fail(op, desc("cache.k", c.k) + " and " + desc("cache.v", c.v) + " must match");
+  if (c.k.shape[1] < 1) fail(op, desc("cache.k", c.k) + " has block_size 0");
+}
+
+}  // namespace
+
+const char* cpu_backend_name() { return use_ref() ? "ref" : cpu::isa_name(cpu::active_isa()); }
+
+void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) {
+  const char* op = "embedding";
+  require_cpu(op, {&out, &table, &ids});
+  need_rows(op, "out", out);
+  need_ndim(op, "out", out, 2);
+  need_float(op, "table", table);
+  need_ndim(op, "table", table, 2);
+  if (!rows_ok(table)) fail(op, desc("table", table) + " must have a contiguous last dim");
+  need_dtype(op, "ids", ids, DType::kI32);
+  need_vector(op, "ids", ids, out.shape[0]);
+  if (out.shape[1] != table.shape[1]) fail(op, desc("out", out) + " and " + desc("table", table) + " disagree on d");
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < ids.shape[0]; ++i)
+    if (id[i] < 0 || id[i] >= table.shape[0])
+      fail(op, strfmt("id %d at %lld is out of range for ", id[i], (long long)i) + desc("table", table));
+  use_ref() ? ref::embedding(out, table, ids, scale) : cpu::embedding(pool_of(ctx), out, table, ids, scale);
+}
+
+void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset) {
+  const char* op = "rms_norm";
+  require_cpu(op, {&out, &x, &w});
+  need_rows(op, "x", x);
+  need_rows(op, "out", out);
+  need_same_shape(op, "out", out, "x", x);
+  need_float(op, "w", w);
+  need_vector(op, "w", w, -1);
+  if (w.shape[0] != x.dim(-1)) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on d");
+  use_ref() ? ref::rms_norm(out, x, w, eps, w_offset) : cpu::rms_norm(pool_of(ctx), out, x, w, eps, w_offset);
+}
+
+void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
+  const char* op = "add_scaled";
+  require_cpu(op, {&x, &y});
+  need_rows(op, "x", x);
+  need_rows(op, "y", y);
+  need_same_shape(op, "x", x, "y", y);
+  use_ref() ? ref::add_scaled(x, y, scale) : cpu::add_scaled(pool_of(ctx), x, y, scale);
+}
+
+void scale(Context& ctx, Tensor x, float s) {
+  const char* op = "scale";
+  require_cpu(op, {&x});
+  need_rows(op, "x", x);
+  use_ref() ? ref::scale(x, s) : cpu::scale(pool_of(ctx), x, s);
+}
+
+void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
+  const char* op = "linear";
+  require_cpu(op, {&out, &x, &w, &bias});
+  need_rows(op, "x", x);
+  need_rows(op, "out", out);
+  need_float(op, "w", w);
+  need_ndim(op, "w", w, 2);
+  if (!rows_ok(w)) fail(op, desc("w", w) + " must have a contiguous last dim");
+  need_data(op, "w", w);
+  if (x.dim(-1) != w.shape[1]) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
+  if (out.dim(-1) != w.shape[0]) fail(op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
+  if (as_rows(out).n_rows != as_rows(x).n_rows) fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
+  if (!bias.empty()) {
+    need_float(op, "bias", bias);
+    need_vector(op, "bias", bias, w.shape[0]);
+  }
+  use_ref() ? ref::linear(out, x, w, bias) : cpu::linear(pool_of(ctx), out, x, w, bias);
+}
+
+void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p) {
+  const char* op = "rope";
+  require_cpu(op, {&x, &positions});
+  need_heads(op, "x", x);
+  need_dtype(op, "positions", positions, DType::kI32);
+  need_vector(op, "positions", positions, x.shape[0]);
+  if (p.inv_freq == nullptr || p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > x.shape[2])
+    fail(op, strfmt("rotary_dim %d must be even, > 0 and <= head_dim of ", p.rotary_dim) + desc("x", x) +
+                 (p.inv_freq ? "" : ", and inv_freq must be set"));
+  use_ref() ? ref::rope(x, positions, p) : cpu::rope(pool_of(ctx), x, positions, p);
+}
+
+void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  const char* op = "kv_write";
+  require_cpu(op, {&cache.k, &cache.v, &k, &v, &slot_mapping});
+  need_cache(op, cache);
+  need_heads(op, "k", k);
+  need_heads(op, "v", v);
+  need_same_shape(op, "k", k, "v", v);
+  if (k.shape[1] != cache.k.shape[2] || k.shape[2] != cache.k.shape[3])
+    fail(op, desc("k", k) + " and " + desc("cache.k", cache.k) + " disagree on n_kv_heads or head_dim");
+  need_dtype(op, "slot_mapping", slot_mapping, DType::kI64);
+  need_vector(op, "slot_mapping", slot_mapping, k.shape[0]);
+  const int64_t n_slots = cache.k.shape[0] * cache.k.shape[1];
+  const int64_t* slots = slot_mapping.ptr<int64_t>();
+  for (int64_t t = 0; t < k.shape[0]; ++t)
+    if (slots[t] >= n_slots)
+      fail(op, strfmt("slot %lld of token %lld is past the end of ", (long long)slots[t], (long long)t) +
+                   desc("cache.k", cache.k));
+  use_ref() ? ref::kv_write(cache, k, v, slot_mapping) : cpu::kv_write(pool_of(ctx), cache, k, v, slot_mapping);
+}
+
+namespace {
+
+// Every block a query of tokens [t0, t1) (one sequence) can see must be a valid block id.
+void check_visible_blocks(const char* op, const PagedKv& cache, const AttentionMeta& meta, int sliding_window,
+                          int64_t t0, int64_t t1) {
+  const int32_t* positions = meta.positions.ptr<int32_t>();
+  const int64_t seq = meta.seq_index.ptr<int32_t>()[t0], block_size = cache.k.shape[1];
+  int64_t lo = positions[t0], hi = positions[t0];
+  for (int64_t t = t0; t < t1; ++t) {
+    if (positions[t] < 0) fail(op, strfmt("token %lld has negative position %d", (long long)t, positions[t]));
+    const int64_t first = first_visible(positions[t], sliding_window);
+    lo = first < lo ? first : lo;
+    hi = positions[t] > hi ? positions[t] : hi;
+  }
+  if (hi / block_size >= meta.block_tables.shape[1])
+    fail(op, strfmt("position %lld of sequence %lld is past the end of ", (long long)hi, (long long)seq) +
+                 desc("block_tables", meta.block_tables));
+  const int32_t* table = meta.block_tables.ptr<int32_t>() + seq * meta.block_tables.strides[0];
+  for (int64_t b = lo / block_size; b <= hi / block_size; ++b)
+    if (table[b] < 0 || table[b] >= cache.k.shape[0])
+      fail(op, strfmt("sequence %lld maps visible block %lld to %d, outside ", (long long)seq, (long long)b, table[b]) +
+                   desc("cache.k", cache.k));
+}
+
+void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache, const AttentionMeta& meta,
+                          const AttentionParams& p) {
+  const int64_t n_tokens = q.shape[0];
+  need_dtype(op, "positions", meta.positions, DType::kI32);
+  need_vector(op, "positions", meta.positions, n_tokens);
+  need_dtype(op, "seq_index", meta.seq_index, DType::kI32);
+  need_vector(op, "seq_index", meta.seq_index, n_tokens);
+  need_dtype(op, "block_tables", meta.block_tables, DType::kI32);
+  need_ndim(op, "block_tables", meta.block_tables, 2);
+  if (!rows_ok(meta.block_tables)) fail(op, desc("block_tables", meta.block_tables) + " must have contiguous rows");
+  need_data(op, "block_tables", meta.block_tables);
+  if (p.sliding_window < 0 || !(p.softcap >= 0.0f))
+    fail(op, strfmt("sliding_window %d and softcap %g must be >= 0", p.sliding_window, p.softcap));
+  const int32_t* seq = meta.seq_index.ptr<int32_t>();
+  for (int64_t t0 = 0, t1; t0 < n_tokens; t0 = t1) {  // runs of tokens of one sequence
+    if (seq[t0] < 0 || seq[t0] >= meta.block_tables.shape[0])
+      fail(op, strfmt("seq_index %d of token %lld is outside ", seq[t0], (long long)t0) +
+                   desc("block_tables", meta.block_tables));
+    for (t1 = t0 + 1; t1 < n_tokens && seq[t1] == seq[t0];) ++t1;
+    check_visible_blocks(op, cache, meta, p.sliding_window, t0, t1);
+  }
+}
+
+}  // namespace
+
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p) {
+  const char* op = "paged_attention";
+  require_cpu(op, {&out, &q, &cache.k, &cache.v, &meta.positions, &meta.seq_index, &meta.block_tables});
+  need_cache(op, cache);
+  need_heads(op, "q", q);
+  need_heads(op, "out", out);
+  need_same_shape(op, "out", out, "q", q);
+  if (out.data == q.data && q.numel() > 0) fail(op, desc("out", out) + " must not alias q");
+  if (q.shape[2] != cache.k.shape[3] || cache.k.shape[2] < 1 || q.shape[1] % cache.k.shape[2] != 0)
+    fail(op, desc("q", q) + " and " + desc("cache.k", cache.k) +
+                 " disagree on head_dim or n_heads is not a multiple of n_kv_heads");
+  check_attention_meta(op, q, cache, meta, p);
+  use_ref() ? ref::paged_attention(out, q, cache, meta, p) : cpu::paged_attention(pool_of(ctx), out, q, cache, meta, p);
+}
+
+void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
+  const char* op = "silu_mul";
+  require_cpu(op, {&out, &gate, &up});
+  need_rows(op, "out", out);
+  need_rows(op, "gate", gate);
+  need_rows(op, "up", up);
+  need_same_shape(op, "gate", gate, "up", up);
+  need_same_shape(op, "out", out, "gate", gate);
+  use_ref() ? ref::silu_mul(out, gate, up) : cpu::silu_mul(pool_of(ctx), out, gate, up);
+}
+
+void softmax(Context& ctx, Tensor x) {
+  const char* op = "softmax";
+  require_cpu(op, {&x});
+  need_rows(op, "x", x);
+  use_ref() ? ref::softmax(x) : cpu::softmax(pool_of(ctx), x);
+}
+
+void argmax(Context& ctx, Tensor out, Tensor x) {
+  const char* op = "argmax";
+  require_cpu(op, {&out, &x});
+  need_rows(op, "x", x);
+  if (x.dim(-1) < 1) fail(op, desc("x", x) + " has empty rows");
+  need_dtype(op, "out", out, DType::kI32);
+  need_vector(op, "out", out, as_rows(x).n_rows);
+  use_ref() ? ref::argmax(out, x) : cpu::argmax(pool_of(ctx), out, x);
+}
+
+}  // namespace bunsen::kernels

@@ -1,0 +1,90 @@
+// The backend-neutral op API. Every op takes an explicit Context and Tensor views, checks dtypes and
+// shapes (errors name the op and the shapes), and routes by the tensors' device to cpu/ or cuda/;
+// BUNSEN_KERNELS=ref routes CPU calls to the naive references in ref/ instead.
+// Not an owner of memory: outputs are preallocated by the caller. Activations are f32 on CPU (bf16 on
+// CUDA); weights stay in their file dtype (f32/f16/bf16) and are converted inside the kernels.
+// A 2-D "rows" tensor may have any row stride but its last dim must be contiguous.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace bunsen::kernels {
+
+// Passed to every op: where CPU work runs (and, later, the CUDA stream and handles).
+struct Context {
+  ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global()
+  void* cuda_stream = nullptr;
+};
+
+// Rotary embedding table for one attention kind. inv_freq comes from model/ (all HF scaling variants
+// resolve to inv_freq + attention_scaling). Rotation is HF's rotate_half ("neox") on the first
+// rotary_dim dims of each head; dims past rotary_dim pass through.
+struct RopeParams {
+  const float* inv_freq = nullptr;  // [rotary_dim / 2] f32, host memory
+  int rotary_dim = 0;               // even, <= head_dim
+  float attention_scaling = 1.0f;   // cos and sin are multiplied by this (yarn / longrope)
+};
+
+// One layer's paged cache: slot s lives at block s / block_size, offset s % block_size.
+struct PagedKv {
+  Tensor k;  // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16
+  Tensor v;  // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16
+};
+
+// Attention metadata shared by all layers of one step (a "varlen" batch: tokens of several sequences).
+struct AttentionMeta {
+  Tensor positions;     // [n_tokens] i32, position of each token in its sequence
+  Tensor seq_index;     // [n_tokens] i32, row of block_tables for each token
+  Tensor block_tables;  // [n_seqs, max_blocks_per_seq] i32, physical block ids (-1 = unused)
+  Tensor slot_mapping;  // [n_tokens] i64, cache slot each token's K/V is written to (< 0: skip)
+};
+
+struct AttentionParams {
+  float scale = 1.0f;      // multiplies q·k
+  int sliding_window = 0;  // 0 = full causal; else key positions p with q_pos - p < window are visible
+  float softcap = 0.0f;    // 0 = off; else scores = softcap * tanh(scores / softcap)
+};
+
+// out[i, :] = table[ids[i], :] * scale.   out [n, d] f32; table [vocab, d] f32|f16|bf16; ids [n] i32.
+void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale = 1.0f);
+
+// out = x / sqrt(mean(x^2) + eps) * (w + w_offset).   out, x [n, d] f32 (out may alias x); w [d] any float.
+void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset = 0.0f);
+
+// x += y * scale.   x, y [n, d] f32.
+void add_scaled(Context& ctx, Tensor x, Tensor y, float scale = 1.0f);
+
+// x *= s.   x [n, d] f32.
+void scale(Context& ctx, Tensor x, float s);
+
+// out = x · wᵀ (+ bias).   out [m, n] f32; x [m, k] f32; w [n, k] f32|f16|bf16 (row stride = k);
+// bias [n] any float or empty.
+void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias = {});
+
+// In-place rotary embedding.   x [n_tokens, n_heads, head_dim] f32 (row-contiguous per token);
+// positions [n_tokens] i32.
+void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p);
+
+// Writes k/v rows into the paged cache at slot_mapping.   k, v [n_tokens, n_kv_heads, head_dim] f32.
+void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping);
+
+// Causal GQA attention of each query token over its sequence's cached keys [0, pos] (already written
+// by kv_write for this step).   out, q [n_tokens, n_heads, head_dim] f32; n_heads % n_kv_heads == 0.
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p);
+
+// out = silu(gate) * up.   out, gate, up [m, f] f32 (gate/up may be column slices of one fused tensor).
+void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
+
+// Row-wise softmax in place.   x [m, n] f32.
+void softmax(Context& ctx, Tensor x);
+
+// Index of the row maximum (first one on ties).   out [m] i32; x [m, n] f32.
+void argmax(Context& ctx, Tensor out, Tensor x);
+
+// Which implementation CPU calls go to: "cpu-avx512", "cpu-avx2", "cpu-scalar" or "ref".
+const char* cpu_backend_name();
+
+}  // namespace bunsen::kernels

@@ -1,0 +1,79 @@
+// BlockPool and BlockTable: refcounted block bookkeeping and logical->physical slot arithmetic.
+// Not storage: no tensors here (kv_storage.cpp). Invariants (checked, never assumed): every id passed in
+// is in [0, n_blocks); a free block has refcount 0 and sits on the free list exactly once; releasing or
+// retaining a free block throws Error("kv", ...) instead of corrupting the free list.
+#include "kv/block_pool.h"
+
+#include "core/status.h"
+
+namespace bunsen::kv {
+
+BlockPool::BlockPool(int32_t n_blocks) {
+  check(n_blocks >= 0, "kv", strfmt("block pool size must be >= 0, got %d", n_blocks));
+  refcount_.assign(static_cast<size_t>(n_blocks), 0);
+  free_.reserve(static_cast<size_t>(n_blocks));
+  // LIFO stack: push in reverse so a fresh pool hands out 0, 1, 2, ...
+  for (int32_t i = n_blocks - 1; i >= 0; --i) free_.push_back(i);
+}
+
+static void check_id(BlockId id, int32_t n_blocks) {
+  check(id >= 0 && id < n_blocks, "kv", strfmt("block id %d out of range [0, %d)", id, n_blocks));
+}
+
+std::optional<BlockId> BlockPool::allocate() {
+  if (free_.empty()) return std::nullopt;
+  BlockId id = free_.back();
+  free_.pop_back();
+  refcount_[static_cast<size_t>(id)] = 1;
+  return id;
+}
+
+bool BlockPool::allocate_n(int32_t n, std::vector<BlockId>& out) {
+  check(n >= 0, "kv", strfmt("cannot allocate a negative number of blocks (%d)", n));
+  if (n > n_free()) return false;
+  out.reserve(out.size() + static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) out.push_back(*allocate());
+  return true;
+}
+
+void BlockPool::retain(BlockId id) {
+  check_id(id, n_blocks());
+  int32_t& rc = refcount_[static_cast<size_t>(id)];
+  check(rc > 0, "kv", strfmt("retain of free block %d", id));
+  ++rc;
+}
+
+void BlockPool::release(BlockId id) {
+  check_id(id, n_blocks());
+  int32_t& rc = refcount_[static_cast<size_t>(id)];
+  check(rc > 0, "kv", strfmt("double free of block %d", id));
+  if (--rc == 0) free_.push_back(id);
+}
+
+int32_t BlockPool::refcount(BlockId id) const {
+  check_id(id, n_blocks());
+  return refcount_[static_cast<size_t>(id)];
+}
+
+int32_t BlockTable::blocks_needed(int64_t n_tokens) const {
+  check(block_size_ > 0, "kv", strfmt("block size must be > 0, got %d", block_size_));
+  check(n_tokens >= 0, "kv", strfmt("token count must be >= 0, got %lld", static_cast<long long>(n_tokens)));
+  int64_t total = (n_tokens + block_size_ - 1) / block_size_;
+  int64_t extra = total - static_cast<int64_t>(blocks_.size());
+  return extra > 0 ? static_cast<int32_t>(extra) : 0;
+}
+
+int64_t BlockTable::slot(int64_t pos) const {
+  check(pos >= 0 && pos < capacity_tokens(), "kv",
+        strfmt("position %lld beyond block table capacity %lld", static_cast<long long>(pos),
+               static_cast<long long>(capacity_tokens())));
+  BlockId block = blocks_[static_cast<size_t>(pos / block_size_)];
+  return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
+}
+
+void BlockTable::release_all(BlockPool& pool) {
+  for (BlockId id : blocks_) pool.release(id);
+  blocks_.clear();
+}
+
+}  // namespace bunsen::kv

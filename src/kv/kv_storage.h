@@ -1,0 +1,43 @@
+// KvStorage: the per-layer K and V tensors of the paged cache, [n_blocks, block_size, n_kv_heads, head_dim]
+// each, in one host allocation per layer (CUDA storage arrives with the CUDA backend). Not bookkeeping
+// (BlockPool) and not kernels: contents change only inside the model's forward through the slot mapping.
+// Invariant: every layer has the same n_blocks and block_size, so one block id addresses all layers.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/ops.h"
+
+namespace bunsen::kv {
+
+struct KvLayerShape {
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+struct KvStorageOptions {
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  DType dtype = DType::kF32;  // f32 or bf16 on CPU
+};
+
+class KvStorage {
+ public:
+  KvStorage(const std::vector<KvLayerShape>& layers, const KvStorageOptions& opts);
+  int32_t n_blocks() const { return opts_.n_blocks; }
+  int32_t block_size() const { return opts_.block_size; }
+  DType dtype() const { return opts_.dtype; }
+  size_t bytes() const;
+  // One view per layer, in layer order; stable for the storage's lifetime.
+  const std::vector<kernels::PagedKv>& layers() const { return views_; }
+  // Bytes one block occupies across all layers (K and V): memory planning.
+  static size_t bytes_per_block(const std::vector<KvLayerShape>& layers, int32_t block_size, DType dtype);
+
+ private:
+  KvStorageOptions opts_;
+  std::vector<Buffer> buffers_;
+  std::vector<kernels::PagedKv> views_;
+};
+
+}  // namespace bunsen::kv

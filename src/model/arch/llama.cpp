@@ -1,0 +1,267 @@
+// Llama-like decoder (llama, mistral, qwen2, qwen3, smollm3, granite, phi3): pre-norm blocks of
+//   x += attn(rms_norm(x)) * residual_multiplier;  x += mlp(rms_norm(x)) * residual_multiplier
+// with GQA attention over the paged KV cache and a SwiGLU MLP. Checkpoint quirks are resolved at load:
+// phi3's fused qkv_proj / gate_up_proj become row-slice views (no copy), tied heads reuse embed_tokens.
+#include "model/arch/llama.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "core/status.h"
+#include "model/layers.h"
+
+namespace bunsen::model::arch {
+namespace {
+
+std::string layer_prefix(int64_t i) { return "model.layers." + std::to_string(i); }
+
+struct Layer {
+  Tensor in_norm;    // [d_model]
+  Tensor post_norm;  // [d_model]
+  Tensor q_norm;     // [head_dim] (qwen3) or empty
+  Tensor k_norm;     // [head_dim] (qwen3) or empty
+  Linear q, k, v, o, gate, up, down;
+  kernels::RopeParams rope;  // rotary_dim 0 = NoPE layer
+  kernels::AttentionParams attn;
+};
+
+class LlamaLike final : public Model {
+ public:
+  LlamaLike(const ModelConfig& cfg, WeightStore weights) : cfg_(cfg), weights_(std::move(weights)) {
+    load();
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+
+  std::vector<KvLayerSpec> kv_layout() const override {
+    std::vector<KvLayerSpec> out;
+    for (int64_t i = 0; i < cfg_.n_layers; ++i)
+      out.push_back({cfg_.n_kv_heads, cfg_.head_dim, cfg_.sliding_window[static_cast<size_t>(i)]});
+    return out;
+  }
+
+  size_t workspace_bytes(int64_t max_tokens, int64_t max_out) const override {
+    return f32_workspace_bytes(buffer_shapes(max_tokens, max_out));
+  }
+
+  size_t weight_bytes_per_token() const override {
+    size_t total = final_norm_.nbytes() + lm_head_.bytes();
+    total += static_cast<size_t>(cfg_.d_model) * dtype_size(embed_.dtype);  // one embedding row
+    for (const Layer& l : layers_) {
+      total += l.in_norm.nbytes() + l.post_norm.nbytes() + l.q_norm.nbytes() + l.k_norm.nbytes();
+      for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) total += p->bytes();
+    }
+    return total;
+  }
+
+  void forward(const ForwardArgs& a) override;
+
+ private:
+  // Workspace tensors of one step, in allocation order (all f32).
+  static constexpr size_t kBuffers = 11;
+  std::array<std::pair<int64_t, int64_t>, kBuffers> buffer_shapes(int64_t n, int64_t n_out) const {
+    const int64_t q_dim = cfg_.n_heads * cfg_.head_dim, kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
+    using P = std::pair<int64_t, int64_t>;
+    const int64_t d = cfg_.d_model, f = cfg_.d_ff;
+    // x, h, q, k, v, attn, proj, gate, up, act, xo
+    return {P{n, d}, P{n, d}, P{n, q_dim}, P{n, kv_dim}, P{n, kv_dim}, P{n, q_dim},
+            P{n, d}, P{n, f}, P{n, f},     P{n, f},      P{n_out, d}};
+  }
+
+  void load();
+  void attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h, Tensor out);
+  void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out);
+  void update_dynamic_rope(const StepBatch& b);
+
+  ModelConfig cfg_;
+  WeightStore weights_;
+  Tensor embed_;       // [vocab_size, d_model]
+  Tensor final_norm_;  // [d_model]
+  Linear lm_head_;     // [vocab_size, d_model] (embed_ when tied)
+  std::vector<Layer> layers_;
+  RopeTable rope_;
+  int64_t rope_seq_len_ = 0;  // dynamic rope: sequence length the table was computed for
+  // Step scratch, allocated from the workspace in forward().
+  Tensor q_, k_, v_, attn_, gate_, up_, act_;
+};
+
+void LlamaLike::load() {
+  const ModelConfig& c = cfg_;
+  const int64_t d = c.d_model, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  embed_ = float_weight(weights_, "model.embed_tokens.weight", {c.vocab_size, d});
+  final_norm_ = float_weight(weights_, "model.norm.weight", {d});
+  if (c.tie_word_embeddings) lm_head_.w = embed_;
+  else lm_head_ = load_linear(weights_, "lm_head", c.vocab_size, d, false);
+  rope_ = compute_rope(c, 0);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    Layer l;
+    l.in_norm = float_weight(weights_, p + ".input_layernorm.weight", {d});
+    l.post_norm = float_weight(weights_, p + ".post_attention_layernorm.weight", {d});
+    if (c.fused_qkv) {
+      Linear qkv = load_linear(weights_, p + ".self_attn.qkv_proj", q_dim + 2 * kv_dim, d, c.attention_bias);
+      l.q = slice_rows(qkv, 0, q_dim);
+      l.k = slice_rows(qkv, q_dim, q_dim + kv_dim);
+      l.v = slice_rows(qkv, q_dim + kv_dim, q_dim + 2 * kv_dim);
+    } else {
+      l.q = load_linear(weights_, p + ".self_attn.q_proj", q_dim, d, c.attention_bias);
+      l.k = load_linear(weights_, p + ".self_attn.k_proj", kv_dim, d, c.attention_bias);
+      l.v = load_linear(weights_, p + ".self_attn.v_proj", kv_dim, d, c.attention_bias);
+    }
+    l.o = load_linear(weights_, p + ".self_attn.o_proj", d, q_dim, c.o_proj_bias);
+    if (c.qk_norm) {
+      l.q_norm = float_weight(weights_, p + ".self_attn.q_norm.weight", {hd});
+      l.k_norm = float_weight(weights_, p + ".self_attn.k_norm.weight", {hd});
+    }
+    if (c.fused_gate_up) {
+      Linear gu = load_linear(weights_, p + ".mlp.gate_up_proj", 2 * c.d_ff, d, c.mlp_bias);
+      l.gate = slice_rows(gu, 0, c.d_ff);
+      l.up = slice_rows(gu, c.d_ff, 2 * c.d_ff);
+    } else {
+      l.gate = load_linear(weights_, p + ".mlp.gate_proj", c.d_ff, d, c.mlp_bias);
+      l.up = load_linear(weights_, p + ".mlp.up_proj", c.d_ff, d, c.mlp_bias);
+    }
+    l.down = load_linear(weights_, p + ".mlp.down_proj", d, c.d_ff, c.mlp_bias);
+    l.attn.scale = c.attention_scale();
+    l.attn.sliding_window = c.sliding_window[static_cast<size_t>(i)];
+    layers_.push_back(l);
+  }
+}
+
+void LlamaLike::update_dynamic_rope(const StepBatch& b) {
+  if (cfg_.rope.type != RopeType::kDynamic) return;
+  const int32_t* pos = b.positions.ptr<int32_t>();
+  int64_t seq_len = 0;
+  for (int64_t i = 0; i < b.n_tokens(); ++i) seq_len = std::max<int64_t>(seq_len, pos[i] + 1);
+  if (seq_len <= cfg_.max_position_embeddings) seq_len = 0;  // below the trained length: base table
+  if (seq_len != rope_seq_len_) {
+    rope_ = compute_rope(cfg_, seq_len);
+    rope_seq_len_ = seq_len;
+  }
+}
+
+void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h,
+                                Tensor out) {
+  kernels::Context& ctx = *a.ctx;
+  const StepBatch& b = *a.batch;
+  const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
+  l.q(ctx, q_, h);
+  l.k(ctx, k_, h);
+  l.v(ctx, v_, h);
+  if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
+    Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
+    kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
+    kernels::rms_norm(ctx, kh, kh, l.k_norm, static_cast<float>(cfg_.rms_norm_eps));
+  }
+  Tensor q3 = q_.reshape({n, cfg_.n_heads, hd}), k3 = k_.reshape({n, cfg_.n_kv_heads, hd});
+  Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
+  if (l.rope.rotary_dim > 0) {
+    kernels::rope(ctx, q3, b.positions, l.rope);
+    kernels::rope(ctx, k3, b.positions, l.rope);
+  }
+  kernels::kv_write(ctx, kv, k3, v3, b.slot_mapping);
+  const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+  kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
+  l.o(ctx, out, attn_);
+}
+
+void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
+  l.gate(ctx, gate_, h);
+  l.up(ctx, up_, h);
+  kernels::silu_mul(ctx, act_, gate_, up_);
+  l.down(ctx, out, act_);
+}
+
+void LlamaLike::forward(const ForwardArgs& a) {
+  const StepBatch& b = *a.batch;
+  kernels::Context& ctx = *a.ctx;
+  const int64_t n = b.n_tokens(), n_out = b.n_out();
+  check(a.kv.size() == layers_.size(), "model", "forward: KV cache has the wrong number of layers");
+  check(a.logits.dim(0) == n_out && a.logits.dim(1) == cfg_.vocab_size, "model",
+        "forward: logits must be [n_out, vocab_size], got " + a.logits.shape_str());
+  update_dynamic_rope(b);
+  Arena& ws = *a.workspace;
+  ws.reset();
+  std::array<Tensor, kBuffers> t;
+  const auto shapes = buffer_shapes(n, n_out);
+  for (size_t i = 0; i < kBuffers; ++i) t[i] = ws.alloc(DType::kF32, {shapes[i].first, shapes[i].second});
+  Tensor x = t[0], h = t[1], proj = t[6], xo = t[10];
+  q_ = t[2], k_ = t[3], v_ = t[4], attn_ = t[5], gate_ = t[7], up_ = t[8], act_ = t[9];
+  const float residual = static_cast<float>(cfg_.residual_multiplier);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+
+  kernels::embedding(ctx, x, embed_, b.token_ids);
+  if (a.hook) a.hook->on("embed", -1, x);
+  if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
+  if (a.hook) a.hook->on("decoder_in", -1, x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
+    kernels::rms_norm(ctx, h, x, l.in_norm, eps);
+    attention_block(a, l, a.kv[i], h, proj);
+    kernels::add_scaled(ctx, x, proj, residual);
+    kernels::rms_norm(ctx, h, x, l.post_norm, eps);
+    mlp_block(ctx, l, h, proj);
+    kernels::add_scaled(ctx, x, proj, residual);
+    if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
+  }
+  const int32_t* rows = b.logit_rows.ptr<int32_t>();
+  for (int64_t r = 0; r < n_out; ++r) {
+    check(rows[r] >= 0 && rows[r] < n, "model", "forward: logit row out of range");
+    std::copy_n(static_cast<const float*>(x.row_ptr(rows[r])), cfg_.d_model, static_cast<float*>(xo.row_ptr(r)));
+  }
+  kernels::rms_norm(ctx, xo, xo, final_norm_, eps);
+  if (a.hook) a.hook->on("final_norm", -1, xo);
+  lm_head_(ctx, a.logits, xo);
+  if (cfg_.logits_scaling != 1.0) kernels::scale(ctx, a.logits, static_cast<float>(1.0 / cfg_.logits_scaling));
+  if (a.hook) a.hook->on("logits", -1, a.logits);
+}
+
+}  // namespace
+
+std::vector<TensorSpec> llama_like_tensors(const ModelConfig& c) {
+  const int64_t d = c.d_model, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  std::vector<TensorSpec> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, d}});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    out.push_back({p + ".input_layernorm.weight", {d}});
+    if (c.fused_qkv) {
+      out.push_back({p + ".self_attn.qkv_proj.weight", {q_dim + 2 * kv_dim, d}});
+      if (c.attention_bias) out.push_back({p + ".self_attn.qkv_proj.bias", {q_dim + 2 * kv_dim}});
+    } else {
+      for (auto [name, rows] : {std::pair{"q_proj", q_dim}, {"k_proj", kv_dim}, {"v_proj", kv_dim}}) {
+        out.push_back({p + ".self_attn." + name + ".weight", {rows, d}});
+        if (c.attention_bias) out.push_back({p + ".self_attn." + name + ".bias", {rows}});
+      }
+    }
+    out.push_back({p + ".self_attn.o_proj.weight", {d, q_dim}});
+    if (c.o_proj_bias) out.push_back({p + ".self_attn.o_proj.bias", {d}});
+    if (c.qk_norm) {
+      out.push_back({p + ".self_attn.q_norm.weight", {hd}});
+      out.push_back({p + ".self_attn.k_norm.weight", {hd}});
+    }
+    out.push_back({p + ".post_attention_layernorm.weight", {d}});
+    if (c.fused_gate_up) {
+      out.push_back({p + ".mlp.gate_up_proj.weight", {2 * c.d_ff, d}});
+      if (c.mlp_bias) out.push_back({p + ".mlp.gate_up_proj.bias", {2 * c.d_ff}});
+    } else {
+      for (const char* name : {"gate_proj", "up_proj"}) {
+        out.push_back({p + ".mlp." + name + ".weight", {c.d_ff, d}});
+        if (c.mlp_bias) out.push_back({p + ".mlp." + name + ".bias", {c.d_ff}});
+      }
+    }
+    out.push_back({p + ".mlp.down_proj.weight", {d, c.d_ff}});
+    if (c.mlp_bias) out.push_back({p + ".mlp.down_proj.bias", {d}});
+  }
+  out.push_back({"model.norm.weight", {d}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, d}});
+  return out;
+}
+
+std::unique_ptr<Model> create_llama_like(const ModelConfig& cfg, WeightStore weights) {
+  return std::make_unique<LlamaLike>(cfg, std::move(weights));
+}
+
+}  // namespace bunsen::model::arch

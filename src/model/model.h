@@ -1,0 +1,67 @@
+// The model interface the engine drives: one forward over a StepBatch (tokens of one or more sequences,
+// prefill chunks and decode rows alike) through the paged KV cache, writing logits for selected rows.
+// Not a scheduler or sampler. Invariants: KV contents change only inside forward() through
+// batch.slot_mapping; forward() allocates only from the workspace arena it is given.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+
+namespace bunsen::model {
+
+// Host-side description of one step. Built by the engine.
+struct StepBatch {
+  Tensor token_ids;     // [n_tokens] i32
+  Tensor positions;     // [n_tokens] i32
+  Tensor seq_index;     // [n_tokens] i32, row in block_tables
+  Tensor slot_mapping;  // [n_tokens] i64
+  Tensor block_tables;  // [n_seqs, max_blocks_per_seq] i32
+  Tensor logit_rows;    // [n_out] i32, token indices whose logits are wanted
+  int64_t n_tokens() const { return token_ids.numel(); }
+  int64_t n_out() const { return logit_rows.numel(); }
+};
+
+// What the KV cache must hold for one layer.
+struct KvLayerSpec {
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int sliding_window = 0;  // 0 = full
+};
+
+// Receives named intermediates during forward (golden tests, debugging): "embed" (embedding lookup),
+// "decoder_in" (after any embedding scaling), "layer" (output of decoder layer `layer`), "final_norm"
+// (rows whose logits are computed), "logits". Tensors are only valid during the call.
+class ActivationHook {
+ public:
+  virtual ~ActivationHook() = default;
+  virtual void on(std::string_view name, int layer, const Tensor& t) = 0;
+};
+
+struct ForwardArgs {
+  const StepBatch* batch = nullptr;
+  std::span<const kernels::PagedKv> kv;  // [n_layers]
+  Arena* workspace = nullptr;
+  Tensor logits;  // [n_out, vocab_size] f32
+  ActivationHook* hook = nullptr;
+  kernels::Context* ctx = nullptr;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::vector<KvLayerSpec> kv_layout() const = 0;
+  virtual void forward(const ForwardArgs& args) = 0;
+  // Bytes of workspace forward() needs for a step of `max_tokens` tokens and `max_out` logit rows.
+  virtual size_t workspace_bytes(int64_t max_tokens, int64_t max_out) const = 0;
+  // Bytes of weights read by one decode step (for roofline figures).
+  virtual size_t weight_bytes_per_token() const = 0;
+};
+
+}  // namespace bunsen::model

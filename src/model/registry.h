@@ -1,0 +1,27 @@
+// Model families by config.json model_type: one line per family in registry.cpp, each pointing at the
+// factory and tensor manifest of one arch/ file. Not a plugin system: the table is explicit so static
+// linking keeps every family. Unknown model_type -> Error listing the supported ones.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace bunsen::model {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Names and shapes of every tensor a checkpoint of this config holds (HF naming).
+std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg);
+std::unique_ptr<Model> create_model(const ModelConfig& cfg, WeightStore weights);
+// config.json (+ generation_config.json) and safetensors of DIR.
+std::unique_ptr<Model> load_model(const std::string& dir);
+std::vector<std::string> supported_model_types();
+
+}  // namespace bunsen::model

@@ -1,0 +1,167 @@
+// Black-box tests of the bunsen binary: generate on the built-in demo model (text, JSON, and the demo's
+// greedy tokens equal to the HF golden of fixture qwen3_demo), benchmark JSON, and one-line errors with
+// the right exit codes for bad input.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/weights.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Proc {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string cache() {
+  static const std::string dir = [] {
+    fs::path p = fs::path(testing::TempDir()) / "bunsen_cli_cache";
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return dir;
+}
+
+Proc run(const std::string& args) {
+  const std::string err_path = cache() + "/stderr.txt";
+  std::string cmd = "BUNSEN_CACHE=" + cache() + " " + BUNSEN_EXE + " " + args + " 2>" + err_path;
+  Proc r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  std::stringstream ss;
+  ss << e.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::string golden_ids(const char* key, std::vector<int32_t>* out_vec = nullptr) {
+  auto store = bunsen::model::WeightStore::open_file(std::string(BUNSEN_SOURCE_DIR) +
+                                                     "/tests/golden/data/qwen3_demo/golden.safetensors");
+  bunsen::Tensor t = store.get(key);
+  std::string csv;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int32_t v = t.ptr<int32_t>()[i];
+    if (out_vec) out_vec->push_back(v);
+    csv += (i ? "," : "") + std::to_string(v);
+  }
+  return csv;
+}
+
+TEST(Cli, DemoGreedyTokensEqualTransformers) {
+  std::vector<int32_t> expected;
+  golden_ids("greedy", &expected);
+  Proc r = run("generate --prompt-tokens " + golden_ids("input_ids") + " --max-tokens " +
+              std::to_string(expected.size()) + " --temperature 0 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("generated_ids").get<std::vector<int32_t>>(), expected);
+  EXPECT_EQ(j.at("finish_reason"), "length");
+  EXPECT_GT(j.at("stats").at("decode_tok_s").get<double>(), 0.0);
+}
+
+TEST(Cli, StreamsTextAndEndsWithStats) {
+  Proc r = run("generate --prompt \"Hello, world\" --max-tokens 12 --seed 5 --temperature 0.8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  EXPECT_NE(r.err.find("prefill"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("decode"), std::string::npos) << r.err;
+  // Same seed, same text.
+  Proc again = run("generate --prompt \"Hello, world\" --max-tokens 12 --seed 5 --temperature 0.8");
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST(Cli, JsonTextMatchesIds) {
+  Proc r = run("generate -p \"The quick brown fox\" -n 6 --seed 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("prompt_ids").size(), 4u);  // Qwen3: The| quick| brown| fox
+  EXPECT_LE(j.at("generated_ids").size(), 6u);
+  EXPECT_TRUE(j.at("text").is_string());
+}
+
+TEST(Cli, BenchmarkJson) {
+  Proc r = run("benchmark --prompt-len 16 --gen 8 --no-probe --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"prefill_tok_s", "decode_tok_s", "ms_per_token", "weight_bytes_per_token", "decode_gbps"})
+    EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
+}
+
+TEST(Cli, ErrorsAreOneLineWithExitCodes) {
+  Proc bad_flag = run("generate --bogus");
+  EXPECT_EQ(bad_flag.code, 2);
+  EXPECT_NE(bad_flag.err.find("unknown option '--bogus'"), std::string::npos) << bad_flag.err;
+
+  Proc no_dir = run("generate --model /nonexistent/model --prompt hi");
+  EXPECT_EQ(no_dir.code, 1);
+  EXPECT_NE(no_dir.err.find("/nonexistent/model/config.json"), std::string::npos) << no_dir.err;
+  EXPECT_EQ(std::count(no_dir.err.begin(), no_dir.err.end(), '\n'), 1) << no_dir.err;
+
+  fs::path d = fs::path(cache()) / "mamba";
+  fs::create_directories(d);
+  std::ofstream(d / "config.json") << R"({"model_type":"mamba","vocab_size":10,"hidden_size":8,
+      "intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1})";
+  Proc unknown = run("generate --model " + d.string() + " --prompt hi");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.err.find("unsupported model_type 'mamba' (supported: llama"), std::string::npos) << unknown.err;
+
+  Proc cuda = run("generate --device cuda --prompt hi");
+  EXPECT_EQ(cuda.code, 2);
+  EXPECT_NE(cuda.err.find("CUDA backend"), std::string::npos) << cuda.err;
+
+  Proc both = run("generate --prompt hi --prompt-tokens 1,2");
+  EXPECT_EQ(both.code, 2);
+  Proc bad_ids = run("generate --prompt-tokens 1,x");
+  EXPECT_EQ(bad_ids.code, 2);
+  EXPECT_NE(bad_ids.err.find("--prompt-tokens"), std::string::npos);
+  Proc oob = run("generate --prompt-tokens 999999999 --max-tokens 2");
+  EXPECT_EQ(oob.code, 1);
+  EXPECT_NE(oob.err.find("out of range"), std::string::npos) << oob.err;
+}
+
+TEST(Cli, MissingTensorAndShapeMismatch) {
+  // A real checkpoint directory with one tensor removed / one tensor of the wrong shape.
+  Proc ok = run("generate --prompt-tokens 1 --max-tokens 1 --json");  // makes sure the demo exists
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  const fs::path demo = fs::path(cache()) / "models" / "demo-qwen3-tiny";
+  auto store = bunsen::model::WeightStore::open(demo.string());
+  for (const std::string mode : {"missing", "shape"}) {
+    fs::path d = fs::path(cache()) / ("broken_" + mode);
+    fs::remove_all(d);
+    fs::create_directories(d);
+    fs::copy_file(demo / "config.json", d / "config.json");
+    std::vector<std::pair<std::string, bunsen::Tensor>> tensors;
+    std::vector<float> wrong(64 * 3, 1.0f);
+    for (const auto& n : store.names()) {
+      if (n == "model.layers.1.mlp.up_proj.weight") {
+        if (mode == "missing") continue;
+        tensors.emplace_back(n, bunsen::Tensor::view(wrong.data(), bunsen::DType::kF32, {3, 64}));
+        continue;
+      }
+      tensors.emplace_back(n, store.get(n));
+    }
+    bunsen::model::write_safetensors((d / "model.safetensors").string(), tensors);
+    Proc r = run("generate --model " + d.string() + " --prompt-tokens 1,2");
+    EXPECT_EQ(r.code, 1);
+    const std::string want = mode == "missing" ? "missing tensor 'model.layers.1.mlp.up_proj.weight'"
+                                               : "tensor 'model.layers.1.mlp.up_proj.weight'";
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    if (mode == "shape") EXPECT_NE(r.err.find("has shape [3, 64], expected ["), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,51 @@
+// Fixture loading for the golden tests.
+#include "golden_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/status.h"
+
+namespace bunsen::golden {
+
+std::string data_dir() { return std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data"; }
+
+Fixture load_fixture(const std::string& name) {
+  Fixture f;
+  f.name = name;
+  f.dir = data_dir() + "/" + name;
+  const std::string path = f.dir + "/golden.safetensors";
+  model::MappedFile file(path);
+  model::SafetensorsHeader h = model::parse_safetensors_header(file.data(), file.size(), path);
+  f.metadata = h.metadata;
+  f.outputs = std::make_unique<model::WeightStore>(model::WeightStore::open_file(path));
+  check(f.metadata.count("weights") && f.metadata.count("seed"), "golden", path + ": metadata lacks weights/seed");
+  f.weights = nlohmann::json::parse(f.metadata.at("weights"));
+  f.seed = std::stoull(f.metadata.at("seed"));
+  return f;
+}
+
+std::vector<float> to_f32(const Tensor& t) {
+  check(t.dtype == DType::kF32 && t.is_contiguous(), "golden", "expected a contiguous f32 tensor");
+  return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
+}
+
+std::vector<int32_t> to_i32(const Tensor& t) {
+  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[static_cast<size_t>(i)] = t.dtype == DType::kI64 ? static_cast<int32_t>(t.ptr<int64_t>()[i]) : t.ptr<int32_t>()[i];
+  return out;
+}
+
+double rel_err(const float* a, const float* b, size_t n) {
+  double max_diff = 0, max_ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+}  // namespace bunsen::golden
