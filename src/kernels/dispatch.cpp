@@ -24,11 +24,17 @@ bool use_ref() {
   return ref;
 }
 
-ThreadPool& pool_of(Context& ctx) { return ctx.pool ? *ctx.pool : ThreadPool::global(); }
+ThreadPool& pool_of(Context& ctx) {
+  return ctx.pool ? *ctx.pool : ThreadPool::global();
+}
 
-[[noreturn]] void fail(const char* op, const std::string& msg) { throw Error("kernels", std::string(op) + ": " + msg); }
+[[noreturn]] void fail(const char* op, const std::string& msg) {
+  throw Error("kernels", std::string(op) + ": " + msg);
+}
 
-std::string desc(const char* name, const Tensor& t) { return std::string(name) + " " + t.shape_str(); }
+std::string desc(const char* name, const Tensor& t) {
+  return std::string(name) + " " + t.shape_str();
+}
 
 // All tensors on the CPU; otherwise says why not (mixed devices, or no CUDA kernels).
 void require_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -64,7 +70,8 @@ void need_data(const char* op, const char* name, const Tensor& t) {
 // An f32 tensor walked as rows (>= 1 dim, last dim contiguous, leading dims collapsible).
 void need_rows(const char* op, const char* name, const Tensor& t, DType d = DType::kF32) {
   need_dtype(op, name, t, d);
-  if (t.ndim < 1 || !rows_ok(t)) fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
+  if (t.ndim < 1 || !rows_ok(t))
+    fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
   need_data(op, name, t);
 }
 
@@ -92,7 +99,8 @@ void need_cache(const char* op, const PagedKv& c) {
   for (const Tensor* t : {&c.k, &c.v}) {
     const char* name = t == &c.k ? "cache.k" : "cache.v";
     need_ndim(op, name, *t, 4);
-    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16) fail(op, desc(name, *t) + " must be f32 or bf16");
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16)
+      fail(op, desc(name, *t) + " must be f32 or bf16");
     if (t->shape[3] > 1 && t->strides[3] != 1) fail(op, desc(name, *t) + " must have a contiguous last dim");
     need_data(op, name, *t);
   }
@@ -103,7 +111,9 @@ void need_cache(const char* op, const PagedKv& c) {
 
 }  // namespace
 
-const char* cpu_backend_name() { return use_ref() ? "ref" : cpu::isa_name(cpu::active_isa()); }
+const char* cpu_backend_name() {
+  return use_ref() ? "ref" : cpu::isa_name(cpu::active_isa());
+}
 
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) {
   const char* op = "embedding";
@@ -115,7 +125,8 @@ void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) 
   if (!rows_ok(table)) fail(op, desc("table", table) + " must have a contiguous last dim");
   need_dtype(op, "ids", ids, DType::kI32);
   need_vector(op, "ids", ids, out.shape[0]);
-  if (out.shape[1] != table.shape[1]) fail(op, desc("out", out) + " and " + desc("table", table) + " disagree on d");
+  if (out.shape[1] != table.shape[1])
+    fail(op, desc("out", out) + " and " + desc("table", table) + " disagree on d");
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t i = 0; i < ids.shape[0]; ++i)
     if (id[i] < 0 || id[i] >= table.shape[0])
@@ -162,7 +173,8 @@ void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
   need_data(op, "w", w);
   if (x.dim(-1) != w.shape[1]) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
   if (out.dim(-1) != w.shape[0]) fail(op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
-  if (as_rows(out).n_rows != as_rows(x).n_rows) fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
+  if (as_rows(out).n_rows != as_rows(x).n_rows)
+    fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
   if (!bias.empty()) {
     need_float(op, "bias", bias);
     need_vector(op, "bias", bias, w.shape[0]);
@@ -199,7 +211,8 @@ void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slo
     if (slots[t] >= n_slots)
       fail(op, strfmt("slot %lld of token %lld is past the end of ", (long long)slots[t], (long long)t) +
                    desc("cache.k", cache.k));
-  use_ref() ? ref::kv_write(cache, k, v, slot_mapping) : cpu::kv_write(pool_of(ctx), cache, k, v, slot_mapping);
+  use_ref() ? ref::kv_write(cache, k, v, slot_mapping)
+            : cpu::kv_write(pool_of(ctx), cache, k, v, slot_mapping);
 }
 
 namespace {
@@ -222,7 +235,8 @@ void check_visible_blocks(const char* op, const PagedKv& cache, const AttentionM
   const int32_t* table = meta.block_tables.ptr<int32_t>() + seq * meta.block_tables.strides[0];
   for (int64_t b = lo / block_size; b <= hi / block_size; ++b)
     if (table[b] < 0 || table[b] >= cache.k.shape[0])
-      fail(op, strfmt("sequence %lld maps visible block %lld to %d, outside ", (long long)seq, (long long)b, table[b]) +
+      fail(op, strfmt("sequence %lld maps visible block %lld to %d, outside ", (long long)seq, (long long)b,
+                      table[b]) +
                    desc("cache.k", cache.k));
 }
 
@@ -235,7 +249,8 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
   need_vector(op, "seq_index", meta.seq_index, n_tokens);
   need_dtype(op, "block_tables", meta.block_tables, DType::kI32);
   need_ndim(op, "block_tables", meta.block_tables, 2);
-  if (!rows_ok(meta.block_tables)) fail(op, desc("block_tables", meta.block_tables) + " must have contiguous rows");
+  if (!rows_ok(meta.block_tables))
+    fail(op, desc("block_tables", meta.block_tables) + " must have contiguous rows");
   need_data(op, "block_tables", meta.block_tables);
   if (p.sliding_window < 0 || !(p.softcap >= 0.0f))
     fail(op, strfmt("sliding_window %d and softcap %g must be >= 0", p.sliding_window, p.softcap));
@@ -264,7 +279,8 @@ void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, c
     fail(op, desc("q", q) + " and " + desc("cache.k", cache.k) +
                  " disagree on head_dim or n_heads is not a multiple of n_kv_heads");
   check_attention_meta(op, q, cache, meta, p);
-  use_ref() ? ref::paged_attention(out, q, cache, meta, p) : cpu::paged_attention(pool_of(ctx), out, q, cache, meta, p);
+  use_ref() ? ref::paged_attention(out, q, cache, meta, p)
+            : cpu::paged_attention(pool_of(ctx), out, q, cache, meta, p);
 }
 
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {

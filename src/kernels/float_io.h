@@ -13,17 +13,26 @@ namespace bunsen::kernels {
 // Element i of a row of dtype t (t must be a float dtype).
 inline float load_f(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(p)[i];
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
   }
 }
 
 inline void store_f(void* p, DType t, int64_t i, float v) {
   switch (t) {
-    case DType::kF32: static_cast<float*>(p)[i] = v; break;
-    case DType::kBF16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
-    default: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
+    case DType::kF32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::kBF16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+      break;
+    default:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
+      break;
   }
 }
 

@@ -1,6 +1,7 @@
 // Rows: a tensor seen as a 2-D matrix of rows (all leading dims collapsed), the shape every row-wise
-// kernel (ref/ and cpu/) walks, plus paged-cache row addressing. Not a validator: dispatch.cpp checks collapsibility before a kernel sees
-// a tensor. Invariants: the last dim is contiguous; row r starts at data + r * stride elements.
+// kernel (ref/ and cpu/) walks, plus paged-cache row addressing.
+// Not a validator: dispatch.cpp checks collapsibility before a kernel sees a tensor.
+// Invariants: the last dim is contiguous; row r starts at data + r * stride elements.
 #pragma once
 #include <cstdint>
 

@@ -19,8 +19,7 @@ constexpr int64_t kMaxHeads = 16;  // query heads per task (stack state)
 void dots_scalar(const float* q, const void* const* k, int64_t n, int64_t head_dim, bool bf16, float* s) {
   for (int64_t j = 0; j < n; ++j) {
     float acc = 0.0f;
-    for (int64_t d = 0; d < head_dim; ++d)
-      acc += q[d] * load_f(k[j], bf16 ? DType::kBF16 : DType::kF32, d);
+    for (int64_t d = 0; d < head_dim; ++d) acc += q[d] * load_f(k[j], bf16 ? DType::kBF16 : DType::kF32, d);
     s[j] = acc;
   }
 }
@@ -29,7 +28,17 @@ void accumulate_scalar(float* acc, float alpha, const float* p, const void* cons
                        int64_t head_dim, bool bf16) {
   for (int64_t d = 0; d < head_dim; ++d) acc[d] *= alpha;
   for (int64_t j = 0; j < n; ++j)
-    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p[j] * load_f(v[j], bf16 ? DType::kBF16 : DType::kF32, d);
+    for (int64_t d = 0; d < head_dim; ++d)
+      acc[d] += p[j] * load_f(v[j], bf16 ? DType::kBF16 : DType::kF32, d);
+}
+
+float exp_sum_scalar(float* s, int64_t n, float max) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - max);
+    sum += s[j];
+  }
+  return sum;
 }
 
 struct Job {
@@ -41,6 +50,7 @@ struct Job {
   int64_t heads_per_task;  // <= min(group, kMaxHeads)
   AttnDotsFn dots;
   AttnAccumulateFn accumulate;
+  AttnExpSumFn exp_sum;
 };
 
 // Online softmax over all visible keys of token t for query heads [h0, h1) of kv head kvh.
@@ -50,8 +60,8 @@ void attend(const Job& job, int64_t t, int64_t kvh, int64_t h0, int64_t h1) {
   const int64_t head_dim = job.q.shape[2], block_size = k_cache.shape[1], nh = h1 - h0;
   const bool bf16 = k_cache.dtype == DType::kBF16;
   const int64_t pos = job.meta->positions.ptr<int32_t>()[t];
-  const int32_t* table =
-      job.meta->block_tables.ptr<int32_t>() + job.meta->seq_index.ptr<int32_t>()[t] * job.meta->block_tables.strides[0];
+  const int32_t* table = job.meta->block_tables.ptr<int32_t>() +
+                         job.meta->seq_index.ptr<int32_t>()[t] * job.meta->block_tables.strides[0];
   float run_max[kMaxHeads], run_sum[kMaxHeads];
   for (int64_t h = 0; h < nh; ++h) {
     run_max[h] = -INFINITY;
@@ -81,11 +91,7 @@ void attend(const Job& job, int64_t t, int64_t kvh, int64_t h0, int64_t h1) {
       }
       const float new_max = chunk_max > run_max[h] ? chunk_max : run_max[h];
       const float alpha = std::exp(run_max[h] - new_max);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - new_max);
-        sum += s[j];
-      }
+      const float sum = job.exp_sum(s, n, new_max);
       job.accumulate(o, alpha, s, v_rows, n, head_dim, bf16);
       run_sum[h] = run_sum[h] * alpha + sum;
       run_max[h] = new_max;
@@ -104,13 +110,16 @@ void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cach
                      const AttentionParams& p) {
   const int64_t n_tokens = q.shape[0], n_kv_heads = cache.k.shape[2];
   if (n_tokens == 0 || q.shape[1] == 0) return;
-  Job job{out, q, &cache, &meta, &p, q.shape[1] / n_kv_heads, 0, dots_scalar, accumulate_scalar};
+  Job job{out,           q, &cache, &meta, &p, q.shape[1] / n_kv_heads, 0, dots_scalar, accumulate_scalar,
+          exp_sum_scalar};
   if (active_isa() == Isa::kAvx512) {
     job.dots = attn_dots_avx512;
     job.accumulate = attn_accumulate_avx512;
+    job.exp_sum = attn_exp_sum_avx512;
   } else if (active_isa() == Isa::kAvx2) {
     job.dots = attn_dots_avx2;
     job.accumulate = attn_accumulate_avx2;
+    job.exp_sum = attn_exp_sum_avx2;
   }
   // Split head groups only as far as needed to give every thread work (and to fit the stack state).
   const int64_t coarse = n_tokens * n_kv_heads;
@@ -123,8 +132,8 @@ void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cach
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / (n_kv_heads * per_kv), kvh = task / per_kv % n_kv_heads;
       const int64_t h0 = kvh * job.group + task % per_kv * job.heads_per_task;
-      const int64_t h1 = h0 + job.heads_per_task < (kvh + 1) * job.group ? h0 + job.heads_per_task
-                                                                          : (kvh + 1) * job.group;
+      const int64_t h1 =
+          h0 + job.heads_per_task < (kvh + 1) * job.group ? h0 + job.heads_per_task : (kvh + 1) * job.group;
       attend(job, t, kvh, h0, h1);
     }
   });

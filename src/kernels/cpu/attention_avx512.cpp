@@ -33,6 +33,24 @@ inline __m512 load_row(const void* row, int64_t d, __mmask16 mask, bool bf16) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// exp(x), Cephes-style: x = n ln2 + r with |r| <= ln2 / 2, a degree-6 polynomial in r, then scale by
+// 2^n. About 1-2 ulp; inputs below -87.3 (where f32 exp underflows) give ~1e-38; NaN stays NaN.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-87.3f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
 template <int NK>
 inline void dots_block(const float* q, const void* const* k, int64_t head_dim, bool bf16, float* s) {
   __m512 acc[NK];
@@ -50,10 +68,23 @@ inline void dots_block(const float* q, const void* const* k, int64_t head_dim, b
 
 }  // namespace
 
-void attn_dots_avx512(const float* q, const void* const* k, int64_t n, int64_t head_dim, bool bf16, float* s) {
+void attn_dots_avx512(const float* q, const void* const* k, int64_t n, int64_t head_dim, bool bf16,
+                      float* s) {
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) dots_block<4>(q, k + j, head_dim, bf16, s + j);
   for (; j < n; ++j) dots_block<1>(q, k + j, head_dim, bf16, s + j);
+}
+
+float attn_exp_sum_avx512(float* s, int64_t n, float max) {
+  __m512 sum = _mm512_setzero_ps();
+  const __m512 mv = _mm512_set1_ps(max);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 mask = tail_mask(n - j);
+    const __m512 e = _mm512_maskz_mov_ps(mask, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), mv)));
+    _mm512_mask_storeu_ps(s + j, mask, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return hsum(sum);
 }
 
 void attn_accumulate_avx512(float* acc, float alpha, const float* p, const void* const* v, int64_t n,

@@ -14,11 +14,16 @@ using AttnDotsFn = void (*)(const float* q, const void* const* k, int64_t n, int
 using AttnAccumulateFn = void (*)(float* acc, float alpha, const float* p, const void* const* v, int64_t n,
                                   int64_t head_dim, bool bf16);
 
+// s[j] = exp(s[j] - max) for j < n (s[j] <= max); returns the sum of the new s[j].
+using AttnExpSumFn = float (*)(float* s, int64_t n, float max);
+
 void attn_dots_avx512(const float* q, const void* const* k, int64_t n, int64_t head_dim, bool bf16, float* s);
 void attn_accumulate_avx512(float* acc, float alpha, const float* p, const void* const* v, int64_t n,
                             int64_t head_dim, bool bf16);
+float attn_exp_sum_avx512(float* s, int64_t n, float max);
 void attn_dots_avx2(const float* q, const void* const* k, int64_t n, int64_t head_dim, bool bf16, float* s);
 void attn_accumulate_avx2(float* acc, float alpha, const float* p, const void* const* v, int64_t n,
                           int64_t head_dim, bool bf16);
+float attn_exp_sum_avx2(float* s, int64_t n, float max);
 
 }  // namespace bunsen::kernels::cpu

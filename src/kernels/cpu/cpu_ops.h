@@ -12,11 +12,11 @@ namespace bunsen::kernels::cpu {
 
 enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
 
-Isa detected_isa();            // best level this CPU supports
-Isa active_isa();              // level the kernels use now (detected_isa() unless forced)
-bool isa_supported(Isa isa);   // this CPU can run `isa`
+Isa detected_isa();                 // best level this CPU supports
+Isa active_isa();                   // level the kernels use now (detected_isa() unless forced)
+bool isa_supported(Isa isa);        // this CPU can run `isa`
 void set_isa_for_testing(Isa isa);  // throws Error("kernels", ...) when !isa_supported(isa)
-const char* isa_name(Isa isa);  // "cpu-avx512", "cpu-avx2", "cpu-scalar"
+const char* isa_name(Isa isa);      // "cpu-avx512", "cpu-avx2", "cpu-scalar"
 
 void embedding(ThreadPool& pool, Tensor out, Tensor table, Tensor ids, float scale);
 void rms_norm(ThreadPool& pool, Tensor out, Tensor x, Tensor w, float eps, float w_offset);
@@ -25,8 +25,8 @@ void scale(ThreadPool& pool, Tensor x, float s);
 void linear(ThreadPool& pool, Tensor out, Tensor x, Tensor w, Tensor bias);
 void rope(ThreadPool& pool, Tensor x, Tensor positions, const RopeParams& p);
 void kv_write(ThreadPool& pool, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping);
-void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cache,
-                     const AttentionMeta& meta, const AttentionParams& p);
+void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p);
 void silu_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up);
 void softmax(ThreadPool& pool, Tensor x);
 void argmax(ThreadPool& pool, Tensor out, Tensor x);

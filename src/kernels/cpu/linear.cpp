@@ -1,9 +1,9 @@
 // cpu::linear: splits the output columns (weight rows) over the thread pool and runs the ISA kernel
-// for the active level on each chunk: GEMV for m <= kGemvMaxM, packed GEMM above; the baseline-ISA
+// for the active level on each chunk: GEMV for small m, packed GEMM above (gemv_max_m); the baseline-ISA
 // kernel (linear_scalar) lives here too. Not validating (dispatch.cpp does). Invariants: every output
 // element is written by exactly one task; bias is added by the task that wrote the element.
+#include <algorithm>
 #include <cstring>
-#include <cstdlib>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/linear_kernels.h"
@@ -15,7 +15,21 @@ namespace bunsen::kernels::cpu {
 namespace {
 
 constexpr int64_t kGemvRowsPerUnit = 16;
-int64_t gemv_max_m() { static int64_t v = getenv("GEMVMAX") ? atoi(getenv("GEMVMAX")) : 4; return v; }
+constexpr int64_t kGemmMinRows = 64;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Largest m that goes to the GEMV kernels (measured on Zen 5, bf16, one core). The GEMV path widens
+// weights in registers and needs no packing, so it wins for small m; with AVX-512 its x row groups
+// outgrow L1 for long k (k = 4864: GEMV ~135 GFLOPS flat vs GEMM 145 at m = 16, 185 at m = 32; k = 896:
+// GEMV ~210 vs GEMM 200 only from m = 64). AVX2: GEMV ~103 GFLOPS up to m = 64, GEMM 90 there, 116 at 256.
+int64_t gemv_max_m(Isa isa, int64_t k) {
+  if (isa == Isa::kAvx512) return k <= 2048 ? 64 : 16;
+  return 64;
+}
+
 // Below this many weight elements per task, splitting costs more than it saves.
 constexpr int64_t kMinElemsPerTask = 1 << 16;
 
@@ -64,18 +78,32 @@ void linear(ThreadPool& pool, Tensor out, Tensor x, Tensor w, Tensor bias) {
     for (int64_t m = 0; m < a.m; ++m) std::memset(a.out + m * a.out_stride, 0, a.n * sizeof(float));
 
   const Isa isa = active_isa();
-  const bool gemm = isa != Isa::kScalar && a.m > gemv_max_m();
+  const bool gemm = isa != Isa::kScalar && a.m > gemv_max_m(isa, a.k);
   void (*kernel)(const LinearArgs&, int64_t, int64_t) = linear_scalar;
   if (isa == Isa::kAvx512) kernel = gemm ? gemm_avx512 : gemv_avx512;
   if (isa == Isa::kAvx2) kernel = gemm ? gemm_avx2 : gemv_avx2;
   const int64_t unit = gemm ? kGemmTaskCols : kGemvRowsPerUnit;
-  const int64_t n_units = (a.n + unit - 1) / unit;
-  const int64_t elems_per_unit = unit * (a.k > 0 ? a.k : 1) * (gemm ? a.m : 1);
-  const int64_t grain = elems_per_unit >= kMinElemsPerTask ? 1 : kMinElemsPerTask / elems_per_unit;
-  pool.parallel_for(n_units, grain, [&](int64_t b, int64_t e) {
-    const int64_t n0 = b * unit, n1 = e * unit < a.n ? e * unit : a.n;
-    if (a.k > 0) kernel(a, n0, n1);
-    if (!bias.empty()) add_bias(a, bias, n0, n1);
+  const int64_t n_units = ceil_div(a.n, unit);
+  // With few column units for the threads, the GEMM also splits the rows of x (each row block repacks
+  // its weight panels, so blocks keep >= kGemmMinRows rows).
+  int64_t m_blocks = 1;
+  if (gemm && n_units < 4 * pool.size())
+    m_blocks = std::min(ceil_div(4 * pool.size(), n_units), ceil_div(a.m, kGemmMinRows));
+  const int64_t m_step = ceil_div(a.m, m_blocks);
+  const int64_t elems_per_unit = unit * std::max<int64_t>(a.k, 1) * (gemm ? m_step : 1);
+  const int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / elems_per_unit);
+  pool.parallel_for(n_units * m_blocks, grain, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e;) {  // tasks are (row block, column unit), column unit fastest
+      const int64_t mb = t / n_units, u0 = t % n_units, u1 = std::min(n_units, u0 + (e - t));
+      LinearArgs part = a;
+      part.x += mb * m_step * a.x_stride;
+      part.out += mb * m_step * a.out_stride;
+      part.m = std::min(m_step, a.m - mb * m_step);
+      const int64_t n0 = u0 * unit, n1 = std::min(u1 * unit, a.n);
+      if (a.k > 0) kernel(part, n0, n1);
+      if (!bias.empty()) add_bias(part, bias, n0, n1);
+      t += u1 - u0;
+    }
   });
 }
 

@@ -90,9 +90,11 @@ inline void gemv_block(const LinearArgs& a, int64_t n) {
 #pragma GCC unroll 8
     for (int r = 0; r < RB; ++r) _mm_prefetch(w + (r + RB) * row_bytes + k * kWBytes<W>, _MM_HINT_NTA);
 #pragma GCC unroll 4
-    for (int64_t kk = k; kk < k + kStep; kk += kLanes) gemv_step<W, MX, RB, true>(a, w, row_bytes, kk, kLanes, acc);
+    for (int64_t kk = k; kk < k + kStep; kk += kLanes)
+      gemv_step<W, MX, RB, true>(a, w, row_bytes, kk, kLanes, acc);
   }
-  for (int64_t k = k_step_end; k < k_main; k += kLanes) gemv_step<W, MX, RB, true>(a, w, row_bytes, k, kLanes, acc);
+  for (int64_t k = k_step_end; k < k_main; k += kLanes)
+    gemv_step<W, MX, RB, true>(a, w, row_bytes, k, kLanes, acc);
   if (k_main < a.k) gemv_step<W, MX, RB, false>(a, w, row_bytes, k_main, a.k - k_main, acc);
 #pragma GCC unroll 8
   for (int m = 0; m < MX; ++m)
@@ -123,10 +125,18 @@ void gemv_dtype(const LinearArgs& a, int64_t n0, int64_t n1) {
       g.out += m * a.out_stride;
       g.m = a.m - m < kGemvGroup ? a.m - m : kGemvGroup;
       switch (g.m) {
-        case 1: gemv_rows<W, 1>(g, s, e); break;
-        case 2: gemv_rows<W, 2>(g, s, e); break;
-        case 3: gemv_rows<W, 3>(g, s, e); break;
-        default: gemv_rows<W, 4>(g, s, e); break;
+        case 1:
+          gemv_rows<W, 1>(g, s, e);
+          break;
+        case 2:
+          gemv_rows<W, 2>(g, s, e);
+          break;
+        case 3:
+          gemv_rows<W, 3>(g, s, e);
+          break;
+        default:
+          gemv_rows<W, 4>(g, s, e);
+          break;
       }
     }
   }
@@ -247,17 +257,29 @@ void gemm_dtype(const LinearArgs& a, int64_t n0, int64_t n1) {
 
 void gemv_avx2(const LinearArgs& a, int64_t n0, int64_t n1) {
   switch (a.w_dtype) {
-    case DType::kBF16: gemv_dtype<DType::kBF16>(a, n0, n1); break;
-    case DType::kF16: gemv_dtype<DType::kF16>(a, n0, n1); break;
-    default: gemv_dtype<DType::kF32>(a, n0, n1); break;
+    case DType::kBF16:
+      gemv_dtype<DType::kBF16>(a, n0, n1);
+      break;
+    case DType::kF16:
+      gemv_dtype<DType::kF16>(a, n0, n1);
+      break;
+    default:
+      gemv_dtype<DType::kF32>(a, n0, n1);
+      break;
   }
 }
 
 void gemm_avx2(const LinearArgs& a, int64_t n0, int64_t n1) {
   switch (a.w_dtype) {
-    case DType::kBF16: gemm_dtype<DType::kBF16>(a, n0, n1); break;
-    case DType::kF16: gemm_dtype<DType::kF16>(a, n0, n1); break;
-    default: gemm_dtype<DType::kF32>(a, n0, n1); break;
+    case DType::kBF16:
+      gemm_dtype<DType::kBF16>(a, n0, n1);
+      break;
+    case DType::kF16:
+      gemm_dtype<DType::kF16>(a, n0, n1);
+      break;
+    default:
+      gemm_dtype<DType::kF32>(a, n0, n1);
+      break;
   }
 }
 

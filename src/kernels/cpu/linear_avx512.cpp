@@ -84,8 +84,7 @@ inline void gemv_block(const LinearArgs& a, int64_t n) {
   const int64_t k_step_end = a.k - a.k % kStep;
   for (int64_t k = 0; k < k_step_end; k += kStep) {
 #pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r)
-      _mm_prefetch(w + (r + RB) * row_bytes + k * kWBytes<W>, kGemvPrefetchHint);
+    for (int r = 0; r < RB; ++r) _mm_prefetch(w + (r + RB) * row_bytes + k * kWBytes<W>, kGemvPrefetchHint);
 #pragma GCC unroll 2
     for (int64_t kk = k; kk < k + kStep; kk += kLanes) {
       __m512 xv[MX];
@@ -152,14 +151,30 @@ void gemv_dtype(const LinearArgs& a, int64_t n0, int64_t n1) {
       g.out += m * a.out_stride;
       g.m = a.m - m < kGemvGroup ? a.m - m : kGemvGroup;
       switch (g.m) {
-        case 1: gemv_rows<W, 1>(g, s, e); break;
-        case 2: gemv_rows<W, 2>(g, s, e); break;
-        case 3: gemv_rows<W, 3>(g, s, e); break;
-        case 4: gemv_rows<W, 4>(g, s, e); break;
-        case 5: gemv_rows<W, 5>(g, s, e); break;
-        case 6: gemv_rows<W, 6>(g, s, e); break;
-        case 7: gemv_rows<W, 7>(g, s, e); break;
-        default: gemv_rows<W, 8>(g, s, e); break;
+        case 1:
+          gemv_rows<W, 1>(g, s, e);
+          break;
+        case 2:
+          gemv_rows<W, 2>(g, s, e);
+          break;
+        case 3:
+          gemv_rows<W, 3>(g, s, e);
+          break;
+        case 4:
+          gemv_rows<W, 4>(g, s, e);
+          break;
+        case 5:
+          gemv_rows<W, 5>(g, s, e);
+          break;
+        case 6:
+          gemv_rows<W, 6>(g, s, e);
+          break;
+        case 7:
+          gemv_rows<W, 7>(g, s, e);
+          break;
+        default:
+          gemv_rows<W, 8>(g, s, e);
+          break;
       }
     }
   }
@@ -246,9 +261,9 @@ void micro_kernel(const float* x, int64_t xs, const float* panel, int64_t kc, fl
   }
 }
 
-using MicroFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, __mmask16,
-                         __mmask16, bool);
-constexpr MicroFn kMicro[kMr + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>,
+using MicroFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, __mmask16, __mmask16,
+                         bool);
+constexpr MicroFn kMicro[kMr + 1] = {nullptr,         micro_kernel<1>, micro_kernel<2>,
                                      micro_kernel<3>, micro_kernel<4>, micro_kernel<5>,
                                      micro_kernel<6>, micro_kernel<7>, micro_kernel<8>};
 
@@ -285,17 +300,29 @@ void gemm_dtype(const LinearArgs& a, int64_t n0, int64_t n1) {
 
 void gemv_avx512(const LinearArgs& a, int64_t n0, int64_t n1) {
   switch (a.w_dtype) {
-    case DType::kBF16: gemv_dtype<DType::kBF16>(a, n0, n1); break;
-    case DType::kF16: gemv_dtype<DType::kF16>(a, n0, n1); break;
-    default: gemv_dtype<DType::kF32>(a, n0, n1); break;
+    case DType::kBF16:
+      gemv_dtype<DType::kBF16>(a, n0, n1);
+      break;
+    case DType::kF16:
+      gemv_dtype<DType::kF16>(a, n0, n1);
+      break;
+    default:
+      gemv_dtype<DType::kF32>(a, n0, n1);
+      break;
   }
 }
 
 void gemm_avx512(const LinearArgs& a, int64_t n0, int64_t n1) {
   switch (a.w_dtype) {
-    case DType::kBF16: gemm_dtype<DType::kBF16>(a, n0, n1); break;
-    case DType::kF16: gemm_dtype<DType::kF16>(a, n0, n1); break;
-    default: gemm_dtype<DType::kF32>(a, n0, n1); break;
+    case DType::kBF16:
+      gemm_dtype<DType::kBF16>(a, n0, n1);
+      break;
+    case DType::kF16:
+      gemm_dtype<DType::kF16>(a, n0, n1);
+      break;
+    default:
+      gemm_dtype<DType::kF32>(a, n0, n1);
+      break;
   }
 }
 
