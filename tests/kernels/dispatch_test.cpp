@@ -4,7 +4,6 @@
 
 #include "kernel_test_util.h"
 #ifdef BUNSEN_HAVE_CUDA
-#include "kernels/cuda/device_info.h"
 #endif
 
 namespace bunsen::kernels::test {
@@ -171,16 +170,6 @@ TEST(Dispatch, CudaTensorsAreRejected) {
   expect_kernel_error([&] { softmax(ctx, xg); }, {"softmax:", why});
   expect_kernel_error([&] { add_scaled(ctx, x.tensor, xg); }, {"add_scaled:", "different devices"});
 }
-
-#ifdef BUNSEN_HAVE_CUDA
-TEST(CudaDeviceInfo, CountAndNamesAgree) {
-  const int n = cuda::device_count();
-  EXPECT_GE(n, 0);
-  for (int i = 0; i < n; ++i) EXPECT_FALSE(cuda::device_name(i).empty()) << i;
-  EXPECT_EQ(cuda::device_name(n), "");  // one past the last device
-  EXPECT_EQ(cuda::device_name(-1), "");
-}
-#endif
 
 TEST(Dispatch, BackendNameFollowsIsaLevel) {
   const char* env = std::getenv("BUNSEN_KERNELS");
