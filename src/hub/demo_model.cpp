@@ -68,13 +68,18 @@ std::string cache_dir() {
 std::string ensure_demo_model(const std::string& root) {
   const fs::path dir = fs::path(root.empty() ? cache_dir() + "/models" : root) / kDemoName;
   if (fs::exists(dir / "DONE")) return dir.string();
+  // Several processes may get here at once: each builds its own temp dir and renames it into place; the
+  // final directory only ever appears complete (rename of a finished build), so a loser just discards its copy.
   const fs::path tmp = dir.string() + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   try {
     build(tmp);
-    fs::remove_all(dir, ec);  // an incomplete earlier attempt
-    fs::rename(tmp, dir);
+    fs::rename(tmp, dir, ec);
+    if (ec && !fs::exists(dir / "DONE")) {  // a leftover without DONE (interrupted older layout): replace it
+      fs::remove_all(dir);
+      fs::rename(tmp, dir);
+    }
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp, ec);
     throw Error("hub", std::string("cannot create the demo model in ") + dir.string() + ": " + e.what());
@@ -82,6 +87,7 @@ std::string ensure_demo_model(const std::string& root) {
     fs::remove_all(tmp, ec);
     throw;
   }
+  fs::remove_all(tmp, ec);
   return dir.string();
 }
 

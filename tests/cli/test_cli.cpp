@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -32,7 +33,8 @@ std::string cache() {
 }
 
 Proc run(const std::string& args) {
-  const std::string err_path = cache() + "/stderr.txt";
+  static int calls = 0;  // ctest runs tests as parallel processes: stderr files are per process and call
+  const std::string err_path = cache() + "/stderr." + std::to_string(::getpid()) + "." + std::to_string(calls++);
   std::string cmd = "BUNSEN_CACHE=" + cache() + " " + BUNSEN_EXE + " " + args + " 2>" + err_path;
   Proc r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -45,6 +47,7 @@ Proc run(const std::string& args) {
   std::stringstream ss;
   ss << e.rdbuf();
   r.err = ss.str();
+  std::remove(err_path.c_str());
   return r;
 }
 
