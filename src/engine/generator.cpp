@@ -63,6 +63,7 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
   res.stats.prompt_tokens = n_prompt;
   if (opts.max_tokens == 0) return res;
   SeqBlocks seq(runner);
+  res.tokens.reserve(static_cast<size_t>(opts.max_tokens));  // admission bounded it; no growth while decoding
   const int64_t vocab = runner.model().config().vocab_size;
   sampling::Rng rng(opts.sampling.seed ? *opts.sampling.seed : sampling::random_seed());
   sampling::SamplerScratch scratch;

@@ -43,8 +43,9 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
 }
 
 Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
-  check(!chunks.empty() && static_cast<int64_t>(chunks.size()) <= opts_.max_seqs, "engine",
-        strfmt("step: %zu sequences, the runner holds at most %lld", chunks.size(), (long long)opts_.max_seqs));
+  // Messages are built only on failure: step() runs every decode step and must not allocate.
+  if (chunks.empty() || static_cast<int64_t>(chunks.size()) > opts_.max_seqs)
+    throw Error("engine", strfmt("step: %zu sequences, the runner holds 1 to %lld", chunks.size(), (long long)opts_.max_seqs));
   int32_t* ids = token_ids_.tensor.ptr<int32_t>();
   int32_t* pos = positions_.tensor.ptr<int32_t>();
   int32_t* sidx = seq_index_.tensor.ptr<int32_t>();
@@ -73,7 +74,8 @@ Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hoo
   }
   const int64_t vocab = model_.config().vocab_size;
   for (int64_t i = 0; i < n; ++i)
-    check(ids[i] >= 0 && ids[i] < vocab, "engine", strfmt("token id %d out of range [0, %lld)", ids[i], (long long)vocab));
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error("engine", strfmt("token id %d out of range [0, %lld)", ids[i], (long long)vocab));
   model::StepBatch batch;
   batch.token_ids = token_ids_.tensor.slice(0, 0, n);
   batch.positions = positions_.tensor.slice(0, 0, n);

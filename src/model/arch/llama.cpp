@@ -178,8 +178,8 @@ void LlamaLike::forward(const ForwardArgs& a) {
   kernels::Context& ctx = *a.ctx;
   const int64_t n = b.n_tokens(), n_out = b.n_out();
   check(a.kv.size() == layers_.size(), "model", "forward: KV cache has the wrong number of layers");
-  check(a.logits.dim(0) == n_out && a.logits.dim(1) == cfg_.vocab_size, "model",
-        "forward: logits must be [n_out, vocab_size], got " + a.logits.shape_str());
+  if (a.logits.dim(0) != n_out || a.logits.dim(1) != cfg_.vocab_size)
+    throw Error("model", "forward: logits must be [n_out, vocab_size], got " + a.logits.shape_str());
   update_dynamic_rope(b);
   Arena& ws = *a.workspace;
   ws.reset();
