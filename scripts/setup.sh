@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake ninja-build pkg-config git python3 libgtest-dev nlohmann-json3-dev
-      libpcre2-dev libutf8proc-dev clang libclang-rt-14-dev)
+      libpcre2-dev libutf8proc-dev libboost-dev clang libclang-rt-14-dev)
 # A Node.js + npm that did not come from Debian (e.g. preinstalled) is fine as it is.
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 missing=()
