@@ -1,7 +1,9 @@
 // ops.h entry points: validate dtypes, shapes, devices and (on CPU) index contents, then route CPU
-// tensors to cpu:: (or ref:: when BUNSEN_KERNELS=ref, read once) and reject CUDA tensors until that
-// backend exists. Not a kernel: no math here. Invariants: every error is Error("kernels", "<op>: ...")
-// naming the op and the offending tensors' shapes; kernels never see an index that is out of range.
+// tensors to cpu:: (or ref:: when BUNSEN_KERNELS=ref, read once) and CUDA tensors to cuda_route::
+// (dispatch_cuda.cpp; "CUDA backend not built" without it). Not a kernel: no math here. Invariants:
+// every error is Error("kernels", "<op>: ...") naming the op and the offending tensors' shapes; CPU
+// kernels never see an index that is out of range; on CUDA, where index tensors live on the device,
+// only their dtypes and shapes are checked (the CUDA kernels never dereference a bad index).
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -9,6 +11,8 @@
 
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"  // plain C++: limits only
+#include "kernels/dispatch_cuda.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "kernels/rows.h"
@@ -36,19 +40,25 @@ std::string desc(const char* name, const Tensor& t) {
   return std::string(name) + " " + t.shape_str();
 }
 
-// All tensors on the CPU; otherwise says why not (mixed devices, or no CUDA kernels).
-void require_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
+// True when the (non-empty) tensors are all on one CUDA device, false when all are on the CPU; throws
+// for a mix, or for CUDA tensors in a build without the CUDA backend.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
   bool cuda = false, cpu = false;
+  int cuda_index = -1;
   for (const Tensor* t : ts) {
     if (t->empty()) continue;
     (t->device.is_cuda() ? cuda : cpu) = true;
+    if (!t->device.is_cuda()) continue;
+    if (cuda_index >= 0 && t->device.index != cuda_index)
+      fail(op, strfmt("tensors are on different CUDA devices (cuda:%d and cuda:%d)", cuda_index,
+                      t->device.index));
+    cuda_index = t->device.index;
   }
   if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
-#ifdef BUNSEN_HAVE_CUDA
-  if (cuda) fail(op, "CUDA kernels are not implemented yet");
-#else
+#ifndef BUNSEN_HAVE_CUDA
   if (cuda) fail(op, "CUDA backend not built");
 #endif
+  return cuda;
 }
 
 void need_dtype(const char* op, const char* name, const Tensor& t, DType d) {
@@ -67,9 +77,15 @@ void need_data(const char* op, const char* name, const Tensor& t) {
   if (t.data == nullptr && t.numel() > 0) fail(op, desc(name, t) + " has no data");
 }
 
-// An f32 tensor walked as rows (>= 1 dim, last dim contiguous, leading dims collapsible).
-void need_rows(const char* op, const char* name, const Tensor& t, DType d = DType::kF32) {
-  need_dtype(op, name, t, d);
+// An activation: f32 on the CPU, f32 or bf16 on CUDA.
+void need_act(const char* op, const char* name, const Tensor& t, bool gpu) {
+  if (!gpu) return need_dtype(op, name, t, DType::kF32);
+  if (t.dtype != DType::kF32 && t.dtype != DType::kBF16) fail(op, desc(name, t) + " must be f32 or bf16");
+}
+
+// An activation walked as rows (>= 1 dim, last dim contiguous, leading dims collapsible).
+void need_rows(const char* op, const char* name, const Tensor& t, bool gpu) {
+  need_act(op, name, t, gpu);
   if (t.ndim < 1 || !rows_ok(t))
     fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
   need_data(op, name, t);
@@ -87,9 +103,9 @@ void need_same_shape(const char* op, const char* na, const Tensor& a, const char
   if (!same_shape(a, b)) fail(op, desc(na, a) + " and " + desc(nb, b) + " must have the same shape");
 }
 
-// [n_tokens, heads, head_dim] f32 with a contiguous last dim (other strides free).
-void need_heads(const char* op, const char* name, const Tensor& t) {
-  need_dtype(op, name, t, DType::kF32);
+// [n_tokens, heads, head_dim] activation with a contiguous last dim (other strides free).
+void need_heads(const char* op, const char* name, const Tensor& t, bool gpu) {
+  need_act(op, name, t, gpu);
   need_ndim(op, name, t, 3);
   if (t.shape[2] > 1 && t.strides[2] != 1) fail(op, desc(name, t) + " must have a contiguous last dim");
   need_data(op, name, t);
@@ -117,8 +133,8 @@ const char* cpu_backend_name() {
 
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) {
   const char* op = "embedding";
-  require_cpu(op, {&out, &table, &ids});
-  need_rows(op, "out", out);
+  const bool gpu = on_cuda(op, {&out, &table, &ids});
+  need_rows(op, "out", out, gpu);
   need_ndim(op, "out", out, 2);
   need_float(op, "table", table);
   need_ndim(op, "table", table, 2);
@@ -127,6 +143,7 @@ void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) 
   need_vector(op, "ids", ids, out.shape[0]);
   if (out.shape[1] != table.shape[1])
     fail(op, desc("out", out) + " and " + desc("table", table) + " disagree on d");
+  if (gpu) return cuda_route::embedding(ctx, out, table, ids, scale);
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t i = 0; i < ids.shape[0]; ++i)
     if (id[i] < 0 || id[i] >= table.shape[0])
@@ -136,37 +153,42 @@ void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) 
 
 void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset) {
   const char* op = "rms_norm";
-  require_cpu(op, {&out, &x, &w});
-  need_rows(op, "x", x);
-  need_rows(op, "out", out);
+  const bool gpu = on_cuda(op, {&out, &x, &w});
+  need_rows(op, "x", x, gpu);
+  need_rows(op, "out", out, gpu);
   need_same_shape(op, "out", out, "x", x);
   need_float(op, "w", w);
   need_vector(op, "w", w, -1);
   if (w.shape[0] != x.dim(-1)) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on d");
+  if (gpu && out.data == x.data && (out.dtype != x.dtype || as_rows(out).stride != as_rows(x).stride))
+    fail(op, desc("out", out) + " aliases " + desc("x", x) + " with another dtype or row stride");
+  if (gpu) return cuda_route::rms_norm(ctx, out, x, w, eps, w_offset);
   use_ref() ? ref::rms_norm(out, x, w, eps, w_offset) : cpu::rms_norm(pool_of(ctx), out, x, w, eps, w_offset);
 }
 
 void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
   const char* op = "add_scaled";
-  require_cpu(op, {&x, &y});
-  need_rows(op, "x", x);
-  need_rows(op, "y", y);
+  const bool gpu = on_cuda(op, {&x, &y});
+  need_rows(op, "x", x, gpu);
+  need_rows(op, "y", y, gpu);
   need_same_shape(op, "x", x, "y", y);
+  if (gpu) return cuda_route::add_scaled(ctx, x, y, scale);
   use_ref() ? ref::add_scaled(x, y, scale) : cpu::add_scaled(pool_of(ctx), x, y, scale);
 }
 
 void scale(Context& ctx, Tensor x, float s) {
   const char* op = "scale";
-  require_cpu(op, {&x});
-  need_rows(op, "x", x);
+  const bool gpu = on_cuda(op, {&x});
+  need_rows(op, "x", x, gpu);
+  if (gpu) return cuda_route::scale(ctx, x, s);
   use_ref() ? ref::scale(x, s) : cpu::scale(pool_of(ctx), x, s);
 }
 
 void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
   const char* op = "linear";
-  require_cpu(op, {&out, &x, &w, &bias});
-  need_rows(op, "x", x);
-  need_rows(op, "out", out);
+  const bool gpu = on_cuda(op, {&out, &x, &w, &bias});
+  need_rows(op, "x", x, gpu);
+  need_rows(op, "out", out, gpu);
   need_float(op, "w", w);
   need_ndim(op, "w", w, 2);
   if (!rows_ok(w)) fail(op, desc("w", w) + " must have a contiguous last dim");
@@ -179,32 +201,37 @@ void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
     need_float(op, "bias", bias);
     need_vector(op, "bias", bias, w.shape[0]);
   }
+  if (gpu) return cuda_route::linear(ctx, out, x, w, bias);
   use_ref() ? ref::linear(out, x, w, bias) : cpu::linear(pool_of(ctx), out, x, w, bias);
 }
 
 void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p) {
   const char* op = "rope";
-  require_cpu(op, {&x, &positions});
-  need_heads(op, "x", x);
+  const bool gpu = on_cuda(op, {&x, &positions});
+  need_heads(op, "x", x, gpu);
   need_dtype(op, "positions", positions, DType::kI32);
   need_vector(op, "positions", positions, x.shape[0]);
   if (p.inv_freq == nullptr || p.rotary_dim <= 0 || p.rotary_dim % 2 != 0 || p.rotary_dim > x.shape[2])
     fail(op, strfmt("rotary_dim %d must be even, > 0 and <= head_dim of ", p.rotary_dim) + desc("x", x) +
                  (p.inv_freq ? "" : ", and inv_freq must be set"));
+  if (gpu && p.rotary_dim > cuda::kMaxRotaryDim)
+    fail(op, strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
+  if (gpu) return cuda_route::rope(ctx, x, positions, p);
   use_ref() ? ref::rope(x, positions, p) : cpu::rope(pool_of(ctx), x, positions, p);
 }
 
 void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
   const char* op = "kv_write";
-  require_cpu(op, {&cache.k, &cache.v, &k, &v, &slot_mapping});
+  const bool gpu = on_cuda(op, {&cache.k, &cache.v, &k, &v, &slot_mapping});
   need_cache(op, cache);
-  need_heads(op, "k", k);
-  need_heads(op, "v", v);
+  need_heads(op, "k", k, gpu);
+  need_heads(op, "v", v, gpu);
   need_same_shape(op, "k", k, "v", v);
   if (k.shape[1] != cache.k.shape[2] || k.shape[2] != cache.k.shape[3])
     fail(op, desc("k", k) + " and " + desc("cache.k", cache.k) + " disagree on n_kv_heads or head_dim");
   need_dtype(op, "slot_mapping", slot_mapping, DType::kI64);
   need_vector(op, "slot_mapping", slot_mapping, k.shape[0]);
+  if (gpu) return cuda_route::kv_write(ctx, cache, k, v, slot_mapping);
   const int64_t n_slots = cache.k.shape[0] * cache.k.shape[1];
   const int64_t* slots = slot_mapping.ptr<int64_t>();
   for (int64_t t = 0; t < k.shape[0]; ++t)
@@ -240,8 +267,9 @@ void check_visible_blocks(const char* op, const PagedKv& cache, const AttentionM
                    desc("cache.k", cache.k));
 }
 
+// Dtypes and shapes always; the index contents only on the CPU (on CUDA they live on the device).
 void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache, const AttentionMeta& meta,
-                          const AttentionParams& p) {
+                          const AttentionParams& p, bool gpu) {
   const int64_t n_tokens = q.shape[0];
   need_dtype(op, "positions", meta.positions, DType::kI32);
   need_vector(op, "positions", meta.positions, n_tokens);
@@ -254,6 +282,7 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
   need_data(op, "block_tables", meta.block_tables);
   if (p.sliding_window < 0 || !(p.softcap >= 0.0f))
     fail(op, strfmt("sliding_window %d and softcap %g must be >= 0", p.sliding_window, p.softcap));
+  if (gpu) return;
   const int32_t* seq = meta.seq_index.ptr<int32_t>();
   for (int64_t t0 = 0, t1; t0 < n_tokens; t0 = t1) {  // runs of tokens of one sequence
     if (seq[t0] < 0 || seq[t0] >= meta.block_tables.shape[0])
@@ -269,45 +298,52 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p) {
   const char* op = "paged_attention";
-  require_cpu(op, {&out, &q, &cache.k, &cache.v, &meta.positions, &meta.seq_index, &meta.block_tables});
+  const bool gpu =
+      on_cuda(op, {&out, &q, &cache.k, &cache.v, &meta.positions, &meta.seq_index, &meta.block_tables});
   need_cache(op, cache);
-  need_heads(op, "q", q);
-  need_heads(op, "out", out);
+  need_heads(op, "q", q, gpu);
+  need_heads(op, "out", out, gpu);
   need_same_shape(op, "out", out, "q", q);
   if (out.data == q.data && q.numel() > 0) fail(op, desc("out", out) + " must not alias q");
   if (q.shape[2] != cache.k.shape[3] || cache.k.shape[2] < 1 || q.shape[1] % cache.k.shape[2] != 0)
     fail(op, desc("q", q) + " and " + desc("cache.k", cache.k) +
                  " disagree on head_dim or n_heads is not a multiple of n_kv_heads");
-  check_attention_meta(op, q, cache, meta, p);
+  check_attention_meta(op, q, cache, meta, p, gpu);
+  if (gpu && q.shape[2] > cuda::kMaxHeadDim)
+    fail(op, desc("q", q) + strfmt(": head_dim is above the CUDA limit %d", cuda::kMaxHeadDim));
+  if (gpu) return cuda_route::paged_attention(ctx, out, q, cache, meta, p);
   use_ref() ? ref::paged_attention(out, q, cache, meta, p)
             : cpu::paged_attention(pool_of(ctx), out, q, cache, meta, p);
 }
 
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
   const char* op = "silu_mul";
-  require_cpu(op, {&out, &gate, &up});
-  need_rows(op, "out", out);
-  need_rows(op, "gate", gate);
-  need_rows(op, "up", up);
+  const bool gpu = on_cuda(op, {&out, &gate, &up});
+  need_rows(op, "out", out, gpu);
+  need_rows(op, "gate", gate, gpu);
+  need_rows(op, "up", up, gpu);
   need_same_shape(op, "gate", gate, "up", up);
   need_same_shape(op, "out", out, "gate", gate);
+  if (gpu) return cuda_route::silu_mul(ctx, out, gate, up);
   use_ref() ? ref::silu_mul(out, gate, up) : cpu::silu_mul(pool_of(ctx), out, gate, up);
 }
 
 void softmax(Context& ctx, Tensor x) {
   const char* op = "softmax";
-  require_cpu(op, {&x});
-  need_rows(op, "x", x);
+  const bool gpu = on_cuda(op, {&x});
+  need_rows(op, "x", x, gpu);
+  if (gpu) return cuda_route::softmax(ctx, x);
   use_ref() ? ref::softmax(x) : cpu::softmax(pool_of(ctx), x);
 }
 
 void argmax(Context& ctx, Tensor out, Tensor x) {
   const char* op = "argmax";
-  require_cpu(op, {&out, &x});
-  need_rows(op, "x", x);
+  const bool gpu = on_cuda(op, {&out, &x});
+  need_rows(op, "x", x, gpu);
   if (x.dim(-1) < 1) fail(op, desc("x", x) + " has empty rows");
   need_dtype(op, "out", out, DType::kI32);
   need_vector(op, "out", out, as_rows(x).n_rows);
+  if (gpu) return cuda_route::argmax(ctx, out, x);
   use_ref() ? ref::argmax(out, x) : cpu::argmax(pool_of(ctx), out, x);
 }
 

@@ -1,8 +1,8 @@
 // The backend-neutral op API. Every op takes an explicit Context and Tensor views, checks dtypes and
 // shapes (errors name the op and the shapes), and routes by the tensors' device to cpu/ or cuda/;
 // BUNSEN_KERNELS=ref routes CPU calls to the naive references in ref/ instead.
-// Not an owner of memory: outputs are preallocated by the caller. Activations are f32 on CPU (bf16 on
-// CUDA); weights stay in their file dtype (f32/f16/bf16) and are converted inside the kernels.
+// Not an owner of memory: outputs are preallocated by the caller. Activations are f32 on CPU (f32 or
+// bf16 on CUDA); weights stay in their file dtype (f32/f16/bf16) and are converted inside the kernels.
 // A 2-D "rows" tensor may have any row stride but its last dim must be contiguous.
 #pragma once
 #include <cstdint>
@@ -12,10 +12,10 @@
 
 namespace bunsen::kernels {
 
-// Passed to every op: where CPU work runs (and, later, the CUDA stream and handles).
+// Passed to every op: where CPU work runs and which CUDA stream CUDA work is enqueued on.
 struct Context {
-  ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global()
-  void* cuda_stream = nullptr;
+  ThreadPool* pool = nullptr;   // nullptr: ThreadPool::global()
+  void* cuda_stream = nullptr;  // cudaStream_t; nullptr: the legacy default stream
 };
 
 // Rotary embedding table for one attention kind. inv_freq comes from model/ (all HF scaling variants

@@ -162,7 +162,12 @@ TEST(Dispatch, CudaTensorsAreRejected) {
   Tensor xg = x.tensor;
   xg.device = Device::cuda(0);
 #ifdef BUNSEN_HAVE_CUDA
-  const char* why = "not implemented";
+  // With the backend built, CUDA tensors are validated (with the CUDA dtype rules) before any CUDA
+  // call; an i32 activation fails that check, so nothing here touches the (host) pointer.
+  OwnedTensor xi = zeros(DType::kI32, {2, 4});
+  xg = xi.tensor;
+  xg.device = Device::cuda(0);
+  const char* why = "must be f32 or bf16";
 #else
   const char* why = "CUDA backend not built";
 #endif

@@ -1,0 +1,125 @@
+// Host-callable entry points of the CUDA backend: device memory (DeviceBuffer, copies), the per-stream
+// scratch arena, and one function per op of ops.h on device tensors described by plain structs.
+// Not a validator and not CUDA-aware: plain C++17 (no CUDA headers, no Tensor) so dispatch.cpp (C++20)
+// and the .cu files (C++17) both include it; dispatch.cpp checks dtypes and shapes first. Invariants:
+// every launch goes to the given stream (nullptr = the legacy default stream) on the current device;
+// ops never allocate except the scratch arena, which grows only outside CUDA graph capture; CUDA
+// failures throw Error("cuda", "<op>: <cuda error> ...shapes").
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace bunsen::kernels::cuda {
+
+// ---- device memory ----
+
+// One cudaMalloc'd allocation on the current device, freed (cudaFree) on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);  // throws Error("cuda", ...) when cudaMalloc fails
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Copies that return once the bytes have arrived (they synchronise `stream`).
+void copy_to_device(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+void copy_to_host(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+void copy_device_to_device(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+void synchronize(void* stream = nullptr);
+int current_device();
+
+// ---- per-stream scratch arena ----
+// Some ops need temporary device memory (split-KV partials, converted GEMM operands, the cuBLASLt
+// workspace). Each (device, stream) owns one arena, allocated on first use and grown (after a stream
+// synchronize) only when a call needs more and the stream is not capturing a graph; a call that needs
+// more during capture throws, so run one step (or reserve_scratch) before capturing.
+void reserve_scratch(void* stream, size_t bytes);
+size_t scratch_capacity(void* stream);
+
+// ---- views of device tensors (dispatch.cpp builds them from Tensor) ----
+
+// A 2-D matrix of rows: row r starts at data + r * stride elements, columns are contiguous.
+struct DevRows {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t n_rows = 0, n_cols = 0, stride = 0;
+};
+
+// [n_tokens, n_heads, head_dim] with a contiguous last dim.
+struct DevHeads {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t n_tokens = 0, n_heads = 0, head_dim = 0;
+  int64_t token_stride = 0, head_stride = 0;  // elements
+};
+
+// One layer's paged cache: k and v [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16.
+struct DevCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t n_blocks = 0, block_size = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t k_strides[3] = {}, v_strides[3] = {};  // elements, dims 0..2 (dim 3 is contiguous)
+};
+
+// Attention metadata, all device pointers (see ops.h AttentionMeta).
+struct DevAttentionMeta {
+  const int32_t* positions = nullptr;     // [n_tokens] i32
+  const int32_t* seq_index = nullptr;     // [n_tokens] i32
+  const int32_t* block_tables = nullptr;  // [n_seqs, max_blocks] i32, row stride table_stride
+  int64_t n_seqs = 0, max_blocks = 0, table_stride = 0;
+};
+
+struct DevAttention {
+  DevHeads out, q;  // [n_tokens, n_heads, head_dim] f32|bf16
+  DevCache cache;
+  DevAttentionMeta meta;
+  float scale = 1.0f;
+  int sliding_window = 0;
+  float softcap = 0.0f;
+};
+
+constexpr int kMaxRotaryDim = 512;  // rope passes inv_freq by value in the launch parameters
+constexpr int kMaxHeadDim = 512;    // attention keeps one row of head_dim per lane group in registers
+
+// ---- ops (semantics as in ops.h; activations f32|bf16, weights f32|f16|bf16) ----
+// Index tensors live on the device and are not checked on the host: an out-of-range id gives a NaN
+// embedding row, a slot past the cache is skipped, and a query whose visible keys map to an invalid
+// sequence or block id gets NaN output; none of them reads or writes outside a tensor.
+
+void embedding(void* stream, DevRows out, DevRows table, const int32_t* ids, float scale);
+void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype, float eps, float w_offset);
+void add_scaled(void* stream, DevRows x, DevRows y, float scale);
+void scale(void* stream, DevRows x, float s);
+// out = x · wᵀ (+ bias): m <= kGemvMaxM through the GEMV kernel, larger m through cuBLASLt (x is
+// rounded to w's dtype there when they differ; f16 operands saturate at ±65504).
+void linear(void* stream, DevRows out, DevRows x, DevRows w, const void* bias, DType bias_dtype);
+void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_freq_host, int rotary_dim,
+          float attention_scaling);
+void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const int64_t* slot_mapping);
+void paged_attention(void* stream, const DevAttention& a);
+void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up);
+void softmax(void* stream, DevRows x);
+void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
+
+constexpr int64_t kGemvMaxM = 8;
+
+// ---- test hooks (process-wide) ----
+enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };
+void set_linear_path_for_testing(LinearPath path);
+void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the shapes
+
+}  // namespace bunsen::kernels::cuda

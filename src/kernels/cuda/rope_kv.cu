@@ -1,0 +1,95 @@
+// CUDA rope (in place, HF rotate_half on the first rotary_dim dims) and kv_write (rows into the paged
+// cache through slot_mapping). One block per (token, head) row. Not fused with each other yet (the
+// Runner issue fuses RoPE with the K write). Invariants: rope uses ref's formula with angle =
+// (float)pos * inv_freq[i] and full-precision sincosf; inv_freq travels by value in the launch
+// parameters (so graph replays keep the values captured); kv_write skips slots < 0 and slots past the
+// cache, rounding to the cache dtype to nearest-even exactly as ref's f32_to_bf16.
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+struct RopeTable {
+  float inv_freq[kMaxRotaryDim / 2];
+};
+
+template <typename XT>
+__global__ void rope_kernel(XT* x, int64_t token_stride, int64_t head_stride, int64_t n_heads,
+                            const int32_t* positions, const __grid_constant__ RopeTable table, int half,
+                            float attention_scaling) {
+  const int64_t t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
+  XT* xh = x + t * token_stride + h * head_stride;
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * table.inv_freq[i], &s, &c);
+    c *= attention_scaling;
+    s *= attention_scaling;
+    const float x1 = to_f32(xh[i]), x2 = to_f32(xh[i + half]);
+    xh[i] = from_f32<XT>(x1 * c - x2 * s);
+    xh[i + half] = from_f32<XT>(x2 * c + x1 * s);
+  }
+}
+
+template <typename CT, typename KT, typename VT>
+__global__ void kv_write_kernel(DevCache cache, const KT* k, const VT* v, DevHeads kh, DevHeads vh,
+                                const int64_t* slots) {
+  const int64_t t = blockIdx.x / kh.n_heads, h = blockIdx.x % kh.n_heads;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= cache.n_blocks * cache.block_size) return;
+  const int64_t block = slot / cache.block_size, offset = slot % cache.block_size;
+  CT* kd = static_cast<CT*>(cache.k) + block * cache.k_strides[0] + offset * cache.k_strides[1] +
+           h * cache.k_strides[2];
+  CT* vd = static_cast<CT*>(cache.v) + block * cache.v_strides[0] + offset * cache.v_strides[1] +
+           h * cache.v_strides[2];
+  const KT* ks = k + t * kh.token_stride + h * kh.head_stride;
+  const VT* vs = v + t * vh.token_stride + h * vh.head_stride;
+  for (int64_t d = threadIdx.x; d < kh.head_dim; d += blockDim.x) {
+    kd[d] = from_f32<CT>(to_f32(ks[d]));
+    vd[d] = from_f32<CT>(to_f32(vs[d]));
+  }
+}
+
+}  // namespace
+
+void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_freq_host, int rotary_dim,
+          float attention_scaling) {
+  const int64_t rows = x.n_tokens * x.n_heads;
+  if (rows == 0) return;
+  if (rotary_dim > kMaxRotaryDim || rotary_dim <= 0 || rotary_dim % 2 != 0)
+    throw Error("cuda", strfmt("rope: rotary_dim %d must be even and in (0, %d]", rotary_dim, kMaxRotaryDim));
+  RopeTable table{};
+  const int half = rotary_dim / 2;
+  for (int i = 0; i < half; ++i) table.inv_freq[i] = inv_freq_host[i];
+  with_act_type(x.dtype, [&](auto xt) {
+    using XT = typename decltype(xt)::type;
+    rope_kernel<XT><<<static_cast<unsigned>(rows), row_threads(half), 0, as_stream(stream)>>>(
+        static_cast<XT*>(x.data), x.token_stride, x.head_stride, x.n_heads, positions, table, half,
+        attention_scaling);
+  });
+  check_launch("rope", [&] { return heads_desc("x", x) + strfmt(", rotary_dim %d", rotary_dim); });
+}
+
+void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const int64_t* slot_mapping) {
+  const int64_t rows = k.n_tokens * k.n_heads;
+  if (rows == 0 || k.head_dim == 0) return;
+  with_act_type(cache.dtype, [&](auto ct) {
+    with_act_type(k.dtype, [&](auto kt) {
+      with_act_type(v.dtype, [&](auto vt) {
+        using CT = typename decltype(ct)::type;
+        using KT = typename decltype(kt)::type;
+        using VT = typename decltype(vt)::type;
+        kv_write_kernel<CT, KT, VT>
+            <<<static_cast<unsigned>(rows), row_threads(k.head_dim), 0, as_stream(stream)>>>(
+                cache, static_cast<const KT*>(k.data), static_cast<const VT*>(v.data), k, v, slot_mapping);
+      });
+    });
+  });
+  check_launch("kv_write", [&] {
+    return heads_desc("k", k) + strfmt(", cache [%lld, %lld, %lld, %lld] %s", (long long)cache.n_blocks,
+                                       (long long)cache.block_size, (long long)cache.n_kv_heads,
+                                       (long long)cache.head_dim, dtype_name(cache.dtype));
+  });
+}
+
+}  // namespace bunsen::kernels::cuda

@@ -1,0 +1,240 @@
+// CUDA row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax. One block per
+// row for the reductions (grid-stride over rows), a flat grid-stride loop for element-wise ops; all
+// math in f32, storage in each tensor's own dtype (activations f32|bf16, weights f32|f16|bf16).
+// Not tuned yet: scalar (coalesced) loads; these ops are a small share of a step next to linear.
+// Invariants: same formulas as ref/ (rms_norm's mean in f32; argmax: first maximum, NaN never wins).
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxRowBlocks = 1 << 16;
+
+int64_t row_blocks(int64_t n_rows) {
+  return n_rows < kMaxRowBlocks ? n_rows : kMaxRowBlocks;
+}
+
+int flat_blocks(int64_t total) {
+  const int64_t want = (total + kThreads - 1) / kThreads, cap = static_cast<int64_t>(sm_count()) * 32;
+  return static_cast<int>(want < cap ? want : cap);
+}
+
+template <typename OT, typename TT>
+__global__ void embedding_kernel(OT* out, int64_t out_stride, const TT* table, int64_t table_stride,
+                                 int64_t vocab, const int32_t* ids, int64_t n, int64_t d, float scale) {
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    const int32_t id = ids[r];
+    const bool ok = id >= 0 && id < vocab;
+    const TT* src = table + (ok ? id : 0) * table_stride;
+    OT* dst = out + r * out_stride;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      dst[j] = from_f32<OT>(ok ? to_f32(src[j]) * scale : NAN);
+  }
+}
+
+template <typename OT, typename XT, typename WT>
+__global__ void rms_norm_kernel(OT* out, int64_t out_stride, const XT* x, int64_t x_stride, const WT* w,
+                                int64_t n_rows, int64_t d, float eps, float w_offset) {
+  __shared__ float red[32];
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const XT* xr = x + r * x_stride;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      const float v = to_f32(xr[j]);
+      ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+    OT* o = out + r * out_stride;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      o[j] = from_f32<OT>(to_f32(xr[j]) * inv * (to_f32(w[j]) + w_offset));
+  }
+}
+
+// Element-wise over an [n_rows, n_cols] grid: f(row, col) for every element.
+template <typename F>
+__device__ __forceinline__ void for_each_elem(int64_t n_rows, int64_t n_cols, F&& f) {
+  const int64_t total = n_rows * n_cols, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
+    const int64_t r = i / n_cols;
+    f(r, i - r * n_cols);
+  }
+}
+
+template <typename XT, typename YT>
+__global__ void add_scaled_kernel(XT* x, int64_t xs, const YT* y, int64_t ys, int64_t n_rows, int64_t n_cols,
+                                  float scale) {
+  for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
+    XT* p = x + r * xs + c;
+    *p = from_f32<XT>(to_f32(*p) + to_f32(y[r * ys + c]) * scale);
+  });
+}
+
+template <typename XT>
+__global__ void scale_kernel(XT* x, int64_t xs, int64_t n_rows, int64_t n_cols, float s) {
+  for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
+    XT* p = x + r * xs + c;
+    *p = from_f32<XT>(to_f32(*p) * s);
+  });
+}
+
+template <typename OT, typename GT, typename UT>
+__global__ void silu_mul_kernel(OT* out, int64_t os, const GT* gate, int64_t gs, const UT* up, int64_t us,
+                                int64_t n_rows, int64_t n_cols) {
+  for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
+    const float g = to_f32(gate[r * gs + c]);
+    out[r * os + c] = from_f32<OT>(g / (1.0f + expf(-g)) * to_f32(up[r * us + c]));
+  });
+}
+
+template <typename XT>
+__global__ void softmax_kernel(XT* x, int64_t xs, int64_t n_rows, int64_t n_cols) {
+  __shared__ float red[32];
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    XT* xr = x + r * xs;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x) mx = fmaxf(mx, to_f32(xr[j]));
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x) sum += expf(to_f32(xr[j]) - mx);
+    sum = block_sum(sum, red);
+    for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x)
+      xr[j] = from_f32<XT>(expf(to_f32(xr[j]) - mx) / sum);
+  }
+}
+
+// (value, index) with index < 0 meaning "nothing yet"; a beats b when larger, or equal and earlier.
+__device__ __forceinline__ void arg_better(float& v, int64_t& i, float ov, int64_t oi) {
+  if (oi < 0) return;
+  if (i < 0 || ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+template <typename XT>
+__global__ void argmax_kernel(int32_t* out, const XT* x, int64_t xs, int64_t n_rows, int64_t n_cols) {
+  __shared__ float red_v[32];
+  __shared__ int64_t red_i[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const XT* xr = x + r * xs;
+    float v = -INFINITY;
+    int64_t idx = -1;
+    for (int64_t j = threadIdx.x; j < n_cols; j += blockDim.x) {
+      const float e = to_f32(xr[j]);
+      if (!isnan(e)) arg_better(v, idx, e, j);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      arg_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
+    __syncthreads();  // red_* of the previous row have been read
+    if (lane == 0) {
+      red_v[warp] = v;
+      red_i[warp] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) arg_better(v, idx, red_v[w], red_i[w]);
+      out[r] = static_cast<int32_t>(idx < 0 ? 0 : idx);
+    }
+  }
+}
+
+}  // namespace
+
+void embedding(void* stream, DevRows out, DevRows table, const int32_t* ids, float scale) {
+  if (out.n_rows == 0 || out.n_cols == 0) return;
+  with_act_type(out.dtype, [&](auto ot) {
+    with_float_type(table.dtype, [&](auto tt) {
+      using OT = typename decltype(ot)::type;
+      using TT = typename decltype(tt)::type;
+      embedding_kernel<OT, TT><<<row_blocks(out.n_rows), row_threads(out.n_cols), 0, as_stream(stream)>>>(
+          static_cast<OT*>(out.data), out.stride, static_cast<const TT*>(table.data), table.stride,
+          table.n_rows, ids, out.n_rows, out.n_cols, scale);
+    });
+  });
+  check_launch("embedding", [&] { return rows_desc("out", out) + ", " + rows_desc("table", table); });
+}
+
+void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype, float eps, float w_offset) {
+  if (x.n_rows == 0 || x.n_cols == 0) return;
+  with_act_type(out.dtype, [&](auto ot) {
+    with_act_type(x.dtype, [&](auto xt) {
+      with_float_type(w_dtype, [&](auto wt) {
+        using OT = typename decltype(ot)::type;
+        using XT = typename decltype(xt)::type;
+        using WT = typename decltype(wt)::type;
+        rms_norm_kernel<OT, XT, WT>
+            <<<row_blocks(x.n_rows), row_threads(x.n_cols, 1024), 0, as_stream(stream)>>>(
+                static_cast<OT*>(out.data), out.stride, static_cast<const XT*>(x.data), x.stride,
+                static_cast<const WT*>(w), x.n_rows, x.n_cols, eps, w_offset);
+      });
+    });
+  });
+  check_launch("rms_norm", [&] { return rows_desc("out", out) + ", " + rows_desc("x", x); });
+}
+
+void add_scaled(void* stream, DevRows x, DevRows y, float scale) {
+  if (x.n_rows == 0 || x.n_cols == 0) return;
+  with_act_type(x.dtype, [&](auto xt) {
+    with_act_type(y.dtype, [&](auto yt) {
+      using XT = typename decltype(xt)::type;
+      using YT = typename decltype(yt)::type;
+      add_scaled_kernel<XT, YT><<<flat_blocks(x.n_rows * x.n_cols), kThreads, 0, as_stream(stream)>>>(
+          static_cast<XT*>(x.data), x.stride, static_cast<const YT*>(y.data), y.stride, x.n_rows, x.n_cols,
+          scale);
+    });
+  });
+  check_launch("add_scaled", [&] { return rows_desc("x", x) + ", " + rows_desc("y", y); });
+}
+
+void scale(void* stream, DevRows x, float s) {
+  if (x.n_rows == 0 || x.n_cols == 0) return;
+  with_act_type(x.dtype, [&](auto xt) {
+    using XT = typename decltype(xt)::type;
+    scale_kernel<XT><<<flat_blocks(x.n_rows * x.n_cols), kThreads, 0, as_stream(stream)>>>(
+        static_cast<XT*>(x.data), x.stride, x.n_rows, x.n_cols, s);
+  });
+  check_launch("scale", [&] { return rows_desc("x", x); });
+}
+
+void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up) {
+  if (out.n_rows == 0 || out.n_cols == 0) return;
+  with_act_type(out.dtype, [&](auto ot) {
+    with_act_type(gate.dtype, [&](auto gt) {
+      with_act_type(up.dtype, [&](auto ut) {
+        using OT = typename decltype(ot)::type;
+        using GT = typename decltype(gt)::type;
+        using UT = typename decltype(ut)::type;
+        silu_mul_kernel<OT, GT, UT><<<flat_blocks(out.n_rows * out.n_cols), kThreads, 0, as_stream(stream)>>>(
+            static_cast<OT*>(out.data), out.stride, static_cast<const GT*>(gate.data), gate.stride,
+            static_cast<const UT*>(up.data), up.stride, out.n_rows, out.n_cols);
+      });
+    });
+  });
+  check_launch("silu_mul", [&] { return rows_desc("out", out) + ", " + rows_desc("gate", gate); });
+}
+
+void softmax(void* stream, DevRows x) {
+  if (x.n_rows == 0 || x.n_cols == 0) return;
+  with_act_type(x.dtype, [&](auto xt) {
+    using XT = typename decltype(xt)::type;
+    softmax_kernel<XT><<<row_blocks(x.n_rows), row_threads(x.n_cols, 1024), 0, as_stream(stream)>>>(
+        static_cast<XT*>(x.data), x.stride, x.n_rows, x.n_cols);
+  });
+  check_launch("softmax", [&] { return rows_desc("x", x); });
+}
+
+void argmax(void* stream, int32_t* out, DevRows x) {
+  if (x.n_rows == 0) return;
+  with_act_type(x.dtype, [&](auto xt) {
+    using XT = typename decltype(xt)::type;
+    argmax_kernel<XT><<<row_blocks(x.n_rows), row_threads(x.n_cols, 1024), 0, as_stream(stream)>>>(
+        out, static_cast<const XT*>(x.data), x.stride, x.n_rows, x.n_cols);
+  });
+  check_launch("argmax", [&] { return rows_desc("x", x); });
+}
+
+}  // namespace bunsen::kernels::cuda

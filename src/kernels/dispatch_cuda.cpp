@@ -1,0 +1,167 @@
+// Tensor -> cuda_ops.h views for CUDA tensors, then the CUDA kernels on ctx.cuda_stream (see
+// dispatch_cuda.h). Not validating shapes (dispatch.cpp did); it only checks that the tensors live on
+// the current CUDA device. Without BUNSEN_HAVE_CUDA every entry throws "CUDA backend not built".
+#include "kernels/dispatch_cuda.h"
+
+#include "core/status.h"
+#include "kernels/rows.h"
+#ifdef BUNSEN_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace bunsen::kernels::cuda_route {
+
+#ifdef BUNSEN_HAVE_CUDA
+namespace {
+
+// The CUDA calls go to the current device; a tensor of another device would be a wrong pointer there.
+void need_current_device(const char* op, const Tensor& t) {
+  const int dev = cuda::current_device();
+  if (t.device.index != dev)
+    throw Error("kernels", strfmt("%s: tensors are on cuda:%d but the current CUDA device is cuda:%d", op,
+                                  t.device.index, dev));
+}
+
+cuda::DevRows rows(const Tensor& t) {
+  const Rows r = as_rows(t);
+  return {t.data, t.dtype, r.n_rows, r.n_cols, r.stride};
+}
+
+cuda::DevHeads heads(const Tensor& t) {
+  return {t.data, t.dtype, t.shape[0], t.shape[1], t.shape[2], t.strides[0], t.strides[1]};
+}
+
+cuda::DevCache cache_view(const PagedKv& c) {
+  cuda::DevCache d;
+  d.k = c.k.data;
+  d.v = c.v.data;
+  d.dtype = c.k.dtype;
+  d.n_blocks = c.k.shape[0];
+  d.block_size = c.k.shape[1];
+  d.n_kv_heads = c.k.shape[2];
+  d.head_dim = c.k.shape[3];
+  for (int i = 0; i < 3; ++i) {
+    d.k_strides[i] = c.k.strides[i];
+    d.v_strides[i] = c.v.strides[i];
+  }
+  return d;
+}
+
+}  // namespace
+
+void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) {
+  need_current_device("embedding", out);
+  cuda::embedding(ctx.cuda_stream, rows(out), rows(table), ids.ptr<int32_t>(), scale);
+}
+
+void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset) {
+  need_current_device("rms_norm", x);
+  cuda::rms_norm(ctx.cuda_stream, rows(out), rows(x), w.data, w.dtype, eps, w_offset);
+}
+
+void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
+  need_current_device("add_scaled", x);
+  cuda::add_scaled(ctx.cuda_stream, rows(x), rows(y), scale);
+}
+
+void scale(Context& ctx, Tensor x, float s) {
+  need_current_device("scale", x);
+  cuda::scale(ctx.cuda_stream, rows(x), s);
+}
+
+void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
+  need_current_device("linear", x);
+  cuda::linear(ctx.cuda_stream, rows(out), rows(x), rows(w), bias.empty() ? nullptr : bias.data, bias.dtype);
+}
+
+void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p) {
+  need_current_device("rope", x);
+  cuda::rope(ctx.cuda_stream, heads(x), positions.ptr<int32_t>(), p.inv_freq, p.rotary_dim,
+             p.attention_scaling);
+}
+
+void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  need_current_device("kv_write", k);
+  cuda::kv_write(ctx.cuda_stream, cache_view(cache), heads(k), heads(v), slot_mapping.ptr<int64_t>());
+}
+
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p) {
+  need_current_device("paged_attention", q);
+  cuda::DevAttention a;
+  a.out = heads(out);
+  a.q = heads(q);
+  a.cache = cache_view(cache);
+  a.meta.positions = meta.positions.ptr<int32_t>();
+  a.meta.seq_index = meta.seq_index.ptr<int32_t>();
+  a.meta.block_tables = meta.block_tables.ptr<int32_t>();
+  a.meta.n_seqs = meta.block_tables.shape[0];
+  a.meta.max_blocks = meta.block_tables.shape[1];
+  a.meta.table_stride =
+      meta.block_tables.shape[0] > 1 ? meta.block_tables.strides[0] : meta.block_tables.shape[1];
+  a.scale = p.scale;
+  a.sliding_window = p.sliding_window;
+  a.softcap = p.softcap;
+  cuda::paged_attention(ctx.cuda_stream, a);
+}
+
+void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
+  need_current_device("silu_mul", out);
+  cuda::silu_mul(ctx.cuda_stream, rows(out), rows(gate), rows(up));
+}
+
+void softmax(Context& ctx, Tensor x) {
+  need_current_device("softmax", x);
+  cuda::softmax(ctx.cuda_stream, rows(x));
+}
+
+void argmax(Context& ctx, Tensor out, Tensor x) {
+  need_current_device("argmax", x);
+  cuda::argmax(ctx.cuda_stream, out.ptr<int32_t>(), rows(x));
+}
+
+#else  // !BUNSEN_HAVE_CUDA: dispatch.cpp rejects CUDA tensors before calling these.
+
+namespace {
+[[noreturn]] void not_built(const char* op) {
+  throw Error("kernels", std::string(op) + ": CUDA backend not built");
+}
+}  // namespace
+
+void embedding(Context&, Tensor, Tensor, Tensor, float) {
+  not_built("embedding");
+}
+void rms_norm(Context&, Tensor, Tensor, Tensor, float, float) {
+  not_built("rms_norm");
+}
+void add_scaled(Context&, Tensor, Tensor, float) {
+  not_built("add_scaled");
+}
+void scale(Context&, Tensor, float) {
+  not_built("scale");
+}
+void linear(Context&, Tensor, Tensor, Tensor, Tensor) {
+  not_built("linear");
+}
+void rope(Context&, Tensor, Tensor, const RopeParams&) {
+  not_built("rope");
+}
+void kv_write(Context&, const PagedKv&, Tensor, Tensor, Tensor) {
+  not_built("kv_write");
+}
+void paged_attention(Context&, Tensor, Tensor, const PagedKv&, const AttentionMeta&, const AttentionParams&) {
+  not_built("paged_attention");
+}
+void silu_mul(Context&, Tensor, Tensor, Tensor) {
+  not_built("silu_mul");
+}
+void softmax(Context&, Tensor) {
+  not_built("softmax");
+}
+void argmax(Context&, Tensor, Tensor) {
+  not_built("argmax");
+}
+
+#endif
+
+}  // namespace bunsen::kernels::cuda_route

@@ -1,0 +1,23 @@
+// The CUDA half of dispatch.cpp: ops on tensors that already passed ops.h's checks (with the CUDA
+// dtype rules) are turned into cuda_ops.h's plain views and run on ctx.cuda_stream.
+// Not validating beyond the current-device check, and without CUDA not reachable (dispatch.cpp rejects
+// CUDA tensors first); internal to kernels/. Invariant: no CUDA headers here.
+#pragma once
+#include "kernels/ops.h"
+
+namespace bunsen::kernels::cuda_route {
+
+void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale);
+void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset);
+void add_scaled(Context& ctx, Tensor x, Tensor y, float scale);
+void scale(Context& ctx, Tensor x, float s);
+void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias);
+void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p);
+void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping);
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p);
+void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
+void softmax(Context& ctx, Tensor x);
+void argmax(Context& ctx, Tensor out, Tensor x);
+
+}  // namespace bunsen::kernels::cuda_route
