@@ -69,7 +69,10 @@ bool Router::match_route(const Route& route, const std::vector<std::string_view>
     if (segs[i].kind == Segment::Kind::kRest) {
       if (i >= parts.size()) return false;
       std::string rest(parts[i]);
-      for (size_t j = i + 1; j < parts.size(); ++j) rest += "/" + std::string(parts[j]);
+      for (size_t j = i + 1; j < parts.size(); ++j) {
+        rest += '/';  // two appends: GCC 12 warns (-Wrestrict, a false positive) on "/" + std::string
+        rest += parts[j];
+      }
       auto decoded = percent_decode(rest, false);
       if (!decoded || decoded->empty()) return false;
       (*params)[segs[i].text] = std::move(*decoded);
