@@ -1,9 +1,17 @@
-// Builds the tokenizer exactness corpus: ~500 strings per tokenizer encoded by @lenml/tokenizers (a JS port
-// of the Hugging Face tokenizers pipeline) from the same tokenizer.json / tokenizer_config.json files the
-// C++ tests load. Not a test by itself: it only records what the reference produces.
-// Output: tests/unit/text/data/{qwen3,llama3}_corpus.jsonl, one {"text", "ids", "ids_special"[, "decoded"]}
-// per line ("decoded" only where the reference decode differs from text, e.g. NFC). Deterministic (seeded).
-// Run from the repository root after `npm ci`:   node scripts/text/make_token_corpus.mjs
+// Builds the tokenizer exactness corpora: >= 2,000 strings per tokenizer (prose, code, digits, scripts
+// incl. CJK/Arabic/Hindi/Thai, emoji with ZWJ and skin tones, combining marks, whitespace and newline runs,
+// special tokens inside text, random Unicode, random bytes) encoded by @lenml/tokenizers (a JS port of the
+// Hugging Face tokenizers pipeline) from the same tokenizer.json / tokenizer_config.json files the C++
+// tests load (Qwen3, Llama 3, Gemma 3). Not a test by itself: it only records what the reference produces;
+// scripts/text/make_hf_tokenizers.py cross-checks these files against HF `tokenizers` (the truth where
+// they disagree) and makes the WordPiece/Unigram corpora from corpus_texts.jsonl written here.
+// Output (tests/unit/text/data/): corpus_texts.jsonl (the shared strings: {"text"[, "bytes_hex"]}) and
+// {qwen3,llama3,gemma3}_corpus.jsonl, one {"text", "ids", "ids_special"[, "decoded"][, "decoded_skip"]
+// [, "bytes_hex"]} per line ("decoded" only where decode(ids) differs from text; "decoded_skip":
+// decode(ids_special, skip_special_tokens) where it differs from decode(ids); "bytes_hex": the raw input
+// was these bytes, invalid UTF-8, and "text" is its WHATWG/U+FFFD-per-maximal-subpart decoding, the
+// documented input policy). Deterministic (seeded). Run from the repository root after `npm ci`:
+//   node scripts/text/make_token_corpus.mjs
 // Stress mode (not committed; for hunting mismatches): --stress N --out DIR writes N random lines per kind.
 import { TokenizerLoader } from "@lenml/tokenizers";
 import fs from "node:fs";
@@ -151,26 +159,85 @@ function mix(r, pools, n) {
   return out;
 }
 
-function corpus_strings(specials, seed) {
-  const r = rng(STRESS > 0 ? seed * 7919 + STRESS : seed);
-  const fixed = [...PROSE, ...CODE, ...DIGITS, ...SCRIPTS, ...EMOJI, ...COMBINING, ...SPACES];
-  const special_texts = [];
-  for (const s of specials) {
-    special_texts.push(s, `${s}`, `a${s}b`, ` ${s} `, `${s}\n`, `\n${s}\nhello`, `${s}${s}`, `x ${s.slice(0, -2)}`);
-  }
-  const out = [...fixed, ...special_texts];
-  const pools = [PROSE, CODE, DIGITS, SCRIPTS, EMOJI, COMBINING, SPACES, specials];
-  while (out.length < 300) out.push(mix(r, pools, 1 + Math.floor(r() * 6)));
-  while (out.length < 400) out.push(random_ascii(r, 1 + Math.floor(r() * 80)));
-  while (out.length < 500) out.push(random_unicode(r, 1 + Math.floor(r() * 60)));
-  if (STRESS > 0) {
-    out.length = 0;
-    for (let i = 0; i < STRESS; ++i) {
-      out.push(mix(r, pools, 1 + Math.floor(r() * 12)));
-      out.push(random_ascii(r, 1 + Math.floor(r() * 200)));
-      out.push(random_unicode(r, 1 + Math.floor(r() * 200)));
+// Strings that exercise SentencePiece-style tokenizers (literal U+2581, byte fallback, long runs).
+const EXTRA = [
+  "\u2581\u2581x", "a\u2581b \u2581", "\uFFFD replacement char \uFFFD", "<0x41> looks like a byte token",
+  "\u{10FFFF}\u{E0001}", "\u{1D11E} musical \u{1D11E}", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕞𝕒𝕥𝕙", "ǉ ǌ Ǳ", "İstanbul ıi ß ẞ ς Σ",
+  "\u200D\u200C\u2060\uFEFF zero widths", "\u00AD soft hyphen", "ﷺ ﷽", "ᄀᄁᄂ", "ｶﾀｶﾅ ﾊﾝｶｸ",
+];
+
+function whitespace_run(r) {
+  const units = [" ", "\n", "\t", "\r\n", "\u3000", "  \n", "\n\n", " \t"];
+  const unit = units[Math.floor(r() * units.length)];
+  const run = unit.repeat(1 + Math.floor(r() * 120));
+  const word = ["", "x", "hello", "你好", "\u0915\u093F"][Math.floor(r() * 5)];
+  return r() < 0.5 ? word + run + word : run;
+}
+
+function digit_run(r) {
+  let out = "";
+  const n = 1 + Math.floor(r() * 40);
+  for (let i = 0; i < n; ++i) out += r() < 0.9 ? String(Math.floor(r() * 10)) : [".", ",", " ", "-", "e"][Math.floor(r() * 5)];
+  return out;
+}
+
+// Random bytes, mostly invalid UTF-8: raw bytes, truncated multi-byte characters, stray continuations.
+function random_bytes(r, len) {
+  const out = [];
+  while (out.length < len) {
+    const k = r();
+    if (k < 0.3) {
+      out.push(Math.floor(r() * 256));
+    } else if (k < 0.6) {
+      const enc = [...Buffer.from(random_unicode(r, 1), "utf8")];
+      out.push(...enc.slice(0, r() < 0.5 ? enc.length : 1 + Math.floor(r() * enc.length)));
+    } else if (k < 0.8) {
+      out.push(0x80 + Math.floor(r() * 64));
+    } else {
+      out.push(0x20 + Math.floor(r() * 95));
     }
   }
+  return Uint8Array.from(out.slice(0, len));
+}
+
+const UTF8 = new TextDecoder("utf-8", { ignoreBOM: true });  // U+FFFD per maximal subpart (WHATWG)
+
+// The shared strings (records {text[, bytes_hex]}) every tokenizer's corpus starts with.
+function base_records(seed) {
+  const r = rng(STRESS > 0 ? seed * 7919 + STRESS : seed);
+  const pools = [PROSE, CODE, DIGITS, SCRIPTS, EMOJI, COMBINING, SPACES, EXTRA];
+  const out = [];
+  const add = (n, make) => { for (let i = 0; i < n; ++i) out.push(make()); };
+  const scale = STRESS > 0 ? STRESS / 100 : 1;
+  if (STRESS === 0) for (const p of pools) for (const text of p) out.push({ text });
+  add(700 * scale, () => ({ text: mix(r, pools, 1 + Math.floor(r() * 6)) }));
+  add(300 * scale, () => ({ text: random_ascii(r, 1 + Math.floor(r() * 120)) }));
+  add(400 * scale, () => ({ text: random_unicode(r, 1 + Math.floor(r() * 80)) }));
+  add(150 * scale, () => ({ text: whitespace_run(r) }));
+  add(100 * scale, () => ({ text: digit_run(r) }));
+  add(200 * scale, () => {
+    const bytes = random_bytes(r, 1 + Math.floor(r() * 60));
+    return { text: UTF8.decode(bytes), bytes_hex: Buffer.from(bytes).toString("hex") };
+  });
+  add(20 * scale, () => ({ text: mix(r, pools, 30 + Math.floor(r() * 50)) }));  // long documents
+  if (STRESS === 0) {
+    out.push({ text: " ".repeat(5000) + "x" }, { text: "\n".repeat(3000) }, { text: "a".repeat(3000) });
+    out.push({ text: "\t \n".repeat(700) + "end" }, { text: "9".repeat(2000) });
+  }
+  for (const rec of out) if (rec.bytes_hex && Buffer.from(rec.text, "utf8").toString("hex") === rec.bytes_hex) delete rec.bytes_hex;
+  return out;
+}
+
+// Tokenizer-specific lines: its special/added tokens inside text.
+function special_records(specials, seed) {
+  const r = rng(seed + 1000);
+  const out = [];
+  for (const s of specials) {
+    for (const t of [s, `a${s}b`, ` ${s} `, `${s}\n`, `\n${s}\nhello`, `${s}${s}`, `x ${s.slice(0, -2)}`, `${s} world`])
+      out.push({ text: t });
+  }
+  const pools = [PROSE, CODE, SCRIPTS, EMOJI, SPACES, specials];
+  for (let i = 0; i < 100; ++i) out.push({ text: mix(r, pools, 2 + Math.floor(r() * 8)) });
   return out;
 }
 
@@ -185,20 +252,28 @@ function load(name) {
 const TOKENIZERS = {
   qwen3: { seed: 3, specials: ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "<|vision_pad|>"] },
   llama3: { seed: 8, specials: ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_5|>"] },
+  gemma3: { seed: 13, specials: ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "<pad>", "<start_of_image>", "<mask>", "<unused17>", "<table>", "</td>", "\t\t\t"] },
 };
 
 fs.mkdirSync(OUT_DIR, { recursive: true });
+const base = base_records(1);
+fs.writeFileSync(path.join(OUT_DIR, "corpus_texts.jsonl"), base.map((x) => JSON.stringify(x)).join("\n") + "\n");
+console.log(`${path.join(OUT_DIR, "corpus_texts.jsonl")}: ${base.length} lines`);
 for (const [name, cfg] of Object.entries(TOKENIZERS)) {
   const tok = load(name);
   const lines = [];
-  for (const text of corpus_strings(cfg.specials, cfg.seed)) {
+  for (const src of [...base, ...special_records(cfg.specials, cfg.seed)]) {
+    const text = src.text;
     const ids = tok.encode(text, { add_special_tokens: false });
     const ids_special = tok.encode(text, { add_special_tokens: true });
     const rec = { text, ids, ids_special };
-    if (ids.length > 0) {
-      const decoded = tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
-      if (decoded !== text) rec.decoded = decoded;
-    }
+    const decode = (list, skip) =>  // the JS port refuses empty lists; HF decodes them to ""
+      list.length ? tok.decode(list, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }) : "";
+    const decoded = decode(ids, false);
+    if (decoded !== text) rec.decoded = decoded;
+    const skipped = decode(ids_special, true);
+    if (skipped !== decoded) rec.decoded_skip = skipped;
+    if (src.bytes_hex) rec.bytes_hex = src.bytes_hex;
     lines.push(JSON.stringify(rec));
   }
   const file = path.join(OUT_DIR, `${name}_corpus.jsonl`);

@@ -5,5 +5,8 @@ namespace bunsen::cli {
 
 int cmd_generate(int argc, char** argv);
 int cmd_benchmark(int argc, char** argv);
+int cmd_template(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
 
 }  // namespace bunsen::cli

@@ -18,6 +18,9 @@ struct Verb {
 constexpr Verb kVerbs[] = {
     {"generate", bunsen::cli::cmd_generate, "generate text from a prompt (streams to stdout)"},
     {"benchmark", bunsen::cli::cmd_benchmark, "measure prefill/decode speed against this machine's roofline"},
+    {"template", bunsen::cli::cmd_template, "render a model's chat template for a conversation (like HF)"},
+    {"tokenize", bunsen::cli::cmd_tokenize, "text -> token ids with a model's tokenizer"},
+    {"detokenize", bunsen::cli::cmd_detokenize, "token ids -> text with a model's tokenizer"},
 };
 
 void print_usage() {

@@ -84,7 +84,8 @@ void AddedVocabulary::build(std::vector<AddedToken> tokens, const Normalizer* no
   tries_[0] = Trie();
   tries_[1] = Trie();
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    const AddedToken& t = tokens_[i];
+    AddedToken& t = tokens_[i];
+    t.decoded = t.content;
     by_id_[t.id] = i;
     by_content_[t.content] = i;
     if (!t.normalized) {
@@ -93,6 +94,7 @@ void AddedVocabulary::build(std::vector<AddedToken> tokens, const Normalizer* no
       std::string key = t.content;
       if (normalizer) normalizer->normalize(key);
       tries_[1].insert(key, static_cast<int32_t>(i));
+      t.decoded = key;
     }
   }
 }
@@ -145,8 +147,14 @@ const AddedToken* AddedVocabulary::by_id(int32_t id) const {
 }
 
 std::optional<int32_t> AddedVocabulary::by_content(std::string_view content) const {
-  auto it = by_content_.find(std::string(content));
+  auto it = by_content_.find(content);
   return it == by_content_.end() ? std::nullopt : std::optional<int32_t>(tokens_[it->second].id);
+}
+
+bool AddedVocabulary::is_special_content(std::string_view content) const {
+  if (tokens_.empty()) return false;
+  auto it = by_content_.find(content);
+  return it != by_content_.end() && tokens_[it->second].special;
 }
 
 }  // namespace bunsen::text

@@ -23,6 +23,9 @@ struct AddedToken {
   bool rstrip = false;
   bool single_word = false;
   bool normalized = false;
+  // What decode() shows: the normalized content for normalized tokens (HF 0.23 decodes "<L>" added with
+  // normalized=true under a Lowercase normalizer as "<l>"), else the content. Set by build().
+  std::string decoded;
 };
 
 class AddedVocabulary {
@@ -41,6 +44,8 @@ class AddedVocabulary {
 
   const AddedToken* by_id(int32_t id) const;
   std::optional<int32_t> by_content(std::string_view content) const;
+  // HF's is_special_token: the string is the content of a special added token.
+  bool is_special_content(std::string_view content) const;
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
@@ -58,7 +63,11 @@ class AddedVocabulary {
 
   std::vector<AddedToken> tokens_;
   std::unordered_map<int32_t, size_t> by_id_;
-  std::unordered_map<std::string, size_t> by_content_;
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> by_content_;
   Trie tries_[2];  // [0]: raw (normalized=false), [1]: normalized
 };
 

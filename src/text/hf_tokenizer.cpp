@@ -1,8 +1,10 @@
 // HfTokenizer: the Tokenizer behind load_tokenizer(): tokenizer.json's pipeline (added tokens ->
 // normalizer -> added tokens on normalized text -> pre-tokenizer -> model -> post-processor) plus
-// tokenizer_config.json (bos/eos, add_bos_token/add_eos_token). Not chat templates.
+// tokenizer_config.json (bos/eos, add_bos_token/add_eos_token). Not chat templates. Byte-level BPE runs in
+// raw-byte mode (model.h) and pieces stream from the pre-tokenizer as views, without copies.
 // Invariants: input is sanitised to valid UTF-8 first (policy in tokenizer.h); every load error names the
-// file it came from; encode/decode are const and thread-safe.
+// file it came from; encode/decode are const and thread-safe; added-token ids are assigned as HF assigns
+// them; decode passes every kept token (added ones too) through the decoder, as HF tokenizers >= 0.19.1.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/status.h"
 #include "text/added_vocab.h"
@@ -34,6 +37,27 @@ std::optional<std::string> token_field(const json& cfg, const char* key) {
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content")) return it->at("content").get<std::string>();
   throw Error("tokenizer", std::string("'") + key + "' must be a string or an object with 'content'");
+}
+
+// HF ignores the ids written in "added_tokens": a token whose content the model knows gets the model's id,
+// any other the next free id (the model's vocab size, then one past the largest added id), in file order;
+// a repeated content keeps its first id. Well-formed files agree with this; hand-written ones may not.
+void assign_added_ids(std::vector<AddedToken>& tokens, const Model& model) {
+  std::unordered_map<std::string, int32_t> seen;
+  std::optional<int32_t> max_added;
+  const auto vocab = static_cast<int32_t>(model.vocab_size());
+  std::vector<AddedToken> out;
+  for (AddedToken& t : tokens) {
+    if (seen.count(t.content)) continue;
+    if (auto id = model.token_to_id(t.content))
+      t.id = *id;
+    else
+      t.id = !max_added ? vocab : (*max_added >= vocab || vocab == 0 ? *max_added + 1 : vocab);
+    max_added = std::max(max_added.value_or(t.id), t.id);
+    seen.emplace(t.content, t.id);
+    out.push_back(std::move(t));
+  }
+  tokens = std::move(out);
 }
 
 std::vector<AddedToken> parse_added_tokens(const json& j) {
@@ -73,10 +97,15 @@ class HfTokenizer final : public Tokenizer {
     return eos_ ? std::vector<int32_t>{*eos_} : std::vector<int32_t>{};
   }
   std::optional<int32_t> bos_id() const override { return bos_; }
+  bool holds_back(int32_t id) const override {
+    if (!decoder_ || added_.by_id(id)) return false;
+    const std::string* tok = model_->id_to_token(id);
+    return tok && decoder_->holds_back(*tok);
+  }
 
  private:
-  void encode_plain(std::string_view text, std::vector<int32_t>& ids) const;
-  void encode_pieces(std::string text, std::vector<int32_t>& ids) const;
+  void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
+  void encode_pieces(std::string text, bool at_start, std::vector<int32_t>& ids) const;
   std::optional<int32_t> config_token(const json& cfg, const char* key) const;
 
   std::unique_ptr<Normalizer> normalizer_;
@@ -102,11 +131,16 @@ HfTokenizer::HfTokenizer(const json& tok) {
   check(tok.is_object(), "tokenizer", "top level must be a JSON object");
   check(tok.contains("model"), "tokenizer", "missing 'model'");
   normalizer_ = make_normalizer(json_util::get_or_null(tok, "normalizer"));
-  pre_tokenizer_ = make_pre_tokenizer(json_util::get_or_null(tok, "pre_tokenizer"));
   model_ = make_model(tok.at("model"));
+  const json& pre = json_util::get_or_null(tok, "pre_tokenizer");
+  PreTokenizerOptions pre_opt;  // byte-level BPE: fold the alphabet mapping into the vocabulary once
+  pre_opt.skip_final_byte_mapping = ends_with_byte_level(pre) && model_->use_raw_bytes();
+  pre_tokenizer_ = make_pre_tokenizer(pre, pre_opt);
   post_processor_ = make_post_processor(json_util::get_or_null(tok, "post_processor"));
   decoder_ = make_decoder(json_util::get_or_null(tok, "decoder"));
-  added_.build(parse_added_tokens(json_util::get_or_null(tok, "added_tokens")), normalizer_.get());
+  std::vector<AddedToken> added = parse_added_tokens(json_util::get_or_null(tok, "added_tokens"));
+  assign_added_ids(added, *model_);
+  added_.build(std::move(added), normalizer_.get());
   vocab_size_ = model_->vocab_size();
   for (const AddedToken& t : added_.tokens()) vocab_size_ = std::max<int64_t>(vocab_size_, t.id + 1);
 }
@@ -120,19 +154,21 @@ void HfTokenizer::apply_config(const json& cfg) {
   add_eos_ = json_util::get_bool(cfg, "add_eos_token", false);
 }
 
-void HfTokenizer::encode_pieces(std::string text, std::vector<int32_t>& ids) const {
+void HfTokenizer::encode_pieces(std::string text, bool at_start, std::vector<int32_t>& ids) const {
   if (text.empty()) return;
-  std::vector<std::string> pieces;
-  pieces.push_back(std::move(text));
-  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
-  for (const std::string& p : pieces) model_->tokenize(p, ids);
+  if (!pre_tokenizer_) {
+    model_->tokenize(text, ids);
+    return;
+  }
+  pre_tokenizer_->for_each_piece(text, at_start,
+                                 [&](std::string_view piece, bool) { model_->tokenize(piece, ids); });
 }
 
-void HfTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& ids) const {
+void HfTokenizer::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
   std::string norm(text);
   if (normalizer_) normalizer_->normalize(norm);
   if (!added_.has_normalized_tokens()) {
-    encode_pieces(std::move(norm), ids);
+    encode_pieces(std::move(norm), at_start, ids);
     return;
   }
   std::vector<AddedVocabulary::Segment> segs;
@@ -141,7 +177,7 @@ void HfTokenizer::encode_plain(std::string_view text, std::vector<int32_t>& ids)
     if (s.id >= 0)
       ids.push_back(s.id);
     else
-      encode_pieces(norm.substr(s.begin, s.end - s.begin), ids);
+      encode_pieces(norm.substr(s.begin, s.end - s.begin), at_start && s.begin == 0, ids);
   }
 }
 
@@ -159,7 +195,7 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view input, bool add_specia
     if (s.id >= 0)
       ids.push_back(s.id);
     else
-      encode_plain(text.substr(s.begin, s.end - s.begin), ids);
+      encode_plain(text.substr(s.begin, s.end - s.begin), s.begin == 0, ids);
   }
   if (add_special) {
     if (post_processor_) post_processor_->add_special(ids);
@@ -169,31 +205,24 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view input, bool add_specia
   return ids;
 }
 
-// Added tokens are emitted verbatim and only runs of model tokens go through the decoder (what
-// transformers.js and current HF tokenizers do; older HF versions byte-decoded added tokens too, which
-// mangles non-ASCII added tokens such as "đem").
+// HF's TokenizerImpl::decode: ids -> token strings (added vocabulary first), special ones dropped when
+// skipping, then the decoder chain (or a space join without decoder); unknown ids decode to nothing.
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
-  std::string out;
-  std::vector<std::string_view> run;
-  auto flush_run = [&] {
-    if (run.empty()) return;
-    if (decoder_) {
-      out += decoder_->decode(run);
-    } else {  // HF joins with spaces when there is no decoder
-      for (size_t i = 0; i < run.size(); ++i) out.append(i ? " " : "").append(run[i]);
-    }
-    run.clear();
-  };
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (const AddedToken* t = added_.by_id(id)) {
-      if (skip_special && t->special) continue;
-      flush_run();
-      out += t->content;
-    } else if (const std::string* tok = model_->id_to_token(id)) {
-      run.push_back(*tok);
-    }  // ids nobody knows decode to nothing
+    const std::string* tok = nullptr;
+    if (const AddedToken* t = added_.by_id(id))
+      tok = &t->decoded;
+    else
+      tok = model_->id_to_token(id);
+    if (!tok) continue;
+    if (skip_special && added_.is_special_content(*tok)) continue;
+    tokens.push_back(*tok);
   }
-  flush_run();
+  if (decoder_) return decode_tokens(*decoder_, std::move(tokens));
+  std::string out;
+  for (size_t i = 0; i < tokens.size(); ++i) out.append(i ? " " : "").append(tokens[i]);
   return utf8::is_valid(out) ? out : utf8::sanitize(out);
 }
 

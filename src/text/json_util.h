@@ -1,9 +1,14 @@
-// Small nlohmann::json accessors for tokenizer files, where optional fields are often present as null.
-// Not a schema validator. Invariant: a null or missing field yields the default, a wrong type throws
-// nlohmann's type_error (the loader turns it into Error("tokenizer", "<file>: ...")).
+// Small nlohmann::json accessors for tokenizer files, where optional fields are often present as null,
+// and the limits that keep a hostile tokenizer.json from exhausting the stack or memory. Not a schema
+// validator. Invariant: a null or missing field yields the default, a wrong type throws nlohmann's
+// type_error (the loader turns it into Error("tokenizer", "<file>: ...")).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/status.h"
 
 namespace bunsen::text::json_util {
 
@@ -21,6 +26,39 @@ inline const nlohmann::json& get_or_null(const nlohmann::json& j, const char* ke
   static const nlohmann::json kNull;
   auto it = j.find(key);
   return it == j.end() ? kNull : *it;
+}
+
+// Components nest (Sequence of Sequence ...) at most this deep.
+inline constexpr int kMaxNesting = 32;
+// Vocabulary ids may leave at most this many unused ids above the number of entries (real files are dense;
+// a sparse id would otherwise size the id -> token table).
+inline constexpr int64_t kMaxIdSlack = int64_t{1} << 20;
+
+// Counts the component factories on the stack of this thread; throws past kMaxNesting.
+class NestingGuard {
+ public:
+  NestingGuard() {
+    if (++depth() > kMaxNesting) {
+      --depth();
+      throw Error("tokenizer", "components are nested more than 32 deep");
+    }
+  }
+  ~NestingGuard() { --depth(); }
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+
+// Normalizers and decoders may grow a text at most to this size (HF has no limit; real ones grow it a few
+// times at most, while a chain of Replace steps can grow it exponentially).
+inline void check_growth(size_t input_bytes, size_t output_bytes) {
+  if (output_bytes > 64 * input_bytes + (size_t{1} << 20))
+    throw Error("tokenizer", "a normalizer or decoder grew the text more than 64-fold");
 }
 
 }  // namespace bunsen::text::json_util

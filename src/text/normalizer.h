@@ -1,6 +1,7 @@
-// Normalizers of tokenizer.json ("normalizer"): Unicode forms (NFC, NFD, NFKC, NFKD via utf8proc) and
-// Sequence. Not pre-tokenization and not added-token handling. Replace/Prepend/Lowercase/BERT/Precompiled
-// (SentencePiece) arrive with the full tokenizer and are rejected by name until then.
+// Normalizers of tokenizer.json ("normalizer"): Unicode forms (NFC, NFD, NFKC, NFKD via utf8proc),
+// Lowercase, Replace (string or regex), Prepend, Strip, BertNormalizer and Sequence, each with Hugging Face
+// tokenizers' semantics. Not pre-tokenization and not added-token handling. Precompiled (SentencePiece's
+// charsmap, used by T5/ALBERT-era files) is rejected by name: none of the served families uses it.
 // Invariant: input and output are valid UTF-8.
 #pragma once
 #include <memory>

@@ -1,6 +1,6 @@
-// TemplateProcessing / ByteLevel / Sequence post-processors for single sequences.
-// Not Bert/Roberta processing (later). Invariant: a template's special token ids come from the template's
-// own "special_tokens" table, as in HF, not from the vocab.
+// TemplateProcessing / BertProcessing / RobertaProcessing / ByteLevel / Sequence post-processors for single
+// sequences. Not pair encoding and not offsets (trim_offsets has no effect on ids). Invariant: a template's
+// special token ids come from the template's own "special_tokens" table, as in HF, not from the vocab.
 #include "text/post_processor.h"
 
 #include <nlohmann/json.hpp>
@@ -49,6 +49,25 @@ class TemplateProcessor final : public PostProcessor {
   std::vector<Item> items_;
 };
 
+// BertProcessing and RobertaProcessing: [cls] A [sep] for a single sequence; ids from their ["tok", id]
+// pairs.
+class ClsSepProcessor final : public PostProcessor {
+ public:
+  explicit ClsSepProcessor(const nlohmann::json& j) : cls_(pair_id(j, "cls")), sep_(pair_id(j, "sep")) {}
+  void add_special(std::vector<int32_t>& ids) const override {
+    ids.insert(ids.begin(), cls_);
+    ids.push_back(sep_);
+  }
+
+ private:
+  static int32_t pair_id(const nlohmann::json& j, const char* key) {
+    const auto& p = j.at(key);
+    check(p.is_array() && p.size() == 2, "tokenizer", std::string("'") + key + "' must be [token, id]");
+    return p[1].get<int32_t>();
+  }
+  int32_t cls_, sep_;
+};
+
 class NoOpProcessor final : public PostProcessor {
  public:
   void add_special(std::vector<int32_t>&) const override {}
@@ -68,9 +87,11 @@ class SequenceProcessor final : public PostProcessor {
 }  // namespace
 
 std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j) {
+  json_util::NestingGuard nesting;
   if (j.is_null()) return nullptr;
   const std::string type = json_util::get_string(j, "type");
   if (type == "TemplateProcessing") return std::make_unique<TemplateProcessor>(j);
+  if (type == "BertProcessing" || type == "RobertaProcessing") return std::make_unique<ClsSepProcessor>(j);
   if (type == "ByteLevel") return std::make_unique<NoOpProcessor>();  // only trims offsets in HF
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PostProcessor>> parts;

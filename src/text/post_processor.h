@@ -1,7 +1,8 @@
 // Post-processors of tokenizer.json ("post_processor"), applied when add_special is requested:
-// TemplateProcessing (single-sequence template: special tokens around $A), ByteLevel (no change to ids)
-// and Sequence. Not pair encoding (the engine never encodes pairs) and not offsets.
-// Invariant: the ids of the input sequence appear unchanged and in order in the output.
+// TemplateProcessing (single-sequence template: special tokens around $A), BertProcessing and
+// RobertaProcessing ([CLS] A [SEP]), ByteLevel (no change to ids) and Sequence. Not pair encoding (the engine
+// never encodes pairs) and not offsets. Invariant: the ids of the input sequence appear unchanged and in
+// order in the output.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,9 @@
-// Exactness against the reference corpus (scripts/text/make_token_corpus.mjs, @lenml/tokenizers on the
-// same tokenizer.json files): every line must encode to exactly the recorded ids (with and without special
-// tokens), decode back to the recorded text, and stream-decode one id at a time to the same text.
+// Exactness against the reference corpora: Qwen3/Llama 3/Gemma 3 from scripts/text/make_token_corpus.mjs
+// (@lenml/tokenizers; cross-checked against HF tokenizers 0.23.2 by scripts/text/make_hf_tokenizers.py,
+// which found no difference and added HF's skip-special decodes), WordPiece/Unigram made by HF itself. Every
+// line must encode to exactly the recorded ids (with and without special tokens; lines with bytes_hex encode
+// those raw, invalid UTF-8 bytes), decode back to the recorded text (and the recorded skip-special decode
+// where present), and stream-decode one id at a time to the same text.
 #include <cstdlib>
 
 #include "text/utf8.h"
@@ -23,7 +26,7 @@ class CorpusTest : public ::testing::TestWithParam<std::string> {
     const char* dir = std::getenv("BUNSEN_TOKEN_CORPUS_DIR");
     std::string data = dir ? dir : std::string(BUNSEN_SOURCE_DIR) + "/tests/unit/text/data";
     lines_ = testing::read_jsonl(data + "/" + GetParam() + "_corpus.jsonl");
-    ASSERT_GE(lines_.size(), 400u)
+    ASSERT_GE(lines_.size(), 2000u)
         << "corpus too small: regenerate with node scripts/text/make_token_corpus.mjs";
   }
   const Tokenizer* tok_ = nullptr;
@@ -34,10 +37,15 @@ std::string expected_text(const nlohmann::json& line) {
   return line.contains("decoded") ? line["decoded"].get<std::string>() : line["text"].get<std::string>();
 }
 
+// What the line's input was: raw bytes where recorded (invalid UTF-8), else the text.
+std::string input_of(const nlohmann::json& line) {
+  return line.contains("bytes_hex") ? testing::from_hex(line["bytes_hex"]) : line["text"].get<std::string>();
+}
+
 TEST_P(CorpusTest, EncodesExactly) {
   int bad = 0;
   for (const auto& line : lines_) {
-    std::string text = line["text"];
+    std::string text = input_of(line);
     auto want = line["ids"].get<std::vector<int32_t>>();
     auto got = tok_->encode(text, false);
     if (got != want && ++bad <= kMaxReported)
@@ -50,7 +58,7 @@ TEST_P(CorpusTest, EncodesExactly) {
 TEST_P(CorpusTest, EncodesExactlyWithSpecialTokens) {
   int bad = 0;
   for (const auto& line : lines_) {
-    std::string text = line["text"];
+    std::string text = input_of(line);
     auto want = line["ids_special"].get<std::vector<int32_t>>();
     auto got = tok_->encode(text, true);
     if (got != want && ++bad <= kMaxReported)
@@ -70,6 +78,21 @@ TEST_P(CorpusTest, DecodesBackToText) {
       ADD_FAILURE() << "ids " << ids_str(ids) << "\n  want " << escaped(want) << "\n  got  " << escaped(got);
   }
   EXPECT_EQ(bad, 0);
+}
+
+// "decoded_skip" (HF's decode(ids_special, skip_special_tokens=True)) is recorded where it differs from the
+// line's plain decode.
+TEST_P(CorpusTest, DecodesWithSkipSpecialAsRecorded) {
+  int bad = 0;
+  for (const auto& line : lines_) {
+    auto ids = line["ids_special"].get<std::vector<int32_t>>();
+    std::string want =
+        line.contains("decoded_skip") ? line["decoded_skip"].get<std::string>() : expected_text(line);
+    std::string got = tok_->decode(ids, true);
+    if (got != want && ++bad <= kMaxReported)
+      ADD_FAILURE() << "ids " << ids_str(ids) << "\n  want " << escaped(want) << "\n  got  " << escaped(got);
+  }
+  EXPECT_EQ(bad, 0) << bad << " of " << lines_.size() << " lines differ";
 }
 
 TEST_P(CorpusTest, SkipSpecialDropsExactlyTheSpecialTokens) {
@@ -107,7 +130,8 @@ TEST_P(CorpusTest, StreamDecoderMatchesDecode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, CorpusTest, ::testing::Values("qwen3", "llama3"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, CorpusTest,
+                         ::testing::Values("qwen3", "llama3", "gemma3", "hf_wordpiece", "hf_unigram"));
 
 }  // namespace
 }  // namespace bunsen::text

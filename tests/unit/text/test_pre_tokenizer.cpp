@@ -16,11 +16,13 @@ namespace {
 using nlohmann::json;
 using Pieces = std::vector<std::string>;
 
-Pieces run(const json& cfg, const std::string& text) {
+Pieces run(const json& cfg, const std::string& text, bool at_start = true) {
   auto pt = make_pre_tokenizer(cfg);
-  Pieces p = {text};
-  pt->pre_tokenize(p);
-  return p;
+  std::vector<Piece> pieces = {{text, at_start}};
+  pt->pre_tokenize(pieces);
+  Pieces out;
+  for (const Piece& p : pieces) out.push_back(p.text);
+  return out;
 }
 
 json split(const std::string& pattern_kind, const std::string& pattern, const std::string& behavior,
@@ -117,10 +119,10 @@ TEST(PreTokenizerFactory, SequenceAndErrors) {
   EXPECT_EQ(run(seq, "a b\n"), (Pieces{"a", "b\xC4\x8A"}));
   EXPECT_EQ(make_pre_tokenizer(json()), nullptr);
   try {
-    make_pre_tokenizer({{"type", "Metaspace"}});
+    make_pre_tokenizer({{"type", "UnicodeScripts"}});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("Metaspace"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("UnicodeScripts"), std::string::npos);
   }
   EXPECT_THROW(make_pre_tokenizer(split("String", "-", "Sideways")), Error);
 }

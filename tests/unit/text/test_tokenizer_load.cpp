@@ -115,6 +115,24 @@ TEST(TokenizerLoad, Llama3Facts) {
   EXPECT_EQ(t->encode("hello", true), (Ids{15339}));
 }
 
+TEST(TokenizerLoad, Gemma3Facts) {
+  const Tokenizer* t = testing::fixture_tokenizer("gemma3");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->vocab_size(), 262145);  // 262144 model tokens + <image_soft_token>, added at 262144
+  EXPECT_EQ(t->token_id("<image_soft_token>"), 262144);
+  EXPECT_EQ(t->bos_id(), 2);            // <bos>
+  EXPECT_EQ(t->eos_ids(), (Ids{106}));  // tokenizer_config: eos_token "<end_of_turn>"
+  EXPECT_TRUE(t->is_special(105));      // <start_of_turn>
+  EXPECT_FALSE(t->is_special(168));     // <table>: added, not special
+  EXPECT_EQ(t->encode("hello"), (Ids{23391}));
+  EXPECT_EQ(t->encode(" hello"), (Ids{29104}));  // "\u2581hello"
+  // The template and add_bos_token both ask for <bos>: it is added once.
+  EXPECT_EQ(t->encode("hello", true), (Ids{2, 23391}));
+  EXPECT_EQ(t->token_bytes(303), "A");  // <0x41> byte-fallback token
+  EXPECT_TRUE(t->holds_back(303));
+  EXPECT_FALSE(t->holds_back(23391));
+}
+
 TEST(TokenizerLoad, Llama3WithTemplateAddsBeginOfText) {
   std::string dir = testing::lenml_model_dir("llama3");
   ASSERT_TRUE(fs::exists(dir + "/tokenizer.json")) << "run `npm ci` in " << BUNSEN_SOURCE_DIR;

