@@ -1,13 +1,16 @@
-// run_benchmark(): warm-up, then one prompt of prompt_len tokens and gen_len greedy decode steps (EOS
-// ignored), timed by the generator's own stats.
+// run_benchmark(): warm-up, prefill-only runs at each extra prompt length, then one prompt of prompt_len
+// tokens and gen_len greedy decode steps (EOS ignored), all timed by the generator's own stats (a CUDA
+// step ends with its logits on the host, so the times include the device work).
 #include "bench/benchmark.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "bench/bandwidth.h"
 #include "bench/synthetic_shapes.h"
 #include "core/status.h"
 #include "engine/generator.h"
+#include "kernels/device.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
 
@@ -17,8 +20,8 @@ namespace {
 std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    ids[static_cast<size_t>(i)] = static_cast<int32_t>(model::splitmix64(0xbe0c4ull + static_cast<uint64_t>(i)) %
-                                                        static_cast<uint64_t>(vocab));
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(
+        model::splitmix64(0xbe0c4ull + static_cast<uint64_t>(i)) % static_cast<uint64_t>(vocab));
   return ids;
 }
 
@@ -28,44 +31,82 @@ int64_t matmul_params(const model::ModelConfig& c) {
   return per_layer * c.n_layers + c.vocab_size * c.d_model;
 }
 
+// Prompt lengths whose prefill is reported, ascending and unique (prompt_len always among them).
+std::vector<int64_t> prefill_lengths(const BenchmarkOptions& o) {
+  std::vector<int64_t> lens = o.prefill_lens;
+  if (lens.empty() && o.device.is_cuda()) lens = {512, 2048};
+  lens.push_back(o.prompt_len);
+  for (int64_t l : lens) check(l > 0, "bench", "prefill lengths must be > 0");
+  std::sort(lens.begin(), lens.end());
+  lens.erase(std::unique(lens.begin(), lens.end()), lens.end());
+  return lens;
+}
+
+std::unique_ptr<model::Model> open_model(const BenchmarkOptions& o, BenchmarkResult& r) {
+  if (!o.synthetic.empty()) {
+    r.model = "synthetic:" + o.synthetic;
+    r.dtype = dtype_name(o.dtype);
+    return make_synthetic_model(o.synthetic, o.dtype, o.device);
+  }
+  model::LoadOptions lo;
+  lo.device = o.device;
+  auto m = model::load_model(o.model_dir, lo);
+  r.model = o.model_dir;
+  r.dtype = dtype_name(m->config().torch_dtype);
+  return m;
+}
+
 }  // namespace
 
 BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   check(o.prompt_len > 0 && o.gen_len > 0, "bench", "--prompt-len and --gen must be > 0");
+  const bool cuda = o.device.is_cuda();
+  kernels::set_current_device(o.device);
   ThreadPool pool(o.threads);
   BenchmarkResult r;
-  std::unique_ptr<model::Model> m;
-  if (!o.synthetic.empty()) {
-    m = make_synthetic_model(o.synthetic, o.dtype);
-    r.model = "synthetic:" + o.synthetic;
-    r.dtype = dtype_name(o.dtype);
-  } else {
-    m = model::load_model(o.model_dir);
-    r.model = o.model_dir;
-    r.dtype = dtype_name(m->config().torch_dtype);
-  }
+  std::unique_ptr<model::Model> m = open_model(o, r);
   const model::ModelConfig& cfg = m->config();
+  r.device = o.device.str();
   r.threads = pool.size();
-  r.backend = kernels::cpu_backend_name();
+  r.backend = cuda ? kernels::cuda_device_name(o.device.index) : kernels::cpu_backend_name();
   r.prompt_len = o.prompt_len;
   r.gen_len = o.gen_len;
   r.params = matmul_params(cfg);
   r.weight_bytes_per_token = static_cast<double>(m->weight_bytes_per_token());
-  if (o.probe) r.probe_read_gbps = measure_read_bandwidth(pool).read_gbps;
+  if (o.probe)
+    r.probe_read_gbps =
+        cuda ? kernels::device_read_bandwidth_gbps(o.device) : measure_read_bandwidth(pool).read_gbps;
 
+  const std::vector<int64_t> lens = prefill_lengths(o);
+  const int64_t longest = lens.back();
   engine::RunnerOptions ro;
-  ro.max_context = o.prompt_len + o.gen_len;
-  ro.max_tokens_per_step = std::min<int64_t>(o.prompt_len, 512);
+  ro.max_context =
+      std::max(longest + 1, o.prompt_len + o.gen_len);  // + 1: a prefill-only run samples one token
+  ro.max_tokens_per_step = std::min<int64_t>(longest, cuda ? 2048 : 512);
   engine::Runner runner(*m, ro, kernels::Context{&pool});
   engine::GenerateOptions go;
   go.sampling.temperature = 0;
   go.max_tokens = 4;  // warm-up: pages weights in, starts threads
-  auto prompt = bench_prompt(o.prompt_len, cfg.vocab_size);
+  auto prompt = bench_prompt(longest, cfg.vocab_size);
   engine::generate(runner, std::span<const int32_t>(prompt.data(), std::min<size_t>(prompt.size(), 16)), go);
+  go.max_tokens = 1;
+  for (int pass = cuda ? 0 : 1; pass < 2; ++pass) {  // on CUDA a first pass meets every GEMM shape once
+    r.prefill.clear();
+    for (int64_t len : lens) {
+      if (len == o.prompt_len && pass == 1) continue;  // measured with the decode run below
+      auto g =
+          engine::generate(runner, std::span<const int32_t>(prompt.data(), static_cast<size_t>(len)), go);
+      r.prefill.push_back({len, g.stats.prefill_tok_s(), 1000.0 * g.stats.prefill_seconds});
+    }
+  }
   go.max_tokens = o.gen_len;
-  engine::GenerateResult g = engine::generate(runner, prompt, go);
+  engine::GenerateResult g = engine::generate(
+      runner, std::span<const int32_t>(prompt.data(), static_cast<size_t>(o.prompt_len)), go);
   r.prefill_tok_s = g.stats.prefill_tok_s();
   r.ttft_ms = 1000.0 * g.stats.prefill_seconds;
+  r.prefill.push_back({o.prompt_len, r.prefill_tok_s, r.ttft_ms});
+  std::sort(r.prefill.begin(), r.prefill.end(),
+            [](const PrefillResult& a, const PrefillResult& b) { return a.prompt_len < b.prompt_len; });
   r.decode_tok_s = g.stats.decode_tok_s();
   r.ms_per_token = g.stats.ms_per_token();
   r.decode_gbps = r.weight_bytes_per_token * r.decode_tok_s / 1e9;
@@ -78,7 +119,7 @@ std::string BenchmarkResult::to_json() const {
   nlohmann::ordered_json j;
   j["model"] = model;
   j["dtype"] = dtype;
-  j["device"] = "cpu";
+  j["device"] = device;
   j["backend"] = backend;
   j["threads"] = threads;
   j["matmul_params"] = params;
@@ -86,6 +127,10 @@ std::string BenchmarkResult::to_json() const {
   j["gen_len"] = gen_len;
   j["prefill_tok_s"] = prefill_tok_s;
   j["ttft_ms"] = ttft_ms;
+  nlohmann::ordered_json pp = nlohmann::ordered_json::array();
+  for (const PrefillResult& p : prefill)
+    pp.push_back({{"prompt_len", p.prompt_len}, {"tok_s", p.tok_s}, {"ttft_ms", p.ttft_ms}});
+  j["prefill"] = pp;
   j["prefill_gflops"] = prefill_gflops;
   j["decode_tok_s"] = decode_tok_s;
   j["ms_per_token"] = ms_per_token;
@@ -97,14 +142,18 @@ std::string BenchmarkResult::to_json() const {
 }
 
 std::string BenchmarkResult::to_text() const {
-  return strfmt(
-      "model      %s (%s, %s, %d threads)\n"
-      "prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s\n"
-      "decode     tg%lld: %.2f tok/s, %.2f ms/token\n"
-      "roofline   %.1f MB/token -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the probe\n",
-      model.c_str(), dtype.c_str(), backend.c_str(), threads, (long long)prompt_len, prefill_tok_s, ttft_ms,
-      prefill_gflops, (long long)gen_len, decode_tok_s, ms_per_token, weight_bytes_per_token / 1e6, decode_gbps,
-      100.0 * decode_bw_fraction, probe_read_gbps);
+  std::string s = strfmt("model      %s (%s, %s %s, %d threads)\n", model.c_str(), dtype.c_str(),
+                         device.c_str(), backend.c_str(), threads);
+  for (const PrefillResult& p : prefill)
+    s += strfmt("prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s\n", (long long)p.prompt_len,
+                p.tok_s, p.ttft_ms, 2.0 * static_cast<double>(params) * p.tok_s / 1e9);
+  return s +
+         strfmt(
+             "decode     tg%lld after %lld: %.2f tok/s, %.2f ms/token\n"
+             "roofline   %.1f MB/token -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the "
+             "probe\n",
+             (long long)gen_len, (long long)prompt_len, decode_tok_s, ms_per_token,
+             weight_bytes_per_token / 1e6, decode_gbps, 100.0 * decode_bw_fraction, probe_read_gbps);
 }
 
 }  // namespace bunsen::bench

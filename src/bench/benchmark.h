@@ -1,11 +1,14 @@
 // `bunsen benchmark`: prefill and decode throughput of one model (a snapshot directory or a named
-// synthetic shape) on this machine, with the roofline denominator measured by the tool itself
-// (bandwidth.h). Not a unit test: results are reported, never asserted.
+// synthetic shape) on the CPU or a CUDA device, with the roofline denominator measured by the tool itself
+// (bandwidth.h on the CPU, a device read kernel on CUDA). Not a unit test: results are reported, never
+// asserted.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace bunsen::bench {
 
@@ -13,27 +16,38 @@ struct BenchmarkOptions {
   std::string model_dir;  // or:
   std::string synthetic;  // named shape (synthetic_shapes.h)
   DType dtype = DType::kBF16;  // synthetic weights' dtype
-  int64_t prompt_len = 512;
+  Device device{};
+  int64_t prompt_len = 512;  // context before the decode measurement (and one prefill figure)
   int64_t gen_len = 128;
+  // Further prompt lengths whose prefill alone is timed; empty: none on the CPU, {512, 2048} on CUDA.
+  std::vector<int64_t> prefill_lens;
   int threads = 0;  // 0 = all cores
   bool probe = true;
+};
+
+struct PrefillResult {
+  int64_t prompt_len = 0;
+  double tok_s = 0;
+  double ttft_ms = 0;
 };
 
 struct BenchmarkResult {
   std::string model;
   std::string dtype;
+  std::string device;
   std::string backend;
   int threads = 0;
   int64_t params = 0;
   int64_t prompt_len = 0;
   int64_t gen_len = 0;
-  double prefill_tok_s = 0;
+  double prefill_tok_s = 0;  // at prompt_len
   double ttft_ms = 0;
+  std::vector<PrefillResult> prefill;  // every measured prompt length, ascending
   double decode_tok_s = 0;
   double ms_per_token = 0;
   double weight_bytes_per_token = 0;
   double decode_gbps = 0;      // weight bytes per token × decode tok/s
-  double probe_read_gbps = 0;  // measured by the probe
+  double probe_read_gbps = 0;  // measured by the probe on the benchmarked device
   double decode_bw_fraction = 0;
   double prefill_gflops = 0;  // 2 × matmul params × prefill tok/s
   std::string to_json() const;

@@ -64,12 +64,12 @@ std::string synthetic_config_json(const std::string& name) {
   throw Error("bench", "unknown synthetic shape '" + name + "' (known: " + list + ")");
 }
 
-std::unique_ptr<model::Model> make_synthetic_model(const std::string& name, DType dtype) {
+std::unique_ptr<model::Model> make_synthetic_model(const std::string& name, DType dtype, Device device) {
   const model::ModelConfig cfg = model::parse_config(synthetic_config_json(name), "synthetic shape " + name);
   model::WeightStore ws;
   for (const auto& spec : model::expected_tensors(cfg))
     ws.add(spec.name, model::synthetic_tensor(spec.name, spec.shape, dtype, /*seed=*/0x5eedull));
-  return model::create_model(cfg, std::move(ws));
+  return model::create_model(cfg, model::place_weights(std::move(ws), device, model::LoadOptions::Progress::kAuto));
 }
 
 }  // namespace bunsen::bench

@@ -1,5 +1,7 @@
 // `bunsen benchmark`: speed of a model or a synthetic shape against the measured roofline; text or JSON.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench/benchmark.h"
 #include "bench/synthetic_shapes.h"
@@ -18,13 +20,32 @@ const std::vector<OptionSpec> kSpecs = {
     {"dtype", "T", "weight dtype for --synthetic: bf16 (default), f16, f32"},
     {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512)", "p"},
     {"gen", "N", "tokens to decode after the prompt (default 128)", "n"},
+    {"prefill-lens", "N,N",
+     "further prompt lengths timed for prefill only (default: none on cpu, 512,2048 on cuda)"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"no-probe", "", "skip the memory-bandwidth probe"},
     {"json", "", "print the result as JSON"},
     {"list-shapes", "", "list the --synthetic shapes"},
-    {"device", "DEV", "cpu (default; cuda arrives with the CUDA backend)"},
+    {"device", "DEV", kDeviceHelp},
     {"help", "", "show this help", "h"},
 };
+
+std::vector<int64_t> parse_lengths(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    char* stop = nullptr;
+    const long long v = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || v <= 0 || v > (1 << 24))
+      throw Error("cli", "bunsen benchmark: --prefill-lens must be comma-separated positive integers, got '" +
+                             s + "'");
+    out.push_back(v);
+    at = end + 1;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -33,16 +54,21 @@ int cmd_benchmark(int argc, char** argv) {
   if (a.flag("help")) {
     std::fputs(format_help("bunsen benchmark [--model DIR | --synthetic SHAPE] [options]",
                            "Measure prefill and decode throughput and the fraction of this machine's memory "
-                           "bandwidth that decode reaches.", kSpecs).c_str(), stdout);
+                           "bandwidth that decode reaches.",
+                           kSpecs)
+                   .c_str(),
+               stdout);
     return 0;
   }
   if (a.flag("list-shapes")) {
     for (const auto& n : bench::synthetic_shape_names()) std::printf("%s\n", n.c_str());
     return 0;
   }
-  check_device(a.str("device", "cpu"), "benchmark");
-  check(!(a.has("model") && a.has("synthetic")), "cli", "bunsen benchmark: give --model or --synthetic, not both");
+  const Device device = parse_device(a.str("device"), "benchmark");
+  check(!(a.has("model") && a.has("synthetic")), "cli",
+        "bunsen benchmark: give --model or --synthetic, not both");
   bench::BenchmarkOptions o;
+  o.device = device;
   o.synthetic = a.str("synthetic", "");
   if (o.synthetic.empty()) o.model_dir = a.has("model") ? *a.str("model") : hub::ensure_demo_model();
   const std::string dt = a.str("dtype", "bf16");
@@ -51,6 +77,7 @@ int cmd_benchmark(int argc, char** argv) {
   o.dtype = *d;
   o.prompt_len = a.integer("prompt-len", 512);
   o.gen_len = a.integer("gen", 128);
+  if (a.has("prefill-lens")) o.prefill_lens = parse_lengths(*a.str("prefill-lens"));
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.probe = !a.flag("no-probe");
   bench::BenchmarkResult r = bench::run_benchmark(o);

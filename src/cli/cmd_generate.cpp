@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "engine/generator.h"
 #include "hub/demo_model.h"
+#include "kernels/device.h"
 #include "model/registry.h"
 #include "text/tokenizer.h"
 
@@ -30,7 +31,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"raw", "", "use the prompt as raw text, no chat template (the only mode until chat templates land)"},
     {"json", "", "print one JSON object at the end instead of streaming"},
     {"threads", "N", "CPU threads (default: all cores)"},
-    {"device", "DEV", "cpu (default; cuda arrives with the CUDA backend)"},
+    {"device", "DEV", kDeviceHelp},
     {"help", "", "show this help", "h"},
 };
 
@@ -73,10 +74,13 @@ int cmd_generate(int argc, char** argv) {
                            "Generate text with a model on this machine.", kSpecs).c_str(), stdout);
     return 0;
   }
-  check_device(a.str("device", "cpu"), "generate");
+  const Device device = parse_device(a.str("device"), "generate");
   check(a.has("prompt") != a.has("prompt-tokens"), "cli", "bunsen generate: give exactly one of --prompt or --prompt-tokens");
   const std::string dir = a.has("model") ? *a.str("model") : hub::ensure_demo_model();
-  auto model = model::load_model(dir);
+  kernels::set_current_device(device);
+  model::LoadOptions lo;
+  lo.device = device;
+  auto model = model::load_model(dir, lo);
   const model::ModelConfig& cfg = model->config();
   auto tok = open_tokenizer(dir, cfg);
   std::vector<int32_t> prompt = a.has("prompt") ? tok->encode(*a.str("prompt"), /*add_special=*/true)
@@ -109,6 +113,7 @@ int cmd_generate(int argc, char** argv) {
   if (json) {
     nlohmann::ordered_json j;
     j["model"] = dir;
+    j["device"] = device.str();
     j["prompt_ids"] = prompt;
     j["generated_ids"] = r.tokens;
     j["text"] = tok->decode(r.tokens, /*skip_special=*/true);
@@ -123,9 +128,9 @@ int cmd_generate(int argc, char** argv) {
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "[prompt %lld tokens, prefill %.1f tok/s | generated %lld tokens, decode %.1f tok/s (%.2f ms/token) | finish: %s]\n",
-                 (long long)st.prompt_tokens, st.prefill_tok_s(), (long long)st.generated_tokens, st.decode_tok_s(),
-                 st.ms_per_token(), engine::finish_reason_name(r.finish));
+    std::fprintf(stderr, "[%s | prompt %lld tokens, prefill %.1f tok/s | generated %lld tokens, decode %.1f tok/s (%.2f ms/token) | finish: %s]\n",
+                 device.str().c_str(), (long long)st.prompt_tokens, st.prefill_tok_s(), (long long)st.generated_tokens,
+                 st.decode_tok_s(), st.ms_per_token(), engine::finish_reason_name(r.finish));
   }
   return 0;
 }

@@ -56,10 +56,11 @@ Tensor Arena::alloc(DType dtype, std::initializer_list<int64_t> shape) {
 Tensor Arena::alloc(DType dtype, std::span<const int64_t> shape) {
   Tensor t = Tensor::view(nullptr, dtype, shape);
   size_t bytes = (t.nbytes() + kAlignment - 1) / kAlignment * kAlignment;
-  if (used_ + bytes > buffer_.size())
+  if (used_ + bytes > capacity_)
     throw Error("workspace", strfmt("step needs more than the %zu-byte workspace (asked %zu more for %s)",
-                                    buffer_.size(), bytes, t.shape_str().c_str()));
-  t.data = static_cast<char*>(buffer_.data()) + used_;
+                                    capacity_, bytes, t.shape_str().c_str()));
+  t.data = static_cast<char*>(base_) + used_;
+  t.device = device_;
   used_ += bytes;
   if (used_ > high_water_) high_water_ = used_;
   return t;

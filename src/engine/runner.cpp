@@ -1,4 +1,6 @@
-// Runner: builds the StepBatch arrays for a list of sequence chunks and calls Model::forward.
+// Runner: builds the StepBatch arrays for a list of sequence chunks in one packed host buffer, mirrors them
+// on the model's device (one async copy), calls Model::forward and brings the logits back to the host.
+// Not a sampler. Invariant: on the CPU the packed host buffer is the batch itself (no copies).
 #include "engine/runner.h"
 
 #include <algorithm>
@@ -14,84 +16,181 @@ std::vector<kv::KvLayerShape> kv_shapes(const model::Model& m) {
   return out;
 }
 
-int64_t blocks_per_seq(const RunnerOptions& o) { return (o.max_context + o.block_size - 1) / o.block_size; }
+int64_t blocks_per_seq(const RunnerOptions& o) {
+  return (o.max_context + o.block_size - 1) / o.block_size;
+}
 
 int32_t pool_blocks(const RunnerOptions& o) {
   if (o.n_blocks > 0) return o.n_blocks;
   return static_cast<int32_t>(blocks_per_seq(o) * o.max_seqs);
 }
 
+const RunnerOptions& checked(const RunnerOptions& o) {
+  check(o.max_tokens_per_step > 0 && o.max_seqs > 0 && o.max_logit_rows > 0 && o.block_size > 0 &&
+            o.max_context > 0,
+        "engine", "runner options must be positive");
+  return o;
+}
+
+kv::KvStorageOptions kv_options(const RunnerOptions& o, Device dev) {
+  return {pool_blocks(o), o.block_size, o.kv_dtype.value_or(dev.is_cuda() ? DType::kBF16 : DType::kF32)};
+}
+
+kernels::DeviceMemory kv_memory(const model::Model& m, const RunnerOptions& o) {
+  if (!m.device().is_cuda()) return {};
+  return kernels::DeviceMemory::allocate(
+      m.device(), kv::KvStorage::required_bytes(kv_shapes(m), kv_options(o, m.device())),
+      /*zero=*/true);
+}
+
+size_t align(size_t v) {
+  return (v + kAlignment - 1) / kAlignment * kAlignment;
+}
+
 }  // namespace
 
 Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context ctx)
     : model_(model),
-      opts_(opts),
+      opts_(checked(opts)),
       ctx_(ctx),
+      device_(model.device()),
+      max_blocks_(blocks_per_seq(opts)),
+      kv_memory_(kv_memory(model, opts)),
       pool_(pool_blocks(opts)),
-      storage_(kv_shapes(model), {pool_blocks(opts), opts.block_size, opts.kv_dtype}),
-      workspace_(model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows)) {
-  check(opts.max_tokens_per_step > 0 && opts.max_seqs > 0 && opts.max_logit_rows > 0 && opts.block_size > 0,
-        "engine", "runner options must be positive");
-  const int64_t t = opts.max_tokens_per_step;
-  token_ids_ = OwnedTensor::make(DType::kI32, {t});
-  positions_ = OwnedTensor::make(DType::kI32, {t});
-  seq_index_ = OwnedTensor::make(DType::kI32, {t});
-  slot_mapping_ = OwnedTensor::make(DType::kI64, {t});
-  block_tables_ = OwnedTensor::make(DType::kI32, {opts.max_seqs, blocks_per_seq(opts)});
-  logit_rows_ = OwnedTensor::make(DType::kI32, {opts.max_logit_rows});
-  logits_ = OwnedTensor::make(DType::kF32, {opts.max_logit_rows, model.config().vocab_size});
+      storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(opts, device_),
+                                                 kv_memory_.data(), kv_memory_.size(), device_)
+                                 : kv::KvStorage(kv_shapes(model), kv_options(opts, device_))) {
+  const size_t ws_bytes = model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows);
+  const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
+  const size_t logit_bytes =
+      static_cast<size_t>(opts.max_logit_rows * model.config().vocab_size) * sizeof(float);
+  if (device_.is_cuda()) {
+    kernels::set_current_device(device_);
+    workspace_memory_ = kernels::DeviceMemory::allocate(device_, std::max<size_t>(ws_bytes, 1));
+    workspace_ = Arena(workspace_memory_.data(), ws_bytes, device_);
+    meta_host_ = kernels::DeviceMemory::pinned_host(meta_bytes);
+    meta_device_ = kernels::DeviceMemory::allocate(device_, meta_bytes);
+    logits_host_ = kernels::DeviceMemory::pinned_host(logit_bytes);
+    logits_device_ = kernels::DeviceMemory::allocate(device_, logit_bytes);
+  } else {
+    workspace_ = Arena(ws_bytes);
+    meta_host_ = kernels::DeviceMemory::allocate(Device::cpu(), meta_bytes);
+    logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
+  }
 }
 
-Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
-  // Messages are built only on failure: step() runs every decode step and must not allocate.
+Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const {
+  MetaLayout m{};
+  size_t at = 0;
+  auto place = [&](size_t bytes) {
+    const size_t here = at;
+    at = align(at + bytes);
+    return here;
+  };
+  const auto t = static_cast<size_t>(n);
+  m.token_ids = place(t * sizeof(int32_t));
+  m.positions = place(t * sizeof(int32_t));
+  m.seq_index = place(t * sizeof(int32_t));
+  m.slot_mapping = place(t * sizeof(int64_t));
+  m.block_tables = place(static_cast<size_t>(n_seqs * max_blocks_) * sizeof(int32_t));
+  m.logit_rows = place(static_cast<size_t>(n_out) * sizeof(int32_t));
+  m.end = std::max<size_t>(at, kAlignment);
+  return m;
+}
+
+model::StepBatch Runner::batch_view(const MetaLayout& m, const char* base, Device dev, int64_t n,
+                                    int64_t n_out, int64_t n_seqs) const {
+  auto at = [&](size_t off) { return const_cast<char*>(base) + off; };
+  model::StepBatch b;
+  b.token_ids = Tensor::view(at(m.token_ids), DType::kI32, {n}, dev);
+  b.positions = Tensor::view(at(m.positions), DType::kI32, {n}, dev);
+  b.seq_index = Tensor::view(at(m.seq_index), DType::kI32, {n}, dev);
+  b.slot_mapping = Tensor::view(at(m.slot_mapping), DType::kI64, {n}, dev);
+  b.block_tables = Tensor::view(at(m.block_tables), DType::kI32, {n_seqs, max_blocks_}, dev);
+  b.logit_rows = Tensor::view(at(m.logit_rows), DType::kI32, {n_out}, dev);
+  return b;
+}
+
+model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m) {
+  // Messages are built only on failure: this runs every decode step and must not allocate.
   if (chunks.empty() || static_cast<int64_t>(chunks.size()) > opts_.max_seqs)
-    throw Error("engine", strfmt("step: %zu sequences, the runner holds 1 to %lld", chunks.size(), (long long)opts_.max_seqs));
-  int32_t* ids = token_ids_.tensor.ptr<int32_t>();
-  int32_t* pos = positions_.tensor.ptr<int32_t>();
-  int32_t* sidx = seq_index_.tensor.ptr<int32_t>();
-  int64_t* slots = slot_mapping_.tensor.ptr<int64_t>();
-  int32_t* rows = logit_rows_.tensor.ptr<int32_t>();
-  Tensor tables = block_tables_.tensor;
-  const int64_t max_blocks = tables.dim(1);
-  std::fill_n(tables.ptr<int32_t>(), tables.numel(), -1);
-  int64_t n = 0, n_out = 0;
-  for (size_t s = 0; s < chunks.size(); ++s) {
-    const SeqChunk& c = chunks[s];
-    check(n + c.n <= opts_.max_tokens_per_step, "engine", "step: chunk exceeds the per-step token budget");
+    throw Error("engine", strfmt("step: %zu sequences, the runner holds 1 to %lld", chunks.size(),
+                                 (long long)opts_.max_seqs));
+  int64_t n = 0, n_out = 0, max_seq_len = 0;
+  for (const SeqChunk& c : chunks) {
+    check(c.n > 0 && c.start_pos >= 0, "engine",
+          "step: a chunk needs at least one token and a position >= 0");
+    n += c.n;
+    n_out += c.logits == SeqChunk::Logits::kAll ? c.n : c.logits == SeqChunk::Logits::kLast ? 1 : 0;
+    max_seq_len = std::max(max_seq_len, c.start_pos + c.n);
+  }
+  check(n <= opts_.max_tokens_per_step, "engine", "step: chunk exceeds the per-step token budget");
+  check(n_out <= opts_.max_logit_rows, "engine", "step: more logit rows than the runner holds");
+  const auto n_seqs = static_cast<int64_t>(chunks.size());
+  m = meta_layout(n, n_out, n_seqs);
+  char* host = static_cast<char*>(meta_host_.data());
+  model::StepBatch hb = batch_view(m, host, Device::cpu(), n, n_out, n_seqs);
+  int32_t* ids = hb.token_ids.ptr<int32_t>();
+  int32_t* pos = hb.positions.ptr<int32_t>();
+  int32_t* sidx = hb.seq_index.ptr<int32_t>();
+  int64_t* slots = hb.slot_mapping.ptr<int64_t>();
+  int32_t* rows = hb.logit_rows.ptr<int32_t>();
+  int32_t* tables = hb.block_tables.ptr<int32_t>();
+  std::fill_n(tables, n_seqs * max_blocks_, -1);
+  int64_t t = 0, r = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const SeqChunk& c = chunks[static_cast<size_t>(s)];
     check(c.table->capacity_tokens() >= c.start_pos + c.n, "engine", "step: block table too short for chunk");
     const auto& blocks = c.table->blocks();
-    check(static_cast<int64_t>(blocks.size()) <= max_blocks, "engine", "step: sequence longer than max_context");
-    std::copy(blocks.begin(), blocks.end(), tables.ptr<int32_t>() + static_cast<int64_t>(s) * max_blocks);
-    const int64_t first_out = c.logits == SeqChunk::Logits::kAll ? 0 : c.logits == SeqChunk::Logits::kLast ? c.n - 1 : c.n;
-    check(n_out + (c.n - first_out) <= opts_.max_logit_rows, "engine", "step: more logit rows than the runner holds");
-    for (int64_t i = 0; i < c.n; ++i, ++n) {
-      ids[n] = c.tokens[i];
-      pos[n] = static_cast<int32_t>(c.start_pos + i);
-      sidx[n] = static_cast<int32_t>(s);
-      slots[n] = c.table->slot(c.start_pos + i);
-      if (i >= first_out) rows[n_out++] = static_cast<int32_t>(n);
+    check(static_cast<int64_t>(blocks.size()) <= max_blocks_, "engine",
+          "step: sequence longer than max_context");
+    std::copy(blocks.begin(), blocks.end(), tables + s * max_blocks_);
+    const int64_t first_out = c.logits == SeqChunk::Logits::kAll    ? 0
+                              : c.logits == SeqChunk::Logits::kLast ? c.n - 1
+                                                                    : c.n;
+    for (int64_t i = 0; i < c.n; ++i, ++t) {
+      ids[t] = c.tokens[i];
+      pos[t] = static_cast<int32_t>(c.start_pos + i);
+      sidx[t] = static_cast<int32_t>(s);
+      slots[t] = c.table->slot(c.start_pos + i);
+      if (i >= first_out) rows[r++] = static_cast<int32_t>(t);
     }
   }
   const int64_t vocab = model_.config().vocab_size;
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error("engine", strfmt("token id %d out of range [0, %lld)", ids[i], (long long)vocab));
-  model::StepBatch batch;
-  batch.token_ids = token_ids_.tensor.slice(0, 0, n);
-  batch.positions = positions_.tensor.slice(0, 0, n);
-  batch.seq_index = seq_index_.tensor.slice(0, 0, n);
-  batch.slot_mapping = slot_mapping_.tensor.slice(0, 0, n);
-  batch.block_tables = tables.slice(0, 0, static_cast<int64_t>(chunks.size()));
-  batch.logit_rows = logit_rows_.tensor.slice(0, 0, n_out);
+  hb.max_seq_len = max_seq_len;
+  return hb;
+}
+
+Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
+  MetaLayout m{};
+  const model::StepBatch hb = fill_host_batch(chunks, m);
+  const int64_t n = hb.n_tokens(), n_out = hb.n_out(), n_seqs = hb.block_tables.dim(0);
+  const int64_t vocab = model_.config().vocab_size;
+  char* host = static_cast<char*>(meta_host_.data());
+  const bool cuda = device_.is_cuda();
+  if (cuda) kernels::copy_async(ctx_, meta_device_.data(), host, m.end);
+  model::StepBatch batch =
+      cuda ? batch_view(m, static_cast<const char*>(meta_device_.data()), device_, n, n_out, n_seqs) : hb;
+  batch.max_seq_len = hb.max_seq_len;
+  const size_t logit_bytes = static_cast<size_t>(n_out * vocab) * sizeof(float);
+  Tensor host_logits = Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
   model::ForwardArgs args;
   args.batch = &batch;
   args.kv = storage_.layers();
   args.workspace = &workspace_;
-  args.logits = logits_.tensor.slice(0, 0, n_out);
+  args.logits =
+      cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_) : host_logits;
   args.hook = hook;
   args.ctx = &ctx_;
   model_.forward(args);
-  return args.logits;
+  if (cuda) {
+    kernels::copy_async(ctx_, logits_host_.data(), logits_device_.data(), logit_bytes);
+    kernels::synchronize(ctx_);  // also keeps the pinned metadata untouched until its copy has run
+  }
+  return host_logits;
 }
 
 }  // namespace bunsen::engine

@@ -1,12 +1,16 @@
-// Runner: owns the KV cache (BlockPool + KvStorage), the step workspace and the StepBatch buffers, and runs
-// one model forward over chunks of one or more sequences. Not a scheduler: callers decide which chunks run;
-// block tables are grown by the caller (Sequence) before a step. Invariants: every buffer is sized at
-// construction, step() performs no heap allocation; logits returned by step() stay valid until the next step.
+// Runner: owns the KV cache (BlockPool + KvStorage), the step workspace and the StepBatch buffers on the
+// model's device, and runs one model forward over chunks of one or more sequences. Not a scheduler: callers
+// decide which chunks run; block tables are grown by the caller (Sequence) before a step. Invariants: every
+// buffer (host or device) is sized at construction and step() allocates nothing; on CUDA a step makes one
+// host-to-device copy of its packed metadata and one device-to-host copy of its logits; logits returned by
+// step() are host memory and stay valid until the next step.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/buffer.h"
+#include "kernels/device.h"
 #include "kernels/ops.h"
 #include "kv/block_pool.h"
 #include "kv/kv_storage.h"
@@ -20,8 +24,8 @@ struct RunnerOptions {
   int64_t max_logit_rows = 1;         // logits rows per step (1 per sequence for generation)
   int64_t max_context = 4096;         // tokens one sequence may hold (sizes block tables)
   int32_t block_size = 16;
-  int32_t n_blocks = 0;  // 0: enough for max_seqs sequences of max_context tokens
-  DType kv_dtype = DType::kF32;
+  int32_t n_blocks = 0;           // 0: enough for max_seqs sequences of max_context tokens
+  std::optional<DType> kv_dtype;  // default: f32 on the CPU, bf16 on CUDA
 };
 
 // One sequence's share of a step: tokens [start_pos, start_pos + n) of the sequence.
@@ -37,8 +41,10 @@ class Runner {
  public:
   Runner(model::Model& model, const RunnerOptions& opts, kernels::Context ctx = {});
 
-  // Runs the forward; returns logits [n_out, vocab_size] f32 in chunk order (rows requested by each chunk).
+  // Runs the forward; returns host logits [n_out, vocab_size] f32 in chunk order (rows requested by each
+  // chunk). The hook sees tensors on the model's device.
   Tensor step(std::span<const SeqChunk> chunks, model::ActivationHook* hook = nullptr);
+  Device device() const { return device_; }
 
   model::Model& model() { return model_; }
   kv::BlockPool& pool() { return pool_; }
@@ -48,19 +54,31 @@ class Runner {
   size_t workspace_high_water() const { return workspace_.high_water(); }
 
  private:
+  // Byte offsets of one step's metadata arrays inside the packed buffers (each kAlignment-aligned).
+  struct MetaLayout {
+    size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, end;
+  };
+  MetaLayout meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const;
+  // Checks the chunks and writes their arrays into meta_host_; returns host views over them and the layout.
+  model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m);
+  model::StepBatch batch_view(const MetaLayout& m, const char* base, Device dev, int64_t n, int64_t n_out,
+                              int64_t n_seqs) const;
+
   model::Model& model_;
   RunnerOptions opts_;
   kernels::Context ctx_;
+  Device device_;
+  int64_t max_blocks_;               // width of the block tables
+  kernels::DeviceMemory kv_memory_;  // CUDA: every layer's K and V; empty on the CPU
   kv::BlockPool pool_;
   kv::KvStorage storage_;
+  kernels::DeviceMemory workspace_memory_;  // CUDA: the workspace arena's memory
   Arena workspace_;
-  OwnedTensor token_ids_;     // [max_tokens_per_step] i32
-  OwnedTensor positions_;     // [max_tokens_per_step] i32
-  OwnedTensor seq_index_;     // [max_tokens_per_step] i32
-  OwnedTensor slot_mapping_;  // [max_tokens_per_step] i64
-  OwnedTensor block_tables_;  // [max_seqs, max_blocks_per_seq] i32
-  OwnedTensor logit_rows_;    // [max_logit_rows] i32
-  OwnedTensor logits_;        // [max_logit_rows, vocab_size] f32
+  // Packed step metadata: token_ids, positions, seq_index [T] i32, slot_mapping [T] i64, block_tables
+  // [S, max_blocks] i32, logit_rows [R] i32. Host side (pinned on CUDA) and its device mirror.
+  kernels::DeviceMemory meta_host_, meta_device_;
+  kernels::DeviceMemory logits_host_;    // [max_logit_rows, vocab_size] f32 (pinned on CUDA)
+  kernels::DeviceMemory logits_device_;  // CUDA: where forward writes the logits
 };
 
 }  // namespace bunsen::engine

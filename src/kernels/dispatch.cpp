@@ -347,4 +347,22 @@ void argmax(Context& ctx, Tensor out, Tensor x) {
   use_ref() ? ref::argmax(out, x) : cpu::argmax(pool_of(ctx), out, x);
 }
 
+void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows) {
+  const char* op = "gather_rows";
+  const bool gpu = on_cuda(op, {&out, &x, &rows});
+  need_rows(op, "out", out, gpu);
+  need_ndim(op, "out", out, 2);
+  need_rows(op, "x", x, gpu);
+  need_ndim(op, "x", x, 2);
+  if (out.shape[1] != x.shape[1]) fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on d");
+  need_dtype(op, "rows", rows, DType::kI32);
+  need_vector(op, "rows", rows, out.shape[0]);
+  if (gpu) return cuda_route::gather_rows(ctx, out, x, rows);
+  const int32_t* r = rows.ptr<int32_t>();
+  for (int64_t i = 0; i < rows.shape[0]; ++i)
+    if (r[i] < 0 || r[i] >= x.shape[0])
+      fail(op, strfmt("row %d at %lld is out of range for ", r[i], (long long)i) + desc("x", x));
+  use_ref() ? ref::gather_rows(out, x, rows) : cpu::gather_rows(pool_of(ctx), out, x, rows);
+}
+
 }  // namespace bunsen::kernels

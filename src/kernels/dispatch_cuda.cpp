@@ -120,6 +120,11 @@ void argmax(Context& ctx, Tensor out, Tensor x) {
   cuda::argmax(ctx.cuda_stream, out.ptr<int32_t>(), rows(x));
 }
 
+void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor row_ids) {
+  need_current_device("gather_rows", out);
+  cuda::gather_rows(ctx.cuda_stream, rows(out), rows(x), row_ids.ptr<int32_t>());
+}
+
 #else  // !BUNSEN_HAVE_CUDA: dispatch.cpp rejects CUDA tensors before calling these.
 
 namespace {
@@ -160,6 +165,9 @@ void softmax(Context&, Tensor) {
 }
 void argmax(Context&, Tensor, Tensor) {
   not_built("argmax");
+}
+void gather_rows(Context&, Tensor, Tensor, Tensor) {
+  not_built("gather_rows");
 }
 
 #endif

@@ -19,5 +19,6 @@ void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, c
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 void softmax(Context& ctx, Tensor x);
 void argmax(Context& ctx, Tensor out, Tensor x);
+void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
 
 }  // namespace bunsen::kernels::cuda_route

@@ -84,6 +84,10 @@ void softmax(Context& ctx, Tensor x);
 // Index of the row maximum (first one on ties).   out [m] i32; x [m, n] f32.
 void argmax(Context& ctx, Tensor out, Tensor x);
 
+// out[r, :] = x[rows[r], :] (the rows whose logits a step wants).   out [n_out, d], x [n, d] f32 (f32|bf16
+// on CUDA; dtypes may differ there); rows [n_out] i32 on the tensors' device, each in [0, n).
+void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
+
 // Which implementation CPU calls go to: "cpu-avx512", "cpu-avx2", "cpu-scalar" or "ref".
 const char* cpu_backend_name();
 

@@ -1,5 +1,6 @@
 // KvStorage: the per-layer K and V tensors of the paged cache, [n_blocks, block_size, n_kv_heads, head_dim]
-// each, in one host allocation per layer (CUDA storage arrives with the CUDA backend). Not bookkeeping
+// each, in one host allocation per layer, or laid out over caller-owned memory on any device (the engine
+// allocates CUDA memory through kernels/ and hands it in: kv itself depends on core only). Not bookkeeping
 // (BlockPool) and not kernels: contents change only inside the model's forward through the slot mapping.
 // Invariant: every layer has the same n_blocks and block_size, so one block id addresses all layers.
 #pragma once
@@ -24,7 +25,14 @@ struct KvStorageOptions {
 
 class KvStorage {
  public:
+  // Owning host storage, zeroed.
   KvStorage(const std::vector<KvLayerShape>& layers, const KvStorageOptions& opts);
+  // Views over `bytes` bytes at `base` (kAlignment-aligned) on `device`, owned by the caller and outliving
+  // this object; `bytes` must be >= required_bytes(layers, opts). Contents are left as they are.
+  KvStorage(const std::vector<KvLayerShape>& layers, const KvStorageOptions& opts, void* base, size_t bytes,
+            Device device);
+  // Bytes the external-memory constructor needs (K then V per layer, each kAlignment-aligned).
+  static size_t required_bytes(const std::vector<KvLayerShape>& layers, const KvStorageOptions& opts);
   int32_t n_blocks() const { return opts_.n_blocks; }
   int32_t block_size() const { return opts_.block_size; }
   DType dtype() const { return opts_.dtype; }
@@ -36,7 +44,7 @@ class KvStorage {
 
  private:
   KvStorageOptions opts_;
-  std::vector<Buffer> buffers_;
+  std::vector<Buffer> buffers_;  // empty for external memory
   std::vector<kernels::PagedKv> views_;
 };
 

@@ -27,10 +27,10 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t end) {
   return s;
 }
 
-size_t f32_workspace_bytes(std::span<const std::pair<int64_t, int64_t>> shapes) {
+size_t workspace_bytes(std::span<const WorkspaceSpec> specs) {
   size_t total = 0;
-  for (const auto& [a, b] : shapes) {
-    size_t bytes = static_cast<size_t>(a * b) * sizeof(float);
+  for (const WorkspaceSpec& s : specs) {
+    size_t bytes = static_cast<size_t>(s.rows * s.cols) * dtype_size(s.dtype);
     total += (bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   return total;

@@ -25,7 +25,12 @@ Linear load_linear(const WeightStore& ws, const std::string& prefix, int64_t out
 // Rows [begin, end) of a [out, in] linear (split of a fused projection: a contiguous view, no copy).
 Linear slice_rows(const Linear& l, int64_t begin, int64_t end);
 
-// Aligned byte size of a list of f32 workspace tensors (matches Arena::alloc's rounding).
-size_t f32_workspace_bytes(std::span<const std::pair<int64_t, int64_t>> shapes);
+// One 2-D workspace tensor of a step.
+struct WorkspaceSpec {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+};
+// Aligned byte size of a list of workspace tensors (matches Arena::alloc's rounding).
+size_t workspace_bytes(std::span<const WorkspaceSpec> specs);
 
 }  // namespace bunsen::model

@@ -15,7 +15,8 @@
 
 namespace bunsen::model {
 
-// Host-side description of one step. Built by the engine.
+// Description of one step, built by the engine. The tensors live on the model's device (the engine
+// copies its host arrays there); forward() never reads them on the host, only the scalars below.
 struct StepBatch {
   Tensor token_ids;     // [n_tokens] i32
   Tensor positions;     // [n_tokens] i32
@@ -23,6 +24,7 @@ struct StepBatch {
   Tensor slot_mapping;  // [n_tokens] i64
   Tensor block_tables;  // [n_seqs, max_blocks_per_seq] i32
   Tensor logit_rows;    // [n_out] i32, token indices whose logits are wanted
+  int64_t max_seq_len = 0;  // host scalar: max over tokens of position + 1 (dynamic RoPE)
   int64_t n_tokens() const { return token_ids.numel(); }
   int64_t n_out() const { return logit_rows.numel(); }
 };
@@ -36,13 +38,15 @@ struct KvLayerSpec {
 
 // Receives named intermediates during forward (golden tests, debugging): "embed" (embedding lookup),
 // "decoder_in" (after any embedding scaling), "layer" (output of decoder layer `layer`), "final_norm"
-// (rows whose logits are computed), "logits". Tensors are only valid during the call.
+// (rows whose logits are computed), "logits". Tensors are only valid during the call and live on the
+// model's device (f32 on the CPU; on CUDA the residual stream and logits are f32, see the arch file).
 class ActivationHook {
  public:
   virtual ~ActivationHook() = default;
   virtual void on(std::string_view name, int layer, const Tensor& t) = 0;
 };
 
+// Every tensor (batch, kv, workspace, logits) is on the model's device.
 struct ForwardArgs {
   const StepBatch* batch = nullptr;
   std::span<const kernels::PagedKv> kv;  // [n_layers]
@@ -56,6 +60,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // Where the weights live and forward() runs.
+  virtual Device device() const = 0;
   virtual std::vector<KvLayerSpec> kv_layout() const = 0;
   virtual void forward(const ForwardArgs& args) = 0;
   // Bytes of workspace forward() needs for a step of `max_tokens` tokens and `max_out` logit rows.

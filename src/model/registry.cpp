@@ -1,6 +1,8 @@
 // The family table (model_type -> arch/ factory) and load_model().
 #include "model/registry.h"
 
+#include <unistd.h>
+
 #include "core/status.h"
 #include "model/arch/llama.h"
 
@@ -39,10 +41,18 @@ std::unique_ptr<Model> create_model(const ModelConfig& cfg, WeightStore weights)
   return find_family(cfg.model_type).create(cfg, std::move(weights));
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir) {
+WeightStore place_weights(WeightStore weights, Device device, LoadOptions::Progress progress) {
+  if (device.is_cpu()) return weights;
+  UploadOptions uo;
+  uo.progress = progress == LoadOptions::Progress::kOn ||
+                (progress == LoadOptions::Progress::kAuto && isatty(STDERR_FILENO) == 1);
+  return weights.to_device(device, uo);
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
   ModelConfig cfg = load_config(dir);
   const Family& fam = find_family(cfg.model_type);  // fail on model_type before touching weights
-  return fam.create(cfg, WeightStore::open(dir));
+  return fam.create(cfg, place_weights(WeightStore::open(dir), opts.device, opts.progress));
 }
 
 std::vector<std::string> supported_model_types() {

@@ -20,8 +20,15 @@ struct TensorSpec {
 // Names and shapes of every tensor a checkpoint of this config holds (HF naming).
 std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg);
 std::unique_ptr<Model> create_model(const ModelConfig& cfg, WeightStore weights);
-// config.json (+ generation_config.json) and safetensors of DIR.
-std::unique_ptr<Model> load_model(const std::string& dir);
+struct LoadOptions {
+  Device device{};  // cuda:N: the weights are uploaded there before the family builds its views
+  enum class Progress { kAuto, kOn, kOff } progress = Progress::kAuto;  // kAuto: when stderr is a TTY
+};
+
+// config.json (+ generation_config.json) and safetensors of DIR, on opts.device.
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts = {});
+// The store on `device` (itself when that is the CPU), with the progress line as `progress` says.
+WeightStore place_weights(WeightStore weights, Device device, LoadOptions::Progress progress);
 std::vector<std::string> supported_model_types();
 
 }  // namespace bunsen::model

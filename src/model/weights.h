@@ -1,7 +1,8 @@
-// Weights: safetensors parsing/validation, read-only mmap, sharded checkpoints, and a name -> Tensor store.
-// Not model-specific (arch/ resolves names and quirks). Invariants: a header is fully validated before any
-// tensor data is touched (so a truncated or corrupt file is an Error naming the file and tensor, never a
-// crash or SIGBUS); tensors returned by WeightStore::get stay valid as long as the store lives.
+// Weights: safetensors parsing/validation, read-only mmap, sharded checkpoints, a name -> Tensor store, and
+// its copy on a device (to_device, streamed with a progress bar). Not model-specific (arch/ resolves names
+// and quirks). Invariants: a header is fully validated before any tensor data is touched (so a truncated or
+// corrupt file is an Error naming the file and tensor, never a crash or SIGBUS); tensors returned by
+// WeightStore::get stay valid as long as the store lives; all tensors of one store live on one device.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -15,6 +16,7 @@
 
 #include "core/buffer.h"
 #include "core/tensor.h"
+#include "kernels/device.h"
 
 namespace bunsen::model {
 
@@ -58,6 +60,11 @@ class MappedFile {
   size_t size_ = 0;
 };
 
+struct UploadOptions {
+  bool progress = false;                  // a progress line on stderr (percent, GB, GB/s)
+  size_t chunk_bytes = size_t{64} << 20;  // pinned staging: two chunks of this size
+};
+
 class WeightStore {
  public:
   WeightStore() = default;
@@ -83,6 +90,14 @@ class WeightStore {
   // In-memory tensors (synthetic models, tests). Replaces an existing entry of the same name.
   void add(const std::string& name, OwnedTensor t);
 
+  // Where the tensors live (cpu for files and in-memory tensors).
+  Device device() const { return device_; }
+  // A store with the same names whose tensors are copies on `device` (a CUDA device), packed into one
+  // device allocation (each tensor 256-byte aligned) and streamed from the mmap/host memory through pinned
+  // staging buffers. The copy needs neither this store nor its files afterwards. Throws Error("weights", ...)
+  // when this store is already on a device, Error("cuda"/"kernels", ...) when the device cannot take it.
+  WeightStore to_device(Device device, const UploadOptions& opts = {}) const;
+
  private:
   struct Entry {
     Tensor tensor;
@@ -93,6 +108,8 @@ class WeightStore {
   std::vector<std::string> sources_;
   std::vector<std::unique_ptr<OwnedTensor>> owned_;
   std::unordered_map<std::string, Entry> entries_;
+  Device device_{};
+  kernels::DeviceMemory device_memory_;  // backs every tensor of a to_device() store
 };
 
 // Writes a safetensors file (tensors in the given order, contiguous CPU tensors only). `metadata` goes to

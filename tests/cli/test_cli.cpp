@@ -3,8 +3,8 @@
 // the right exit codes for bad input.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
+#include "cli_test_util.h"
+
 
 #include <cstdio>
 #include <filesystem>
@@ -12,17 +12,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kernels/device.h"
 #include "model/weights.h"
 
+namespace bunsen {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Proc {
-  int code = -1;
-  std::string out, err;
-};
+using cli_test::Proc;
 
+// Shared by every test process on purpose: the demo model is created once, concurrently (see hub/).
 std::string cache() {
   static const std::string dir = [] {
     fs::path p = fs::path(testing::TempDir()) / "bunsen_cli_cache";
@@ -32,24 +32,7 @@ std::string cache() {
   return dir;
 }
 
-Proc run(const std::string& args) {
-  static int calls = 0;  // ctest runs tests as parallel processes: stderr files are per process and call
-  const std::string err_path = cache() + "/stderr." + std::to_string(::getpid()) + "." + std::to_string(calls++);
-  std::string cmd = "BUNSEN_CACHE=" + cache() + " " + BUNSEN_EXE + " " + args + " 2>" + err_path;
-  Proc r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  std::remove(err_path.c_str());
-  return r;
-}
+Proc run(const std::string& args) { return cli_test::run_bunsen(args, {}, "BUNSEN_CACHE=" + cache()); }
 
 std::string golden_ids(const char* key, std::vector<int32_t>* out_vec = nullptr) {
   auto store = bunsen::model::WeightStore::open_file(std::string(BUNSEN_SOURCE_DIR) +
@@ -59,7 +42,8 @@ std::string golden_ids(const char* key, std::vector<int32_t>* out_vec = nullptr)
   for (int64_t i = 0; i < t.numel(); ++i) {
     int32_t v = t.ptr<int32_t>()[i];
     if (out_vec) out_vec->push_back(v);
-    csv += (i ? "," : "") + std::to_string(v);
+    if (i) csv += ',';
+    csv += std::to_string(v);
   }
   return csv;
 }
@@ -102,6 +86,29 @@ TEST(Cli, BenchmarkJson) {
   auto j = nlohmann::json::parse(r.out);
   for (const char* k : {"prefill_tok_s", "decode_tok_s", "ms_per_token", "weight_bytes_per_token", "decode_gbps"})
     EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
+  EXPECT_EQ(j.at("device"), bunsen::kernels::cuda_device_count() > 0 ? "cuda:0" : "cpu");
+  bool has_prompt_len = false;
+  for (const auto& p : j.at("prefill")) {
+    EXPECT_GT(p.at("tok_s").get<double>(), 0.0);
+    has_prompt_len |= p.at("prompt_len") == 16;
+  }
+  EXPECT_TRUE(has_prompt_len) << j.at("prefill").dump();
+
+  // Prefill-only lengths around the decode prompt, the longest past prompt + gen (the KV must hold it + 1).
+  Proc pp = run("benchmark --prompt-len 16 --gen 8 --prefill-lens 8,32 --no-probe --json");
+  ASSERT_EQ(pp.code, 0) << pp.err;
+  auto k = nlohmann::json::parse(pp.out);
+  std::vector<int64_t> lens;
+  for (const auto& p : k.at("prefill")) {
+    lens.push_back(p.at("prompt_len").get<int64_t>());
+    EXPECT_GT(p.at("tok_s").get<double>(), 0.0) << p.dump();
+  }
+  if (bunsen::kernels::cuda_device_count() == 0) {  // on CUDA 512 and 2048 join by default
+    EXPECT_EQ(lens, (std::vector<int64_t>{8, 16, 32}));
+  }
+  Proc bad = run("benchmark --prefill-lens 8,x");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--prefill-lens"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, ErrorsAreOneLineWithExitCodes) {
@@ -122,9 +129,19 @@ TEST(Cli, ErrorsAreOneLineWithExitCodes) {
   EXPECT_EQ(unknown.code, 1);
   EXPECT_NE(unknown.err.find("unsupported model_type 'mamba' (supported: llama"), std::string::npos) << unknown.err;
 
-  Proc cuda = run("generate --device cuda --prompt hi");
-  EXPECT_EQ(cuda.code, 2);
-  EXPECT_NE(cuda.err.find("CUDA backend"), std::string::npos) << cuda.err;
+  if (bunsen::kernels::cuda_device_count() == 0) {  // with a GPU, --device cuda runs
+    Proc cuda = run("generate --device cuda --prompt hi");
+    EXPECT_EQ(cuda.code, 2);
+    EXPECT_NE(cuda.err.find(bunsen::kernels::cuda_built() ? "no CUDA device" : "no CUDA backend"), std::string::npos)
+        << cuda.err;
+    EXPECT_EQ(std::count(cuda.err.begin(), cuda.err.end(), '\n'), 1) << cuda.err;
+  }
+  Proc no_such_gpu = run("generate --device cuda:999 --prompt hi");
+  EXPECT_EQ(no_such_gpu.code, 2);
+  EXPECT_NE(no_such_gpu.err.find("--device cuda:999"), std::string::npos) << no_such_gpu.err;
+  Proc bad_device = run("benchmark --device tpu");
+  EXPECT_EQ(bad_device.code, 2);
+  EXPECT_NE(bad_device.err.find("cpu or cuda[:N]"), std::string::npos) << bad_device.err;
 
   Proc both = run("generate --prompt hi --prompt-tokens 1,2");
   EXPECT_EQ(both.code, 2);
@@ -163,8 +180,11 @@ TEST(Cli, MissingTensorAndShapeMismatch) {
     const std::string want = mode == "missing" ? "missing tensor 'model.layers.1.mlp.up_proj.weight'"
                                                : "tensor 'model.layers.1.mlp.up_proj.weight'";
     EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
-    if (mode == "shape") EXPECT_NE(r.err.find("has shape [3, 64], expected ["), std::string::npos) << r.err;
+    if (mode == "shape") {
+      EXPECT_NE(r.err.find("has shape [3, 64], expected ["), std::string::npos) << r.err;
+    }
   }
 }
 
 }  // namespace
+}  // namespace bunsen

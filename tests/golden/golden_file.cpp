@@ -1,16 +1,52 @@
-// Fixture loading for the golden tests.
+// Fixture loading and checkpoint rebuilding for the golden tests.
 #include "golden_file.h"
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/status.h"
+#include "model/synthetic.h"
 
 namespace bunsen::golden {
 
+namespace fs = std::filesystem;
+
 std::string data_dir() { return std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data"; }
+
+std::vector<std::string> fixture_names() {
+  std::vector<std::string> out;
+  if (!fs::exists(data_dir())) return out;
+  for (const auto& e : fs::directory_iterator(data_dir()))
+    if (fs::exists(e.path() / "golden.safetensors")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string build_checkpoint(const Fixture& f, DType dtype, const std::string& tag) {
+  const fs::path dir = fs::path(testing::TempDir()) / (tag + "_" + f.name + "_" + dtype_name(dtype));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(f.dir + "/config.json", dir / "config.json");
+  std::vector<OwnedTensor> owned;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, info] : f.weights.items()) {
+    std::vector<int64_t> shape = info.at("shape").get<std::vector<int64_t>>();
+    OwnedTensor bf = model::synthetic_tensor(name, shape, DType::kBF16, f.seed);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)model::fnv1a64_bytes(bf.tensor.data, bf.tensor.nbytes()));
+    EXPECT_EQ(std::string(hex), info.at("fnv1a64").get<std::string>()) << "generator differs from HF weights for " << name;
+    owned.push_back(dtype == DType::kBF16 ? std::move(bf) : model::synthetic_tensor(name, shape, dtype, f.seed));
+    tensors.emplace_back(name, owned.back().tensor);
+  }
+  model::write_safetensors((dir / "model.safetensors").string(), tensors);
+  return dir.string();
+}
 
 Fixture load_fixture(const std::string& name) {
   Fixture f;

@@ -1,5 +1,6 @@
 // Reading a golden fixture (tests/golden/data/<name>/): config.json, golden.safetensors (HF outputs) and
-// its metadata, and rebuilding the exact weights HF ran on from the shared synthetic generator.
+// its metadata, and rebuilding the exact weights HF ran on from the shared synthetic generator as a real
+// checkpoint. Shared by test_golden (CPU) and test_cuda (the same fixtures on the GPU).
 #pragma once
 #include <map>
 #include <memory>
@@ -21,7 +22,13 @@ struct Fixture {
 };
 
 std::string data_dir();
+// Fixture names (directories of data_dir() holding golden.safetensors), sorted.
+std::vector<std::string> fixture_names();
 Fixture load_fixture(const std::string& name);
+// Writes the fixture's weights (regenerated in `dtype`) + config.json into a fresh directory under the
+// test temp dir named "<tag>_<fixture>_<dtype>" (distinct tags keep test binaries that run at the same
+// time apart) and returns it; EXPECTs that every regenerated bf16 tensor hashes to HF's FNV-1a value.
+std::string build_checkpoint(const Fixture& f, DType dtype, const std::string& tag = "golden");
 std::vector<float> to_f32(const Tensor& t);
 std::vector<int32_t> to_i32(const Tensor& t);
 // max |a - b| / max |b|.

@@ -4,19 +4,16 @@
 // tokens. Tolerance: max |ours - HF| / max |HF| <= 1e-4 per tensor.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "engine/generator.h"
 #include "golden_file.h"
 #include "model/registry.h"
-#include "model/synthetic.h"
 
 namespace bunsen::golden {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr double kTol = 1e-4;
 
 struct Capture : model::ActivationHook {
@@ -31,36 +28,6 @@ struct Capture : model::ActivationHook {
     }
   }
 };
-
-// Writes the fixture's weights (regenerated) + config.json into a fresh directory; checks every hash.
-std::string build_checkpoint(const Fixture& f, DType dtype) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("golden_" + f.name + "_" + dtype_name(dtype));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  fs::copy_file(f.dir + "/config.json", dir / "config.json");
-  std::vector<OwnedTensor> owned;
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, info] : f.weights.items()) {
-    std::vector<int64_t> shape = info.at("shape").get<std::vector<int64_t>>();
-    OwnedTensor bf = model::synthetic_tensor(name, shape, DType::kBF16, f.seed);
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)model::fnv1a64_bytes(bf.tensor.data, bf.tensor.nbytes()));
-    EXPECT_EQ(std::string(hex), info.at("fnv1a64").get<std::string>()) << "generator differs from HF weights for " << name;
-    owned.push_back(dtype == DType::kBF16 ? std::move(bf) : model::synthetic_tensor(name, shape, dtype, f.seed));
-    tensors.emplace_back(name, owned.back().tensor);
-  }
-  model::write_safetensors((dir / "model.safetensors").string(), tensors);
-  return dir.string();
-}
-
-std::vector<std::string> fixture_names() {
-  std::vector<std::string> out;
-  if (!fs::exists(data_dir())) return out;
-  for (const auto& e : fs::directory_iterator(data_dir()))
-    if (fs::exists(e.path() / "golden.safetensors")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 void check_decode_logits(const Fixture& f, engine::Runner& runner, const std::vector<int32_t>& ids,
                          const std::vector<int32_t>& greedy) {

@@ -30,5 +30,6 @@ void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cach
 void silu_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up);
 void softmax(ThreadPool& pool, Tensor x);
 void argmax(ThreadPool& pool, Tensor out, Tensor x);
+void gather_rows(ThreadPool& pool, Tensor out, Tensor x, Tensor rows);
 
 }  // namespace bunsen::kernels::cpu

@@ -1,8 +1,9 @@
-// Fast row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax. Threaded over
-// rows; inner loops are plain code for the compiler to vectorise (baseline ISA). Not validating.
-// Invariants: same math as ref/ in f32 (rms_norm's sum of squares uses 8 f32 partial sums instead of a
-// double); argmax keeps ref's tie and NaN rules.
+// Fast row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows.
+// Threaded over rows; inner loops are plain code for the compiler to vectorise (baseline ISA). Not
+// validating. Invariants: same math as ref/ in f32 (rms_norm's sum of squares uses 8 f32 partial sums
+// instead of a double); argmax keeps ref's tie and NaN rules.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
@@ -121,6 +122,14 @@ void argmax(ThreadPool& pool, Tensor out, Tensor x) {
       }
     o[i] = static_cast<int32_t>(best);
   });
+}
+
+void gather_rows(ThreadPool& pool, Tensor out, Tensor x, Tensor rows) {
+  const Rows o = as_rows(out), xr = as_rows(x);
+  const int32_t* idx = rows.ptr<int32_t>();
+  const size_t row_bytes = static_cast<size_t>(o.n_cols) * sizeof(float);
+  for_rows(pool, o.n_rows, o.n_cols,
+           [&](int64_t i) { std::memcpy(o.row<float>(i), xr.row<float>(idx[i]), row_bytes); });
 }
 
 }  // namespace bunsen::kernels::cpu

@@ -1,5 +1,6 @@
-// Host-callable entry points of the CUDA backend: device memory (DeviceBuffer, copies), the per-stream
-// scratch arena, and one function per op of ops.h on device tensors described by plain structs.
+// Host-callable entry points of the CUDA backend: device and pinned memory, copies and staged uploads,
+// the bandwidth probe, the per-stream scratch arena, and one function per op of ops.h on device tensors
+// described by plain structs.
 // Not a validator and not CUDA-aware: plain C++17 (no CUDA headers, no Tensor) so dispatch.cpp (C++20)
 // and the .cu files (C++17) both include it; dispatch.cpp checks dtypes and shapes first. Invariants:
 // every launch goes to the given stream (nullptr = the legacy default stream) on the current device;
@@ -8,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "core/dtype.h"
 
@@ -40,6 +42,52 @@ void copy_to_host(void* dst, const void* src, size_t bytes, void* stream = nullp
 void copy_device_to_device(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 void synchronize(void* stream = nullptr);
 int current_device();
+void set_device(int index);  // cudaSetDevice: the calling thread's current device
+
+// ---- pinned host memory and asynchronous transfers (transfer.cu) ----
+
+// Page-locked host memory (cudaHostAlloc), freed on destruction: the host side of copies that really run
+// asynchronously. A host pointer: tensors over it are CPU tensors.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);  // throws Error("cuda", ...) when cudaHostAlloc fails
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Enqueues a copy of `bytes` bytes on `stream` and returns without waiting; the direction follows from
+// the pointers (unified addressing). Host memory must stay untouched until the stream has passed the copy.
+void copy_async(void* dst, const void* src, size_t bytes, void* stream);
+// Enqueues a zero fill of device memory on `stream`.
+void fill_zero_async(void* dst, size_t bytes, void* stream);
+
+// One range of a host-to-device upload; src may be pageable (an mmap).
+struct HostToDevice {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
+// Copies every range through a double-buffered pinned staging buffer of 2 x `chunk_bytes` on `stream`
+// (the host copy of one chunk overlaps the device copy of the previous one) and returns when all bytes
+// have arrived. progress(bytes done so far) runs on the calling thread after each chunk.
+void upload(const HostToDevice* ranges, size_t n_ranges, size_t chunk_bytes, void* stream,
+            const std::function<void(size_t)>& progress);
+
+// Device-memory read bandwidth in 1e9 bytes/s: the best of `repeats` passes of a streaming read kernel
+// over a fresh `bytes`-byte buffer (timed with CUDA events on `stream`). The roofline denominator.
+double read_bandwidth_gbps(size_t bytes, int repeats, void* stream);
 
 // ---- per-stream scratch arena ----
 // Some ops need temporary device memory (split-KV partials, converted GEMM operands, the cuBLASLt
@@ -114,6 +162,8 @@ void paged_attention(void* stream, const DevAttention& a);
 void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up);
 void softmax(void* stream, DevRows x);
 void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
+// out[r, :] = x[rows[r], :]; rows [out.n_rows] i32 on the device (a row outside x gives a NaN row).
+void gather_rows(void* stream, DevRows out, DevRows x, const int32_t* rows);
 
 constexpr int64_t kGemvMaxM = 8;
 

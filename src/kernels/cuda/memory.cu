@@ -91,6 +91,10 @@ int current_device() {
   return dev;
 }
 
+void set_device(int index) {
+  check_cuda(cudaSetDevice(index), "cudaSetDevice", [&] { return strfmt("(cuda:%d)", index); });
+}
+
 // ---- scratch arena ----
 
 namespace {

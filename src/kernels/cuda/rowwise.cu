@@ -1,6 +1,7 @@
-// CUDA row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax. One block per
-// row for the reductions (grid-stride over rows), a flat grid-stride loop for element-wise ops; all
-// math in f32, storage in each tensor's own dtype (activations f32|bf16, weights f32|f16|bf16).
+// CUDA row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows. One
+// block per row for the reductions and gathers (grid-stride over rows), a flat grid-stride loop for
+// element-wise ops; all math in f32, storage in each tensor's own dtype (activations f32|bf16,
+// weights f32|f16|bf16).
 // Not tuned yet: scalar (coalesced) loads; these ops are a small share of a step next to linear.
 // Invariants: same formulas as ref/ (rms_norm's mean in f32; argmax: first maximum, NaN never wins).
 #include "kernels/cuda/cuda_common.cuh"
@@ -142,6 +143,18 @@ __global__ void argmax_kernel(int32_t* out, const XT* x, int64_t xs, int64_t n_r
   }
 }
 
+template <typename OT, typename XT>
+__global__ void gather_rows_kernel(OT* out, int64_t os, const XT* x, int64_t xs, int64_t n_x, const int32_t* rows,
+                                   int64_t n_out, int64_t d) {
+  for (int64_t r = blockIdx.x; r < n_out; r += gridDim.x) {
+    const int32_t src = rows[r];
+    const bool ok = src >= 0 && src < n_x;
+    const XT* xr = x + (ok ? src : 0) * xs;
+    OT* o = out + r * os;
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = from_f32<OT>(ok ? to_f32(xr[j]) : NAN);
+  }
+}
+
 }  // namespace
 
 void embedding(void* stream, DevRows out, DevRows table, const int32_t* ids, float scale) {
@@ -235,6 +248,20 @@ void argmax(void* stream, int32_t* out, DevRows x) {
         out, static_cast<const XT*>(x.data), x.stride, x.n_rows, x.n_cols);
   });
   check_launch("argmax", [&] { return rows_desc("x", x); });
+}
+
+void gather_rows(void* stream, DevRows out, DevRows x, const int32_t* rows) {
+  if (out.n_rows == 0 || out.n_cols == 0) return;
+  with_act_type(out.dtype, [&](auto ot) {
+    with_act_type(x.dtype, [&](auto xt) {
+      using OT = typename decltype(ot)::type;
+      using XT = typename decltype(xt)::type;
+      gather_rows_kernel<OT, XT><<<row_blocks(out.n_rows), row_threads(out.n_cols), 0, as_stream(stream)>>>(
+          static_cast<OT*>(out.data), out.stride, static_cast<const XT*>(x.data), x.stride, x.n_rows, rows,
+          out.n_rows, out.n_cols);
+    });
+  });
+  check_launch("gather_rows", [&] { return rows_desc("out", out) + ", " + rows_desc("x", x); });
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -1,4 +1,4 @@
-// Reference row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax.
+// Reference row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows.
 // Not fast: one element at a time, single-threaded. Invariants: f32 math except rms_norm's sum of
 // squares (double); argmax returns the first maximum and ranks NaN below every number.
 #include <cmath>
@@ -75,6 +75,15 @@ void argmax(Tensor out, Tensor x) {
       if (best < 0 || r[j] > r[best]) best = j;
     }
     out.ptr<int32_t>()[i * out.strides[0]] = static_cast<int32_t>(best < 0 ? 0 : best);
+  }
+}
+
+void gather_rows(Tensor out, Tensor x, Tensor rows) {
+  Rows o = as_rows(out), xr = as_rows(x);
+  for (int64_t i = 0; i < o.n_rows; ++i) {
+    const float* src = xr.row<float>(rows.ptr<int32_t>()[i]);
+    float* dst = o.row<float>(i);
+    for (int64_t j = 0; j < o.n_cols; ++j) dst[j] = src[j];
   }
 }
 

@@ -19,5 +19,6 @@ void paged_attention(Tensor out, Tensor q, const PagedKv& cache, const Attention
 void silu_mul(Tensor out, Tensor gate, Tensor up);
 void softmax(Tensor x);
 void argmax(Tensor out, Tensor x);
+void gather_rows(Tensor out, Tensor x, Tensor rows);
 
 }  // namespace bunsen::kernels::ref

@@ -2,6 +2,8 @@
 //   x += attn(rms_norm(x)) * residual_multiplier;  x += mlp(rms_norm(x)) * residual_multiplier
 // with GQA attention over the paged KV cache and a SwiGLU MLP. Checkpoint quirks are resolved at load:
 // phi3's fused qkv_proj / gate_up_proj become row-slice views (no copy), tied heads reuse embed_tokens.
+// Runs wherever its weights live: on the CPU every activation is f32; on CUDA the residual stream (x, the
+// gathered logit rows) stays f32 and the other activations are bf16 (kernels accumulate in f32).
 #include "model/arch/llama.h"
 
 #include <algorithm>
@@ -28,11 +30,15 @@ struct Layer {
 
 class LlamaLike final : public Model {
  public:
-  LlamaLike(const ModelConfig& cfg, WeightStore weights) : cfg_(cfg), weights_(std::move(weights)) {
+  LlamaLike(const ModelConfig& cfg, WeightStore weights)
+      : cfg_(cfg),
+        weights_(std::move(weights)),
+        act_dtype_(weights_.device().is_cuda() ? DType::kBF16 : DType::kF32) {
     load();
   }
 
   const ModelConfig& config() const override { return cfg_; }
+  Device device() const override { return weights_.device(); }
 
   std::vector<KvLayerSpec> kv_layout() const override {
     std::vector<KvLayerSpec> out;
@@ -42,7 +48,7 @@ class LlamaLike final : public Model {
   }
 
   size_t workspace_bytes(int64_t max_tokens, int64_t max_out) const override {
-    return f32_workspace_bytes(buffer_shapes(max_tokens, max_out));
+    return model::workspace_bytes(buffer_specs(max_tokens, max_out));
   }
 
   size_t weight_bytes_per_token() const override {
@@ -58,15 +64,15 @@ class LlamaLike final : public Model {
   void forward(const ForwardArgs& a) override;
 
  private:
-  // Workspace tensors of one step, in allocation order (all f32).
+  // Workspace tensors of one step, in allocation order: x and xo f32, the rest in act_dtype_.
   static constexpr size_t kBuffers = 11;
-  std::array<std::pair<int64_t, int64_t>, kBuffers> buffer_shapes(int64_t n, int64_t n_out) const {
+  std::array<WorkspaceSpec, kBuffers> buffer_specs(int64_t n, int64_t n_out) const {
     const int64_t q_dim = cfg_.n_heads * cfg_.head_dim, kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
-    using P = std::pair<int64_t, int64_t>;
     const int64_t d = cfg_.d_model, f = cfg_.d_ff;
+    const DType a = act_dtype_, f32 = DType::kF32;
     // x, h, q, k, v, attn, proj, gate, up, act, xo
-    return {P{n, d}, P{n, d}, P{n, q_dim}, P{n, kv_dim}, P{n, kv_dim}, P{n, q_dim},
-            P{n, d}, P{n, f}, P{n, f},     P{n, f},      P{n_out, d}};
+    return {WorkspaceSpec{f32, n, d}, {a, n, d}, {a, n, q_dim}, {a, n, kv_dim}, {a, n, kv_dim}, {a, n, q_dim},
+            {a, n, d},                {a, n, f}, {a, n, f},     {a, n, f},      {f32, n_out, d}};
   }
 
   void load();
@@ -76,6 +82,7 @@ class LlamaLike final : public Model {
 
   ModelConfig cfg_;
   WeightStore weights_;
+  DType act_dtype_;    // activation dtype: f32 on the CPU, bf16 on CUDA
   Tensor embed_;       // [vocab_size, d_model]
   Tensor final_norm_;  // [d_model]
   Linear lm_head_;     // [vocab_size, d_model] (embed_ when tied)
@@ -131,9 +138,7 @@ void LlamaLike::load() {
 
 void LlamaLike::update_dynamic_rope(const StepBatch& b) {
   if (cfg_.rope.type != RopeType::kDynamic) return;
-  const int32_t* pos = b.positions.ptr<int32_t>();
-  int64_t seq_len = 0;
-  for (int64_t i = 0; i < b.n_tokens(); ++i) seq_len = std::max<int64_t>(seq_len, pos[i] + 1);
+  int64_t seq_len = b.max_seq_len;
   if (seq_len <= cfg_.max_position_embeddings) seq_len = 0;  // below the trained length: base table
   if (seq_len != rope_seq_len_) {
     rope_ = compute_rope(cfg_, seq_len);
@@ -184,8 +189,8 @@ void LlamaLike::forward(const ForwardArgs& a) {
   Arena& ws = *a.workspace;
   ws.reset();
   std::array<Tensor, kBuffers> t;
-  const auto shapes = buffer_shapes(n, n_out);
-  for (size_t i = 0; i < kBuffers; ++i) t[i] = ws.alloc(DType::kF32, {shapes[i].first, shapes[i].second});
+  const auto specs = buffer_specs(n, n_out);
+  for (size_t i = 0; i < kBuffers; ++i) t[i] = ws.alloc(specs[i].dtype, {specs[i].rows, specs[i].cols});
   Tensor x = t[0], h = t[1], proj = t[6], xo = t[10];
   q_ = t[2], k_ = t[3], v_ = t[4], attn_ = t[5], gate_ = t[7], up_ = t[8], act_ = t[9];
   const float residual = static_cast<float>(cfg_.residual_multiplier);
@@ -206,11 +211,7 @@ void LlamaLike::forward(const ForwardArgs& a) {
     kernels::add_scaled(ctx, x, proj, residual);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
-  const int32_t* rows = b.logit_rows.ptr<int32_t>();
-  for (int64_t r = 0; r < n_out; ++r) {
-    check(rows[r] >= 0 && rows[r] < n, "model", "forward: logit row out of range");
-    std::copy_n(static_cast<const float*>(x.row_ptr(rows[r])), cfg_.d_model, static_cast<float*>(xo.row_ptr(r)));
-  }
+  kernels::gather_rows(ctx, xo, x, b.logit_rows);
   kernels::rms_norm(ctx, xo, xo, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, xo);
   lm_head_(ctx, a.logits, xo);

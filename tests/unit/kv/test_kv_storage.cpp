@@ -1,4 +1,5 @@
-// Tests for KvStorage: view shapes/dtypes, byte accounting, zero init, and that no two views overlap.
+// Tests for KvStorage: view shapes/dtypes, byte accounting, zero init, that no two views overlap, and views
+// over caller-owned (device) memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,4 +81,41 @@ TEST(KvStorage, RejectsBadOptions) {
   EXPECT_THROW(KvStorage({{1, 1}}, o), Error);
   o.dtype = DType::kF32;
   EXPECT_THROW(KvStorage({{0, 8}}, o), Error);
+}
+
+TEST(KvStorage, ExternalMemoryViewsStayInsideTheRegionAndCarryTheDevice) {
+  std::vector<KvLayerShape> layers = {{2, 4}, {3, 5}, {1, 1}};
+  KvStorageOptions o;
+  o.n_blocks = 3;
+  o.block_size = 4;
+  o.dtype = DType::kBF16;
+  const size_t need = KvStorage::required_bytes(layers, o);
+  EXPECT_GE(need, KvStorage::bytes_per_block(layers, 4, DType::kBF16) * 3);
+  bunsen::Buffer region(need + 64);
+  // A device tag only: the views are never dereferenced here, so a host region stands in for device memory.
+  const bunsen::Device dev = bunsen::Device::cuda(1);
+  KvStorage kv(layers, o, region.data(), need, dev);
+  EXPECT_EQ(kv.bytes(), KvStorage::bytes_per_block(layers, 4, DType::kBF16) * 3);
+  const auto lo = reinterpret_cast<uintptr_t>(region.data());
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (const auto& l : kv.layers())
+    for (const Tensor* t : {&l.k, &l.v}) {
+      EXPECT_EQ(t->device, dev);
+      EXPECT_EQ(t->dtype, DType::kBF16);
+      const auto begin = reinterpret_cast<uintptr_t>(t->data);
+      EXPECT_EQ((begin - lo) % bunsen::kAlignment, 0u);
+      ranges.emplace_back(begin, begin + t->nbytes());
+    }
+  std::sort(ranges.begin(), ranges.end());
+  EXPECT_GE(ranges.front().first, lo);
+  EXPECT_LE(ranges.back().second, lo + need);
+  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "overlap at " << i;
+  // Too little memory, or none, is an error naming both sizes.
+  try {
+    KvStorage small(layers, o, region.data(), need - 1, dev);
+    ADD_FAILURE() << "a region one byte short was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(need)), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(KvStorage(layers, o, nullptr, need, dev), Error);
 }

@@ -1,0 +1,152 @@
+// device.h over the CUDA backend (kernels/cuda/cuda_ops.h and device_info.h) or, without it, over host
+// memory with "CUDA backend not built" errors for every CUDA request. Not an allocator policy: callers
+// size their memory. Invariant: the only file above kernels/cuda/ that owns CUDA memory objects.
+#include "kernels/device.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/status.h"
+#ifdef BUNSEN_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_info.h"
+#endif
+
+namespace bunsen::kernels {
+namespace {
+
+[[maybe_unused]] [[noreturn]] void not_built(const char* what) {
+  throw Error("kernels", std::string(what) + ": CUDA backend not built");
+}
+
+void need_cuda_device(const char* what, Device d) {
+  if (!d.is_cuda()) throw Error("kernels", std::string(what) + ": " + d.str() + " is not a CUDA device");
+#ifndef BUNSEN_HAVE_CUDA
+  not_built(what);
+#endif
+}
+
+}  // namespace
+
+#ifdef BUNSEN_HAVE_CUDA
+
+bool cuda_built() {
+  return true;
+}
+int cuda_device_count() {
+  return cuda::device_count();
+}
+std::string cuda_device_name(int index) {
+  return cuda::device_name(index);
+}
+
+void set_current_device(Device device) {
+  if (!device.is_cuda()) return;
+  const int n = cuda::device_count();
+  if (device.index < 0 || device.index >= n)
+    throw Error("kernels", strfmt("%s: no such CUDA device (%d visible)", device.str().c_str(), n));
+  cuda::set_device(device.index);
+}
+
+DeviceMemory DeviceMemory::allocate(Device device, size_t bytes, bool zero) {
+  DeviceMemory m;
+  m.size_ = bytes;
+  m.device_ = device;
+  if (device.is_cpu()) {
+    auto buf = std::make_shared<Buffer>(bytes, zero);
+    m.data_ = buf->data();
+    m.owner_ = std::move(buf);
+    return m;
+  }
+  set_current_device(device);
+  auto buf = std::make_shared<cuda::DeviceBuffer>(bytes);
+  m.data_ = buf->data();
+  m.owner_ = std::move(buf);
+  if (zero) {
+    cuda::fill_zero_async(m.data_, bytes, nullptr);
+    cuda::synchronize(nullptr);
+  }
+  return m;
+}
+
+DeviceMemory DeviceMemory::pinned_host(size_t bytes) {
+  DeviceMemory m;
+  auto buf = std::make_shared<cuda::PinnedBuffer>(bytes);
+  m.data_ = buf->data();
+  m.size_ = bytes;
+  m.owner_ = std::move(buf);
+  return m;
+}
+
+void copy_async(Context& ctx, void* dst, const void* src, size_t bytes) {
+  cuda::copy_async(dst, src, bytes, ctx.cuda_stream);
+}
+
+void synchronize(Context& ctx) {
+  cuda::synchronize(ctx.cuda_stream);
+}
+
+void upload(Device device, std::span<const HostToDevice> ranges, size_t chunk_bytes,
+            const std::function<void(size_t)>& progress) {
+  need_cuda_device("upload", device);
+  set_current_device(device);
+  std::vector<cuda::HostToDevice> r(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) r[i] = {ranges[i].dst, ranges[i].src, ranges[i].bytes};
+  cuda::upload(r.data(), r.size(), chunk_bytes, nullptr, progress);
+}
+
+double device_read_bandwidth_gbps(Device device, size_t bytes, int repeats) {
+  need_cuda_device("device_read_bandwidth_gbps", device);
+  set_current_device(device);
+  return cuda::read_bandwidth_gbps(bytes, repeats, nullptr);
+}
+
+#else  // !BUNSEN_HAVE_CUDA
+
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+std::string cuda_device_name(int) {
+  return "";
+}
+
+void set_current_device(Device device) {
+  if (device.is_cuda()) not_built("set_current_device");
+}
+
+DeviceMemory DeviceMemory::allocate(Device device, size_t bytes, bool zero) {
+  if (device.is_cuda()) not_built("DeviceMemory::allocate");
+  DeviceMemory m;
+  auto buf = std::make_shared<Buffer>(bytes, zero);
+  m.data_ = buf->data();
+  m.size_ = bytes;
+  m.owner_ = std::move(buf);
+  return m;
+}
+
+DeviceMemory DeviceMemory::pinned_host(size_t bytes) {
+  return allocate(Device::cpu(), bytes);
+}
+
+void copy_async(Context&, void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);  // host to host: the only kind without CUDA
+}
+
+void synchronize(Context&) {}
+
+void upload(Device device, std::span<const HostToDevice>, size_t, const std::function<void(size_t)>&) {
+  need_cuda_device("upload", device);
+}
+
+double device_read_bandwidth_gbps(Device device, size_t, int) {
+  need_cuda_device("device_read_bandwidth_gbps", device);
+  return 0;
+}
+
+#endif
+
+}  // namespace bunsen::kernels

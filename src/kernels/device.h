@@ -1,0 +1,70 @@
+// Backend-neutral device services for the layers above kernels/ (model, engine, bench, cli): which CUDA
+// devices exist, owning device or pinned host memory, asynchronous copies, the staged upload of host
+// ranges (weights) and the device bandwidth probe. Not an op (ops.h) and not CUDA-aware: no CUDA
+// headers here; without the CUDA backend cuda_device_count() is 0 and every CUDA request throws
+// Error("kernels", "...: CUDA backend not built"). Invariant: memory is freed by its owner's destructor.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace bunsen::kernels {
+
+bool cuda_built();
+int cuda_device_count();                  // 0 without the backend, a driver or a GPU
+std::string cuda_device_name(int index);  // "" when unknown
+// Makes `device` the calling thread's current CUDA device (nothing for the CPU). Device memory is
+// allocated on, and ops run on, the current device.
+void set_current_device(Device device);
+
+// One owning allocation: device memory (CUDA), page-locked host memory, or ordinary aligned host memory.
+// Move-only.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  // `bytes` on `device` (a CUDA device becomes the current device first); zeroed when `zero`.
+  static DeviceMemory allocate(Device device, size_t bytes, bool zero = false);
+  // Host memory that CUDA copies can read and write asynchronously (plain host memory without CUDA).
+  static DeviceMemory pinned_host(size_t bytes);
+  DeviceMemory(DeviceMemory&&) noexcept = default;
+  DeviceMemory& operator=(DeviceMemory&&) noexcept = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  Device device() const { return device_; }  // cpu for pinned host memory
+
+ private:
+  std::shared_ptr<void> owner_;  // the backend's buffer object (its destructor frees the memory)
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  Device device_{};
+};
+
+// Enqueues a copy on ctx's CUDA stream (any direction between host and device memory) and returns
+// without waiting; host memory involved should be pinned and must stay untouched until synchronize().
+void copy_async(Context& ctx, void* dst, const void* src, size_t bytes);
+// Waits for everything enqueued on ctx's CUDA stream.
+void synchronize(Context& ctx);
+
+// One host range (pageable, e.g. an mmap) and where it goes on the device.
+struct HostToDevice {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+// Copies the ranges to `device` through a double-buffered pinned staging buffer (2 x chunk_bytes) and
+// returns when all have arrived; progress(bytes done) after each chunk.
+void upload(Device device, std::span<const HostToDevice> ranges, size_t chunk_bytes,
+            const std::function<void(size_t)>& progress = {});
+
+// Read bandwidth of `device`'s memory in 1e9 bytes/s (best of `repeats` passes over `bytes`).
+double device_read_bandwidth_gbps(Device device, size_t bytes = size_t{1} << 30, int repeats = 10);
+
+}  // namespace bunsen::kernels
