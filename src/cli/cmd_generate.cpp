@@ -13,6 +13,7 @@
 #include "hub/demo_model.h"
 #include "kernels/device.h"
 #include "model/registry.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace bunsen::cli {
@@ -28,7 +29,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"top-k", "K", "keep the K most likely tokens (default 0 = off)"},
     {"min-p", "P", "drop tokens below P x the top probability (default 0 = off)"},
     {"seed", "N", "random seed (default: random)"},
-    {"raw", "", "use the prompt as raw text, no chat template (the only mode until chat templates land)"},
+    {"raw", "", "use the prompt as raw text (default: wrapped as one user message by the model's chat template)"},
     {"json", "", "print one JSON object at the end instead of streaming"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"device", "DEV", kDeviceHelp},
@@ -47,6 +48,15 @@ std::vector<int32_t> parse_ids(const std::string& s) {
     out.push_back(static_cast<int32_t>(v));
   }
   return out;
+}
+
+// Like mlx-lm and HF: the prompt becomes one user message rendered by the model's chat template (tokenized
+// without adding special tokens, as apply_chat_template does) unless --raw or the model has no template.
+std::vector<int32_t> encode_prompt(const std::string& text, bool raw, const std::string& dir, const text::Tokenizer& tok) {
+  if (raw || !text::ChatTemplate::available(dir)) return tok.encode(text, /*add_special=*/true);
+  const text::ChatTemplate tpl = text::ChatTemplate::load(dir);
+  const nlohmann::ordered_json messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}});
+  return tok.encode(tpl.render(messages, nullptr, /*add_generation_prompt=*/true), /*add_special=*/false);
 }
 
 sampling::SamplingParams sampling_from(const Args& a, const model::ModelConfig& cfg) {
@@ -83,7 +93,7 @@ int cmd_generate(int argc, char** argv) {
   auto model = model::load_model(dir, lo);
   const model::ModelConfig& cfg = model->config();
   auto tok = open_tokenizer(dir, cfg);
-  std::vector<int32_t> prompt = a.has("prompt") ? tok->encode(*a.str("prompt"), /*add_special=*/true)
+  std::vector<int32_t> prompt = a.has("prompt") ? encode_prompt(*a.str("prompt"), a.flag("raw"), dir, *tok)
                                                 : parse_ids(*a.str("prompt-tokens"));
   check(!prompt.empty(), "cli", "bunsen generate: the prompt encodes to no tokens");
   engine::GenerateOptions go;

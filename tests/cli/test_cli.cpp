@@ -72,12 +72,27 @@ TEST(Cli, StreamsTextAndEndsWithStats) {
 }
 
 TEST(Cli, JsonTextMatchesIds) {
-  Proc r = run("generate -p \"The quick brown fox\" -n 6 --seed 1 --json");
+  Proc r = run("generate -p \"The quick brown fox\" -n 6 --seed 1 --raw --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("prompt_ids").size(), 4u);  // Qwen3: The| quick| brown| fox
   EXPECT_LE(j.at("generated_ids").size(), 6u);
   EXPECT_TRUE(j.at("text").is_string());
+}
+
+TEST(Cli, PromptGoesThroughTheChatTemplateUnlessRaw) {
+  Proc r = run("generate -p \"The quick brown fox\" -n 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  std::string ids;
+  for (const auto& id : j.at("prompt_ids")) {
+    if (!ids.empty()) ids += ',';
+    ids += id.dump();
+  }
+  Proc text = run("detokenize --model " + cache() + "/models/demo-qwen3-tiny " + ids);
+  ASSERT_EQ(text.code, 0) << text.err;
+  // The Qwen3 template's rendering of one user message with the generation prompt.
+  EXPECT_EQ(text.out, "<|im_start|>user\nThe quick brown fox<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(Cli, BenchmarkJson) {
