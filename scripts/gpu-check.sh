@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU check in two steps, because the GPU machine cannot build the project (no Debian -dev packages there):
+#   scripts/gpu-check.sh pack [BUILD]   here: copies BUILD/bunsen, BUILD/tests/test_cuda and the non-system
+#                                       shared libraries they need (PCRE2, utf8proc) into .gpu/ (git-ignored)
+#   scripts/gpu-check.sh run            there (device tool: carry [".gpu"]): CUDA tests, generate on the demo
+#                                       on cuda and cpu (same greedy ids expected), benchmarks; results in $OUT
+# cuBLASLt is linked dynamically and found in the GPU machine's /usr/local/cuda/lib64.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+G=.gpu
+
+pack() {
+  local build=${1:-build}
+  rm -rf "$G" && mkdir -p "$G/lib"
+  cp "$build/bunsen" "$build/tests/test_cuda" "$G/" || exit 1
+  for so in libpcre2-8.so.0 libutf8proc.so.2; do
+    cp "$(ldd "$build/bunsen" | awk -v s="$so" '$1 == s {print $3}')" "$G/lib/" || exit 1
+  done
+  du -sh "$G"
+}
+
+run() {
+  local out=${OUT:-gpu-check-out}
+  mkdir -p "$out"
+  local cublas
+  cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.* 2>/dev/null | head -1)
+  export LD_LIBRARY_PATH=$PWD/$G/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}
+  export BUNSEN_CACHE=/tmp/bunsen-gpu-check
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  ldd "$G/bunsen" "$G/test_cuda" | grep "not found"
+  timeout 300 "$G/test_cuda" --gtest_output="json:$out/test_cuda.json" >"$out/test_cuda.txt" 2>&1
+  echo "test_cuda rc=$?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/test_cuda.txt"
+  for dev in cuda cpu; do
+    timeout 60 "$G/bunsen" generate --device $dev --prompt-tokens 9707,11,1879,525,498 --max-tokens 24 \
+      --temperature 0 --json >"$out/generate_$dev.json" 2>&1
+    echo "generate $dev rc=$?"
+  done
+  python3 - "$out" <<'PY'
+import json, sys
+a, b = (json.load(open(f"{sys.argv[1]}/generate_{d}.json")) for d in ("cuda", "cpu"))
+print("greedy ids cuda == cpu:", a["generated_ids"] == b["generated_ids"])
+PY
+  for shape in qwen2.5-0.5b llama3.1-8b; do
+    timeout 150 "$G/bunsen" benchmark --device cuda --synthetic $shape --json >"$out/bench_$shape.json" 2>"$out/bench_$shape.err"
+    echo "benchmark $shape rc=$?"; cat "$out/bench_$shape.json"
+  done
+}
+
+case "${1:-}" in
+  pack) pack "${2:-}" ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu-check.sh pack [BUILD] | run" >&2; exit 2 ;;
+esac
