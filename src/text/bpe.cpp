@@ -73,21 +73,7 @@ class BpeModel final : public Model {
 
 BpeModel::BpeModel(const nlohmann::json& j) {
   const auto& vocab = j.at("vocab");
-  check(vocab.is_object(), "tokenizer", "BPE 'vocab' must be an object");
-  vocab_.reserve(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    int32_t id = it.value().get<int32_t>();
-    check(id >= 0 && id < static_cast<int64_t>(vocab.size()) + json_util::kMaxIdSlack, "tokenizer",
-          "id " + std::to_string(id) + " of '" + it.key() + "' is out of range for a BPE vocab of " +
-              std::to_string(vocab.size()) + " entries");
-    vocab_.emplace(it.key(), id);
-    if (static_cast<size_t>(id) >= id_to_token_.size()) {
-      id_to_token_.resize(static_cast<size_t>(id) + 1);
-      has_id_.resize(static_cast<size_t>(id) + 1, false);
-    }
-    id_to_token_[id] = it.key();
-    has_id_[id] = true;
-  }
+  json_util::load_vocab(vocab, "BPE", vocab_, id_to_token_, has_id_);
   prefix_ = json_util::get_string(j, "continuing_subword_prefix");
   suffix_ = json_util::get_string(j, "end_of_word_suffix");
   fuse_unk_ = json_util::get_bool(j, "fuse_unk", false);

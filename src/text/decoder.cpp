@@ -11,6 +11,7 @@
 #include "text/byte_level.h"
 #include "text/json_util.h"
 #include "text/regex.h"
+#include "text/replace_pattern.h"
 #include "text/utf8.h"
 
 namespace bunsen::text {
@@ -92,42 +93,14 @@ class FuseDecoder final : public Decoder {
 
 class ReplaceDecoder final : public Decoder {
  public:
-  explicit ReplaceDecoder(const nlohmann::json& j) : content_(j.at("content").get<std::string>()) {
-    const auto& p = j.at("pattern");
-    if (p.contains("Regex"))
-      regex_ = std::make_unique<Regex>(p.at("Regex").get<std::string>());
-    else if (p.contains("String"))
-      literal_ = p.at("String").get<std::string>();
-    else
-      throw Error("tokenizer", "Replace pattern must have a 'Regex' or 'String' key");
-  }
-  std::string token_bytes(std::string_view token) const override { return replace(std::string(token)); }
+  explicit ReplaceDecoder(const nlohmann::json& j) : pattern_(j) {}
+  std::string token_bytes(std::string_view token) const override { return pattern_.apply(std::string(token)); }
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) t = replace(std::move(t));
+    for (std::string& t : tokens) t = pattern_.apply(std::move(t));
   }
 
  private:
-  std::string replace(std::string t) const {
-    std::vector<std::pair<size_t, size_t>> m;
-    if (regex_) {
-      if (utf8::is_valid(t)) regex_->find_all(t, m);
-    } else if (!literal_.empty()) {
-      for (size_t pos = t.find(literal_); pos != std::string::npos;
-           pos = t.find(literal_, pos + literal_.size()))
-        m.emplace_back(pos, pos + literal_.size());
-    }
-    if (m.empty()) return t;
-    json_util::check_growth(t.size(), t.size() + m.size() * content_.size());
-    std::string out;
-    size_t prev = 0;
-    for (auto [b, e] : m) {
-      out.append(t, prev, b - prev).append(content_);
-      prev = e;
-    }
-    return out.append(t, prev, std::string::npos);
-  }
-  std::unique_ptr<Regex> regex_;
-  std::string literal_, content_;
+  ReplacePattern pattern_;
 };
 
 class MetaspaceDecoder final : public Decoder {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -33,6 +34,28 @@ inline constexpr int kMaxNesting = 32;
 // Vocabulary ids may leave at most this many unused ids above the number of entries (real files are dense;
 // a sparse id would otherwise size the id -> token table).
 inline constexpr int64_t kMaxIdSlack = int64_t{1} << 20;
+
+// Reads a {"token": id} vocabulary into `by_token` and the dense id -> token table (`has_id` marks the ids
+// in use). Ids must lie below entries + kMaxIdSlack; `model` names the model in errors ("BPE", "WordPiece").
+template <typename Map>
+void load_vocab(const nlohmann::json& vocab, const char* model, Map& by_token, std::vector<std::string>& id_to_token,
+                std::vector<bool>& has_id) {
+  check(vocab.is_object(), "tokenizer", std::string(model) + " 'vocab' must be an object");
+  by_token.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int32_t id = it.value().get<int32_t>();
+    if (id < 0 || id >= static_cast<int64_t>(vocab.size()) + kMaxIdSlack)
+      throw Error("tokenizer", "id " + std::to_string(id) + " of '" + it.key() + "' is out of range for a " + model +
+                                   " vocab of " + std::to_string(vocab.size()) + " entries");
+    by_token.emplace(it.key(), id);
+    if (static_cast<size_t>(id) >= id_to_token.size()) {
+      id_to_token.resize(static_cast<size_t>(id) + 1);
+      has_id.resize(static_cast<size_t>(id) + 1, false);
+    }
+    id_to_token[static_cast<size_t>(id)] = it.key();
+    has_id[static_cast<size_t>(id)] = true;
+  }
+}
 
 // Counts the component factories on the stack of this thread; throws past kMaxNesting.
 class NestingGuard {

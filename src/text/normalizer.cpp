@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "text/json_util.h"
 #include "text/regex.h"
+#include "text/replace_pattern.h"
 #include "text/unicode.h"
 #include "text/utf8.h"
 
@@ -139,40 +140,11 @@ class Lowercase final : public Normalizer {
 // Replace: every non-overlapping match (leftmost first) of a literal or a regex becomes `content`.
 class Replace final : public Normalizer {
  public:
-  explicit Replace(const nlohmann::json& j) : content_(j.at("content").get<std::string>()) {
-    const auto& p = j.at("pattern");
-    if (p.contains("Regex"))
-      regex_ = std::make_unique<Regex>(p.at("Regex").get<std::string>());
-    else if (p.contains("String"))
-      literal_ = p.at("String").get<std::string>();
-    else
-      throw Error("tokenizer", "Replace pattern must have a 'Regex' or 'String' key");
-  }
-  void normalize(std::string& text) const override {
-    std::vector<std::pair<size_t, size_t>> matches;
-    if (regex_) {
-      regex_->find_all(text, matches);
-    } else if (!literal_.empty()) {
-      for (size_t pos = text.find(literal_); pos != std::string::npos;
-           pos = text.find(literal_, pos + literal_.size()))
-        matches.emplace_back(pos, pos + literal_.size());
-    }
-    if (matches.empty()) return;
-    json_util::check_growth(text.size(), text.size() + matches.size() * content_.size());
-    std::string out;
-    out.reserve(text.size() + matches.size() * content_.size());
-    size_t prev = 0;
-    for (auto [b, e] : matches) {
-      out.append(text, prev, b - prev).append(content_);
-      prev = e;
-    }
-    out.append(text, prev, std::string::npos);
-    text = std::move(out);
-  }
+  explicit Replace(const nlohmann::json& j) : pattern_(j) {}
+  void normalize(std::string& text) const override { text = pattern_.apply(std::move(text)); }
 
  private:
-  std::unique_ptr<Regex> regex_;
-  std::string literal_, content_;
+  ReplacePattern pattern_;
 };
 
 class Prepend final : public Normalizer {

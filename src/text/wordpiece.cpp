@@ -22,20 +22,7 @@ class WordPieceModel final : public Model {
  public:
   explicit WordPieceModel(const nlohmann::json& j) {
     const auto& vocab = j.at("vocab");
-    check(vocab.is_object(), "tokenizer", "WordPiece 'vocab' must be an object");
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      int32_t id = it.value().get<int32_t>();
-      check(id >= 0 && id < static_cast<int64_t>(vocab.size()) + json_util::kMaxIdSlack, "tokenizer",
-            "id " + std::to_string(id) + " of '" + it.key() + "' is out of range for a WordPiece vocab of " +
-                std::to_string(vocab.size()) + " entries");
-      vocab_.emplace(it.key(), id);
-      if (static_cast<size_t>(id) >= id_to_token_.size()) {
-        id_to_token_.resize(static_cast<size_t>(id) + 1);
-        has_id_.resize(static_cast<size_t>(id) + 1, false);
-      }
-      id_to_token_[id] = it.key();
-      has_id_[id] = true;
-    }
+    json_util::load_vocab(vocab, "WordPiece", vocab_, id_to_token_, has_id_);
     unk_token_ = json_util::get_string(j, "unk_token", "[UNK]");
     prefix_ = json_util::get_string(j, "continuing_subword_prefix", "##");
     auto max_chars = json_util::get_or_null(j, "max_input_chars_per_word");
