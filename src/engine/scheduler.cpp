@@ -1,0 +1,251 @@
+// Scheduler: decode rows, running prefill chunks, then FCFS admission, each under the step's token budget;
+// preemption by recompute (newest running first). Not a runner: host bookkeeping only.
+// Invariants kept here: running_ is sorted by arrival and every running sequence is older than every waiting
+// one (admission is FCFS and a preempted sequence, the newest running, goes to the front of waiting_), so
+// "preempt the newest" never hurts an older sequence and the oldest always progresses.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+
+namespace bunsen::engine {
+
+const char* seq_status_name(SeqStatus s) {
+  switch (s) {
+    case SeqStatus::kWaiting: return "waiting";
+    case SeqStatus::kRunning: return "running";
+    case SeqStatus::kFinishedStop: return "stop";
+    case SeqStatus::kFinishedLength: return "length";
+    case SeqStatus::kFinishedCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+Sequence::Sequence(NewSequence req, int32_t block_size, int64_t arrival_order)
+    : id(req.id),
+      tokens(std::move(req.prompt)),
+      n_prompt(static_cast<int64_t>(tokens.size())),
+      max_tokens(req.max_tokens),
+      eos_ids(std::move(req.eos_ids)),
+      table(block_size),
+      arrival(arrival_order) {
+  tokens.reserve(static_cast<size_t>(n_prompt + max_tokens));
+}
+
+int64_t SchedulerOutput::n_tokens() const {
+  int64_t n = 0;
+  for (const auto& c : chunks) n += c.n_tokens;
+  return n;
+}
+
+int64_t SchedulerOutput::n_logit_rows() const {
+  return std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.needs_logits; });
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool) : cfg_(cfg), pool_(pool) {
+  check(cfg.block_size > 0, "engine", strfmt("scheduler block_size must be > 0, got %d", cfg.block_size));
+  check(cfg.max_num_seqs > 0, "engine", "scheduler max_num_seqs must be > 0");
+  check(cfg.max_num_batched_tokens >= cfg.max_num_seqs, "engine",
+        strfmt("max_num_batched_tokens (%lld) must be >= max_num_seqs (%lld) so every decode row fits a step",
+               (long long)cfg.max_num_batched_tokens, (long long)cfg.max_num_seqs));
+  running_.reserve(static_cast<size_t>(cfg.max_num_seqs));
+  out_.chunks.reserve(static_cast<size_t>(cfg.max_num_seqs) + 1);
+}
+
+void Scheduler::add(NewSequence req) {
+  check(!req.prompt.empty(), "engine", strfmt("sequence %lld: prompt is empty", (long long)req.id));
+  check(req.max_tokens >= 0, "engine", strfmt("sequence %lld: max_tokens must be >= 0", (long long)req.id));
+  check(!seqs_.count(req.id), "engine", strfmt("sequence id %lld already exists", (long long)req.id));
+  const auto n_prompt = static_cast<int64_t>(req.prompt.size());
+  const int64_t pool_tokens = static_cast<int64_t>(pool_.n_blocks()) * cfg_.block_size;
+  const int64_t total = n_prompt + std::min(req.max_tokens, pool_tokens + 1);  // clamped: no overflow
+  const int64_t blocks = (total + cfg_.block_size - 1) / cfg_.block_size;
+  if (blocks > pool_.n_blocks())
+    throw Error("memory_admission",
+                strfmt("prompt (%lld tokens) + max_tokens (%lld) = %lld tokens needs %lld KV blocks of %d tokens; "
+                       "the whole pool has %d blocks (%lld tokens)",
+                       (long long)n_prompt, (long long)req.max_tokens, (long long)(n_prompt + req.max_tokens),
+                       (long long)blocks, cfg_.block_size, pool_.n_blocks(), (long long)pool_tokens));
+  auto seq = std::make_unique<Sequence>(std::move(req), cfg_.block_size, next_arrival_++);
+  Sequence* s = seq.get();
+  seqs_.emplace(s->id, std::move(seq));
+  if (s->max_tokens == 0) {
+    s->status = SeqStatus::kFinishedLength;
+    return;
+  }
+  waiting_.push_back(s);
+}
+
+Sequence* Scheduler::lookup(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+const Sequence* Scheduler::find(SeqId id) const { return lookup(id); }
+
+const Sequence& Scheduler::get(SeqId id) const {
+  const Sequence* s = lookup(id);
+  check(s != nullptr, "engine", strfmt("unknown sequence id %lld", (long long)id));
+  return *s;
+}
+
+void Scheduler::remove_from_running(Sequence& s) {
+  auto it = std::find(running_.begin(), running_.end(), &s);
+  if (it != running_.end()) running_.erase(it);
+}
+
+void Scheduler::release(Sequence& s) {
+  s.table.release_all(pool_);
+  s.num_computed_tokens = 0;
+}
+
+void Scheduler::finish(Sequence& s, SeqStatus why) {
+  if (s.status == SeqStatus::kRunning) remove_from_running(s);
+  if (s.status == SeqStatus::kWaiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
+  const int64_t computed = s.num_computed_tokens;
+  release(s);
+  s.num_computed_tokens = computed;  // kept for usage reporting; the blocks are gone
+  s.status = why;
+}
+
+bool Scheduler::cancel(SeqId id) {
+  Sequence* s = lookup(id);
+  if (!s || is_finished(s->status)) return false;
+  finish(*s, SeqStatus::kFinishedCancelled);
+  return true;
+}
+
+void Scheduler::remove(SeqId id) {
+  const Sequence& s = get(id);
+  check(is_finished(s.status), "engine",
+        strfmt("sequence %lld is %s; only finished sequences can be removed", (long long)id,
+               seq_status_name(s.status)));
+  seqs_.erase(id);
+}
+
+void Scheduler::preempt(Sequence& victim) {
+  remove_from_running(victim);
+  auto it = std::find_if(out_.chunks.begin(), out_.chunks.end(),
+                         [&](const ScheduledChunk& c) { return c.id == victim.id; });
+  if (it != out_.chunks.end()) {  // already scheduled in this step: its tokens return to the budget
+    budget_ += it->n_tokens;
+    out_.chunks.erase(it);
+  }
+  release(victim);
+  victim.status = SeqStatus::kWaiting;
+  ++victim.n_preemptions;
+  waiting_.push_front(&victim);
+  out_.preempted.push_back(victim.id);
+}
+
+int64_t Scheduler::reserve(Sequence& s, int64_t want, bool may_preempt) {
+  const int64_t done = s.num_computed_tokens;
+  for (;;) {
+    const int64_t owned = static_cast<int64_t>(s.table.blocks().size());
+    const int64_t fit = (owned + pool_.n_free()) * cfg_.block_size - done;  // tokens the free blocks allow
+    const int64_t n = std::min(want, fit);
+    if (n > 0) {
+      const int32_t need = s.table.blocks_needed(done + n);
+      for (int32_t i = 0; i < need; ++i) s.table.append(*pool_.allocate());
+      return n;
+    }
+    if (!may_preempt) return 0;
+    Sequence* victim = running_.back();  // s is running, so running_ is not empty
+    preempt(*victim);
+    if (victim == &s) return 0;
+  }
+}
+
+void Scheduler::schedule_decodes() {
+  for (size_t i = 0; i < running_.size() && budget_ > 0;) {
+    Sequence& s = *running_[i];
+    if (!s.is_decoding()) {
+      ++i;
+      continue;
+    }
+    if (reserve(s, 1, /*may_preempt=*/true) == 0) continue;  // s preempted itself (it was the last one)
+    out_.chunks.push_back({s.id, s.num_computed_tokens, 1, /*is_decode=*/true, /*needs_logits=*/true});
+    --budget_;
+    ++i;
+  }
+}
+
+void Scheduler::schedule_running_prefills() {
+  for (size_t i = 0; i < running_.size() && budget_ > 0;) {
+    Sequence& s = *running_[i];
+    if (s.is_decoding()) {
+      ++i;
+      continue;
+    }
+    const int64_t n = reserve(s, std::min(s.n_tokens() - s.num_computed_tokens, budget_), true);
+    if (n == 0) continue;  // preempted itself
+    const int64_t start = s.num_computed_tokens;
+    out_.chunks.push_back({s.id, start, n, false, start + n == s.n_tokens()});
+    budget_ -= n;
+    ++i;
+  }
+}
+
+void Scheduler::admit_waiting() {
+  while (!waiting_.empty() && budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
+    Sequence& s = *waiting_.front();
+    const int64_t n = reserve(s, std::min(s.n_tokens(), budget_), /*may_preempt=*/false);
+    if (n == 0) break;  // FCFS: nobody overtakes the head of the queue
+    waiting_.pop_front();
+    s.status = SeqStatus::kRunning;
+    auto at = std::upper_bound(running_.begin(), running_.end(), &s,
+                               [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
+    running_.insert(at, &s);
+    out_.chunks.push_back({s.id, 0, n, false, n == s.n_tokens()});
+    budget_ -= n;
+  }
+}
+
+const SchedulerOutput& Scheduler::schedule() {
+  check(!in_flight_, "engine", "schedule() called again before on_step_done() of the previous step");
+  out_.chunks.clear();
+  out_.preempted.clear();
+  budget_ = cfg_.max_num_batched_tokens;
+  schedule_decodes();
+  schedule_running_prefills();
+  // After a preemption the pool is short: admitting now would only thrash (the victim would come straight
+  // back or a newcomer would be preempted next step).
+  if (out_.preempted.empty()) admit_waiting();
+  in_flight_ = true;
+  return out_;
+}
+
+std::vector<SeqId> Scheduler::on_step_done(std::span<const SampledToken> sampled) {
+  check(in_flight_, "engine", "on_step_done() without a scheduled step");
+  size_t k = 0;
+  for (const ScheduledChunk& c : out_.chunks) {  // validate before changing anything
+    if (!c.needs_logits) continue;
+    check(k < sampled.size() && sampled[k].id == c.id, "engine",
+          strfmt("on_step_done: expected a sampled token for sequence %lld at row %zu", (long long)c.id, k));
+    ++k;
+  }
+  check(k == sampled.size(), "engine",
+        strfmt("on_step_done: %zu sampled tokens for %zu logits rows", sampled.size(), k));
+  in_flight_ = false;
+  std::vector<SeqId> finished;
+  k = 0;
+  for (const ScheduledChunk& c : out_.chunks) {
+    const int32_t tok = c.needs_logits ? sampled[k++].token : 0;
+    Sequence* s = lookup(c.id);
+    if (!s || is_finished(s->status)) continue;  // cancelled while the step ran
+    check(s->num_computed_tokens == c.start_pos, "engine", "on_step_done: chunk does not continue its sequence");
+    s->num_computed_tokens += c.n_tokens;
+    if (!c.needs_logits) continue;
+    if (std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end()) {
+      finish(*s, SeqStatus::kFinishedStop);
+    } else {
+      s->tokens.push_back(tok);
+      if (s->n_generated() >= s->max_tokens) finish(*s, SeqStatus::kFinishedLength);
+    }
+    if (is_finished(s->status)) finished.push_back(s->id);
+  }
+  return finished;
+}
+
+}  // namespace bunsen::engine

@@ -1,0 +1,102 @@
+// Scheduler: continuous-batching bookkeeping. Each step it packs one decode token per running sequence, then
+// prefill chunks (chunked prefill) of partially prefilled and waiting sequences, FCFS, under a token budget;
+// it allocates exactly the KV blocks the scheduled tokens need and preempts the newest running sequence when
+// blocks run out (recomputed later). Not a runner, not thread-safe: no tensors, no CUDA, no locks (the
+// Engine owns the loop thread). Invariants: block tables change only here; between steps every live
+// sequence owns ceil(num_computed_tokens / block_size) blocks; a request that fits the pool alone always
+// completes (the oldest running sequence is never preempted for a newer one), so no deadlock.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace bunsen::engine {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 8;               // running sequences at once
+  int64_t max_num_batched_tokens = 512;   // tokens per step (>= max_num_seqs: every decode row fits)
+  int32_t block_size = 16;                // must equal the pool's block size
+};
+
+// One sequence's share of a step: its tokens [start_pos, start_pos + n_tokens).
+struct ScheduledChunk {
+  SeqId id = 0;
+  int64_t start_pos = 0;
+  int64_t n_tokens = 0;
+  bool is_decode = false;     // a running sequence's single next token
+  bool needs_logits = false;  // the chunk ends at the sequence's last token: one token will be sampled
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;  // decode rows first (oldest first), then prefill chunks (FCFS)
+  std::vector<SeqId> preempted;        // sequences preempted while building this step
+  int64_t n_tokens() const;
+  int64_t n_logit_rows() const;
+};
+
+// The token sampled for a chunk with needs_logits.
+struct SampledToken {
+  SeqId id = 0;
+  int32_t token = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool);
+
+  // Queues a request. Throws Error("memory_admission", ...) when prompt + max_tokens cannot fit the whole
+  // pool even alone, Error("engine", ...) on an empty prompt, negative max_tokens or a duplicate id.
+  // max_tokens == 0 finishes at once ("length") without touching the pool.
+  void add(NewSequence req);
+  // Finishes a waiting or running sequence as cancelled and returns its blocks to the pool now. False when
+  // the id is unknown or already finished. Safe between schedule() and on_step_done() (its row is ignored).
+  bool cancel(SeqId id);
+  // Builds the next step. Must be followed by on_step_done() before the next schedule().
+  const SchedulerOutput& schedule();
+  // Completes the last step: advances num_computed_tokens of every scheduled chunk and appends the sampled
+  // tokens; `sampled` holds one entry per needs_logits chunk of the last output, in chunk order (ids are
+  // checked). Returns the ids of sequences that finished (EOS or max_tokens) in this step.
+  std::vector<SeqId> on_step_done(std::span<const SampledToken> sampled);
+  // Forgets a finished sequence (callers read its tokens and status first).
+  void remove(SeqId id);
+
+  const Sequence* find(SeqId id) const;
+  const Sequence& get(SeqId id) const;
+  const std::vector<Sequence*>& running() const { return running_; }  // oldest first
+  const std::deque<Sequence*>& waiting() const { return waiting_; }   // FCFS head first
+  size_t n_sequences() const { return seqs_.size(); }                 // including finished, not removed
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  const SchedulerConfig& config() const { return cfg_; }
+  const kv::BlockPool& pool() const { return pool_; }
+
+ private:
+  Sequence* lookup(SeqId id) const;
+  void schedule_decodes();
+  void schedule_running_prefills();
+  void admit_waiting();
+  // Tokens of `s` to schedule now (<= want) such that its blocks fit: allocates them, preempting newer
+  // running sequences when `may_preempt`. Returns 0 (nothing allocated) when it cannot progress.
+  int64_t reserve(Sequence& s, int64_t want, bool may_preempt);
+  void preempt(Sequence& victim);
+  void release(Sequence& s);
+  void finish(Sequence& s, SeqStatus why);
+  void remove_from_running(Sequence& s);
+
+  SchedulerConfig cfg_;
+  kv::BlockPool& pool_;
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  std::vector<Sequence*> running_;  // sorted by arrival
+  std::deque<Sequence*> waiting_;   // FCFS; preempted sequences return to the front
+  int64_t next_arrival_ = 0;
+  SchedulerOutput out_;
+  int64_t budget_ = 0;  // tokens left in the step being built
+  bool in_flight_ = false;
+};
+
+}  // namespace bunsen::engine
