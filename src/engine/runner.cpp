@@ -60,6 +60,7 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
       storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(opts, device_),
                                                  kv_memory_.data(), kv_memory_.size(), device_)
                                  : kv::KvStorage(kv_shapes(model), kv_options(opts, device_))) {
+  for (const kv::KvLayerView& l : storage_.layers()) kv_views_.push_back({l.k, l.v});
   const size_t ws_bytes = model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows);
   const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
   const size_t logit_bytes =
@@ -179,7 +180,7 @@ Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hoo
   Tensor host_logits = Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
   model::ForwardArgs args;
   args.batch = &batch;
-  args.kv = storage_.layers();
+  args.kv = kv_views_;
   args.workspace = &workspace_;
   args.logits =
       cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_) : host_logits;

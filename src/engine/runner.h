@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "core/buffer.h"
 #include "kernels/device.h"
@@ -72,6 +73,7 @@ class Runner {
   kernels::DeviceMemory kv_memory_;  // CUDA: every layer's K and V; empty on the CPU
   kv::BlockPool pool_;
   kv::KvStorage storage_;
+  std::vector<kernels::PagedKv> kv_views_;  // storage_'s layers as the kernels take them (built once)
   kernels::DeviceMemory workspace_memory_;  // CUDA: the workspace arena's memory
   Arena workspace_;
   // Packed step metadata: token_ids, positions, seq_index [T] i32, slot_mapping [T] i64, block_tables

@@ -1,5 +1,5 @@
 // KvStorage: one zeroed host Buffer per layer holding K then V, or every layer's K and V packed into one
-// caller-owned region; hands out PagedKv views. Not bookkeeping (block_pool.cpp) and not an allocator of
+// caller-owned region; hands out KvLayerView views. Not bookkeeping (block_pool.cpp) and not an allocator of
 // device memory. Invariants: K and V start kAlignment-aligned; views of different layers never overlap;
 // bytes() == n_blocks * bytes_per_block().
 #include "kv/kv_storage.h"
@@ -39,7 +39,7 @@ size_t layer_bytes(const KvLayerShape& l, const KvStorageOptions& o, size_t* v_o
   return *v_offset + half;
 }
 
-kernels::PagedKv layer_view(const KvLayerShape& l, const KvStorageOptions& o, char* base, size_t v_offset,
+KvLayerView layer_view(const KvLayerShape& l, const KvStorageOptions& o, char* base, size_t v_offset,
                             Device device) {
   const int64_t shape[] = {o.n_blocks, o.block_size, l.n_kv_heads, l.head_dim};
   return {Tensor::view(base, o.dtype, shape, device), Tensor::view(base + v_offset, o.dtype, shape, device)};
@@ -90,7 +90,7 @@ size_t KvStorage::required_bytes(const std::vector<KvLayerShape>& layers, const 
 
 size_t KvStorage::bytes() const {
   size_t total = 0;
-  for (const kernels::PagedKv& v : views_) total += v.k.nbytes() + v.v.nbytes();
+  for (const KvLayerView& v : views_) total += v.k.nbytes() + v.v.nbytes();
   return total;
 }
 

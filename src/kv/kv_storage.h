@@ -8,13 +8,19 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "kernels/ops.h"
 
 namespace bunsen::kv {
 
 struct KvLayerShape {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+};
+
+// One layer's cache: slot s lives at block s / block_size, offset s % block_size. The engine hands these to
+// the kernels as kernels::PagedKv (same two views); kv does not depend on kernels.
+struct KvLayerView {
+  Tensor k;  // [n_blocks, block_size, n_kv_heads, head_dim]
+  Tensor v;  // [n_blocks, block_size, n_kv_heads, head_dim]
 };
 
 struct KvStorageOptions {
@@ -38,14 +44,14 @@ class KvStorage {
   DType dtype() const { return opts_.dtype; }
   size_t bytes() const;
   // One view per layer, in layer order; stable for the storage's lifetime.
-  const std::vector<kernels::PagedKv>& layers() const { return views_; }
+  const std::vector<KvLayerView>& layers() const { return views_; }
   // Bytes one block occupies across all layers (K and V): memory planning.
   static size_t bytes_per_block(const std::vector<KvLayerShape>& layers, int32_t block_size, DType dtype);
 
  private:
   KvStorageOptions opts_;
   std::vector<Buffer> buffers_;  // empty for external memory
-  std::vector<kernels::PagedKv> views_;
+  std::vector<KvLayerView> views_;
 };
 
 }  // namespace bunsen::kv
