@@ -138,7 +138,9 @@ TEST(Sampler, TemperatureFlattensAndSharpens) {
 
 TEST(Sampler, TinyTemperatureWithLargeLogitsIsGreedy) {
   std::vector<float> l = {1000.0f, 999.0f, -1000.0f, 998.5f};
-  EXPECT_EQ(drawn_set(l, {1e-6f, 0, 1.0f, 0.0f, {}}, 500, 5), std::set<int32_t>({0}));
+  SamplingParams p;
+  p.temperature = 1e-6f;
+  EXPECT_EQ(drawn_set(l, p, 500, 5), std::set<int32_t>({0}));
 }
 
 TEST(Sampler, TopKNeverLeavesTopK) {
