@@ -67,16 +67,25 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
       static_cast<size_t>(opts.max_logit_rows * model.config().vocab_size) * sizeof(float);
   if (device_.is_cuda()) {
     kernels::set_current_device(device_);
+    if (ctx_.cuda_stream == nullptr) {  // graphs cannot be captured on the legacy default stream
+      stream_ = kernels::DeviceStream::create(device_);
+      ctx_.cuda_stream = stream_.handle();
+    }
     workspace_memory_ = kernels::DeviceMemory::allocate(device_, std::max<size_t>(ws_bytes, 1));
     workspace_ = Arena(workspace_memory_.data(), ws_bytes, device_);
     meta_host_ = kernels::DeviceMemory::pinned_host(meta_bytes);
     meta_device_ = kernels::DeviceMemory::allocate(device_, meta_bytes);
     logits_host_ = kernels::DeviceMemory::pinned_host(logit_bytes);
     logits_device_ = kernels::DeviceMemory::allocate(device_, logit_bytes);
+    argmax_host_ = kernels::DeviceMemory::pinned_host(static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
+    argmax_device_ =
+        kernels::DeviceMemory::allocate(device_, static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
   } else {
     workspace_ = Arena(ws_bytes);
     meta_host_ = kernels::DeviceMemory::allocate(Device::cpu(), meta_bytes);
     logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
+    argmax_host_ =
+        kernels::DeviceMemory::allocate(Device::cpu(), static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
   }
 }
 
@@ -112,7 +121,7 @@ model::StepBatch Runner::batch_view(const MetaLayout& m, const char* base, Devic
   return b;
 }
 
-model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m) {
+model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs) {
   // Messages are built only on failure: this runs every decode step and must not allocate.
   if (chunks.empty() || static_cast<int64_t>(chunks.size()) > opts_.max_seqs)
     throw Error("engine", strfmt("step: %zu sequences, the runner holds 1 to %lld", chunks.size(),
@@ -127,7 +136,10 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
   }
   check(n <= opts_.max_tokens_per_step, "engine", "step: chunk exceeds the per-step token budget");
   check(n_out <= opts_.max_logit_rows, "engine", "step: more logit rows than the runner holds");
-  const auto n_seqs = static_cast<int64_t>(chunks.size());
+  const int64_t n_real = n;
+  n += pad_seqs;
+  n_out += pad_seqs;
+  const auto n_seqs = static_cast<int64_t>(chunks.size()) + pad_seqs;
   m = meta_layout(n, n_out, n_seqs);
   char* host = static_cast<char*>(meta_host_.data());
   model::StepBatch hb = batch_view(m, host, Device::cpu(), n, n_out, n_seqs);
@@ -139,7 +151,7 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
   int32_t* tables = hb.block_tables.ptr<int32_t>();
   std::fill_n(tables, n_seqs * max_blocks_, -1);
   int64_t t = 0, r = 0;
-  for (int64_t s = 0; s < n_seqs; ++s) {
+  for (int64_t s = 0; s < static_cast<int64_t>(chunks.size()); ++s) {
     const SeqChunk& c = chunks[static_cast<size_t>(s)];
     check(c.table->capacity_tokens() >= c.start_pos + c.n, "engine", "step: block table too short for chunk");
     const auto& blocks = c.table->blocks();
@@ -157,17 +169,69 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
       if (i >= first_out) rows[r++] = static_cast<int32_t>(t);
     }
   }
+  for (int64_t s = static_cast<int64_t>(chunks.size()); s < n_seqs; ++s, ++t) {  // bucket padding
+    ids[t] = 0;
+    pos[t] = 0;
+    sidx[t] = static_cast<int32_t>(s);
+    slots[t] = -1;
+    rows[r++] = static_cast<int32_t>(t);
+  }
   const int64_t vocab = model_.config().vocab_size;
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n_real; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error("engine", strfmt("token id %d out of range [0, %lld)", ids[i], (long long)vocab));
   hb.max_seq_len = max_seq_len;
   return hb;
 }
 
-Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
+int64_t Runner::graph_bucket(std::span<const SeqChunk> chunks, model::ActivationHook* hook) const {
+  if (!device_.is_cuda() || !opts_.cuda_graphs || hook != nullptr) return 0;
+  if (model_.config().rope.type == model::RopeType::kDynamic) return 0;  // its table depends on the length
+  for (const SeqChunk& c : chunks)
+    if (c.n != 1 || c.logits != SeqChunk::Logits::kLast) return 0;
+  int64_t bucket = 1;
+  while (bucket < static_cast<int64_t>(chunks.size())) bucket *= 2;
+  const int64_t cap = std::min({opts_.max_seqs, opts_.max_logit_rows, opts_.max_tokens_per_step});
+  return bucket <= cap ? bucket : 0;
+}
+
+// Eager forward, or the bucket's graph: captured after one eager run of the same shapes (which sizes
+// every scratch buffer and computes this step), replayed afterwards. A graph is dropped when the stream's
+// scratch arena grew since it was captured (growth frees the memory the graph points into).
+void Runner::run_forward(const model::ForwardArgs& args, int64_t bucket) {
+  if (bucket == 0) {
+    model_.forward(args);
+    return;
+  }
+  if (kernels::scratch_capacity(ctx_) != graph_scratch_) graphs_.clear();
+  auto it = graphs_.find(bucket);
+  if (it != graphs_.end()) {
+    it->second.launch(ctx_);
+    ++stats_.graph_launches;
+    return;
+  }
+  model_.forward(args);  // warm-up: this step's real result
+  kernels::synchronize(ctx_);
+  if (kernels::scratch_capacity(ctx_) != graph_scratch_) {
+    graphs_.clear();
+    graph_scratch_ = kernels::scratch_capacity(ctx_);
+  }
+  kernels::DeviceGraph::begin_capture(ctx_);
+  try {
+    model_.forward(args);
+  } catch (...) {
+    kernels::DeviceGraph::abort_capture(ctx_);
+    throw;
+  }
+  graphs_[bucket] = kernels::DeviceGraph::end_capture(ctx_);
+  ++stats_.graph_captures;
+}
+
+int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
+  const int64_t bucket = graph_bucket(chunks, hook);
+  const int64_t pad = bucket > 0 ? bucket - static_cast<int64_t>(chunks.size()) : 0;
   MetaLayout m{};
-  const model::StepBatch hb = fill_host_batch(chunks, m);
+  const model::StepBatch hb = fill_host_batch(chunks, m, pad);
   const int64_t n = hb.n_tokens(), n_out = hb.n_out(), n_seqs = hb.block_tables.dim(0);
   const int64_t vocab = model_.config().vocab_size;
   char* host = static_cast<char*>(meta_host_.data());
@@ -176,22 +240,45 @@ Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hoo
   model::StepBatch batch =
       cuda ? batch_view(m, static_cast<const char*>(meta_device_.data()), device_, n, n_out, n_seqs) : hb;
   batch.max_seq_len = hb.max_seq_len;
-  const size_t logit_bytes = static_cast<size_t>(n_out * vocab) * sizeof(float);
-  Tensor host_logits = Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
   model::ForwardArgs args;
   args.batch = &batch;
   args.kv = kv_views_;
   args.workspace = &workspace_;
-  args.logits =
-      cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_) : host_logits;
+  args.logits = cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_)
+                     : Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
   args.hook = hook;
   args.ctx = &ctx_;
-  model_.forward(args);
-  if (cuda) {
-    kernels::copy_async(ctx_, logits_host_.data(), logits_device_.data(), logit_bytes);
+  run_forward(args, bucket);
+  ++stats_.steps;
+  return n_out - pad;
+}
+
+Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
+  const int64_t n_out = forward_step(chunks, hook);
+  const int64_t vocab = model_.config().vocab_size;
+  if (device_.is_cuda()) {
+    kernels::copy_async(ctx_, logits_host_.data(), logits_device_.data(),
+                        static_cast<size_t>(n_out * vocab) * sizeof(float));
     kernels::synchronize(ctx_);  // also keeps the pinned metadata untouched until its copy has run
   }
-  return host_logits;
+  return Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
+}
+
+std::span<const int32_t> Runner::step_argmax(std::span<const SeqChunk> chunks) {
+  const int64_t n_out = forward_step(chunks, nullptr);
+  const int64_t vocab = model_.config().vocab_size;
+  int32_t* ids = static_cast<int32_t*>(argmax_host_.data());
+  if (device_.is_cuda()) {
+    Tensor logits = Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_);
+    Tensor out = Tensor::view(argmax_device_.data(), DType::kI32, {n_out}, device_);
+    kernels::argmax(ctx_, out, logits);
+    kernels::copy_async(ctx_, ids, argmax_device_.data(), static_cast<size_t>(n_out) * sizeof(int32_t));
+    kernels::synchronize(ctx_);
+  } else {
+    kernels::argmax(ctx_, Tensor::view(ids, DType::kI32, {n_out}),
+                    Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab}));
+  }
+  return {ids, static_cast<size_t>(n_out)};
 }
 
 }  // namespace bunsen::engine

@@ -3,9 +3,13 @@
 // decide which chunks run; block tables are grown by the caller (Sequence) before a step. Invariants: every
 // buffer (host or device) is sized at construction and step() allocates nothing; on CUDA a step makes one
 // host-to-device copy of its packed metadata and one device-to-host copy of its logits; logits returned by
-// step() are host memory and stay valid until the next step.
+// step() are host memory and stay valid until the next step. On CUDA, decode-only steps (every chunk one
+// token, last-row logits, no hook) are padded to a batch-size bucket (powers of two up to max_seqs) and
+// replayed from a CUDA graph captured the first time that bucket runs; padded rows write no KV (slot -1)
+// and their logits are never copied back.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <vector>
@@ -27,6 +31,13 @@ struct RunnerOptions {
   int32_t block_size = 16;
   int32_t n_blocks = 0;           // 0: enough for max_seqs sequences of max_context tokens
   std::optional<DType> kv_dtype;  // default: f32 on the CPU, bf16 on CUDA
+  bool cuda_graphs = true;        // capture decode steps as CUDA graphs (per batch bucket)
+};
+
+struct RunnerStats {
+  int64_t steps = 0;
+  int64_t graph_launches = 0;  // decode steps replayed from a CUDA graph
+  int64_t graph_captures = 0;  // graphs captured (buckets, plus re-captures after the scratch grew)
 };
 
 // One sequence's share of a step: tokens [start_pos, start_pos + n) of the sequence.
@@ -45,6 +56,10 @@ class Runner {
   // Runs the forward; returns host logits [n_out, vocab_size] f32 in chunk order (rows requested by each
   // chunk). The hook sees tensors on the model's device.
   Tensor step(std::span<const SeqChunk> chunks, model::ActivationHook* hook = nullptr);
+  // The same forward, but returns only the argmax id of each logits row (first maximum on ties), computed
+  // where the logits are: on CUDA a [n_out] i32 copy replaces the [n_out, vocab] f32 one. Valid until the
+  // next step.
+  std::span<const int32_t> step_argmax(std::span<const SeqChunk> chunks);
   Device device() const { return device_; }
 
   model::Model& model() { return model_; }
@@ -53,6 +68,7 @@ class Runner {
   const RunnerOptions& options() const { return opts_; }
   int32_t block_size() const { return opts_.block_size; }
   size_t workspace_high_water() const { return workspace_.high_water(); }
+  const RunnerStats& stats() const { return stats_; }
 
  private:
   // Byte offsets of one step's metadata arrays inside the packed buffers (each kAlignment-aligned).
@@ -61,7 +77,13 @@ class Runner {
   };
   MetaLayout meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const;
   // Checks the chunks and writes their arrays into meta_host_; returns host views over them and the layout.
-  model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m);
+  // `pad_seqs` extra one-token rows (bucket padding) follow the chunks: slot -1, an empty block table.
+  model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs = 0);
+  // The bucket a decode-only step replays from a graph, or 0 when this step runs eagerly.
+  int64_t graph_bucket(std::span<const SeqChunk> chunks, model::ActivationHook* hook) const;
+  void run_forward(const model::ForwardArgs& args, int64_t bucket);
+  // Builds and runs one step; leaves the logits where forward wrote them. Returns the real rows' count.
+  int64_t forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook);
   model::StepBatch batch_view(const MetaLayout& m, const char* base, Device dev, int64_t n, int64_t n_out,
                               int64_t n_seqs) const;
 
@@ -81,6 +103,12 @@ class Runner {
   kernels::DeviceMemory meta_host_, meta_device_;
   kernels::DeviceMemory logits_host_;    // [max_logit_rows, vocab_size] f32 (pinned on CUDA)
   kernels::DeviceMemory logits_device_;  // CUDA: where forward writes the logits
+  kernels::DeviceMemory argmax_host_;    // [max_logit_rows] i32 (pinned on CUDA)
+  kernels::DeviceMemory argmax_device_;  // CUDA: where the argmax kernel writes
+  kernels::DeviceStream stream_;          // CUDA: the runner's own stream when the caller gave none
+  std::map<int64_t, kernels::DeviceGraph> graphs_;  // decode bucket -> captured step
+  size_t graph_scratch_ = 0;  // scratch arena size the graphs were captured with (growth frees it)
+  RunnerStats stats_;
 };
 
 }  // namespace bunsen::engine

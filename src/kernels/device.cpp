@@ -79,6 +79,34 @@ DeviceMemory DeviceMemory::pinned_host(size_t bytes) {
   return m;
 }
 
+DeviceStream DeviceStream::create(Device device) {
+  DeviceStream s;
+  if (!device.is_cuda()) return s;
+  set_current_device(device);
+  s.handle_ = std::shared_ptr<void>(cuda::stream_create(), [](void* h) { cuda::stream_destroy(h); });
+  return s;
+}
+
+void DeviceGraph::begin_capture(Context& ctx) {
+  check(ctx.cuda_stream != nullptr, "kernels", "graph capture needs a stream of its own (not the default stream)");
+  cuda::graph_begin_capture(ctx.cuda_stream);
+}
+
+DeviceGraph DeviceGraph::end_capture(Context& ctx) {
+  DeviceGraph g;
+  g.exec_ = std::shared_ptr<void>(cuda::graph_end_capture(ctx.cuda_stream), [](void* e) { cuda::graph_destroy(e); });
+  return g;
+}
+
+void DeviceGraph::abort_capture(Context& ctx) { cuda::graph_abort_capture(ctx.cuda_stream); }
+
+void DeviceGraph::launch(Context& ctx) const {
+  check(exec_ != nullptr, "kernels", "launch of an empty graph");
+  cuda::graph_launch(exec_.get(), ctx.cuda_stream);
+}
+
+size_t scratch_capacity(Context& ctx) { return cuda::scratch_capacity(ctx.cuda_stream); }
+
 void copy_async(Context& ctx, void* dst, const void* src, size_t bytes) {
   cuda::copy_async(dst, src, bytes, ctx.cuda_stream);
 }
@@ -131,6 +159,17 @@ DeviceMemory DeviceMemory::allocate(Device device, size_t bytes, bool zero) {
 DeviceMemory DeviceMemory::pinned_host(size_t bytes) {
   return allocate(Device::cpu(), bytes);
 }
+
+DeviceStream DeviceStream::create(Device device) {
+  if (device.is_cuda()) not_built("DeviceStream::create");
+  return {};
+}
+
+void DeviceGraph::begin_capture(Context&) { not_built("DeviceGraph::begin_capture"); }
+DeviceGraph DeviceGraph::end_capture(Context&) { not_built("DeviceGraph::end_capture"); }
+void DeviceGraph::abort_capture(Context&) {}
+void DeviceGraph::launch(Context&) const { not_built("DeviceGraph::launch"); }
+size_t scratch_capacity(Context&) { return 0; }
 
 void copy_async(Context&, void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);  // host to host: the only kind without CUDA

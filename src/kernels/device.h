@@ -53,6 +53,36 @@ void copy_async(Context& ctx, void* dst, const void* src, size_t bytes);
 // Waits for everything enqueued on ctx's CUDA stream.
 void synchronize(Context& ctx);
 
+// A CUDA stream owned by its holder (graph capture cannot use the legacy default stream). Empty for the
+// CPU. Move-only; destroyed with the last copy of its handle.
+class DeviceStream {
+ public:
+  DeviceStream() = default;
+  static DeviceStream create(Device device);  // CPU: an empty stream (handle() == nullptr)
+  void* handle() const { return handle_.get(); }
+
+ private:
+  std::shared_ptr<void> handle_;
+};
+
+// A decode step recorded once and replayed with one launch (a CUDA graph). begin_capture() starts
+// recording ctx's stream (which must not be the legacy default stream); every op enqueued on it until
+// end_capture() is recorded instead of run. abort_capture() discards a capture that threw half-way.
+class DeviceGraph {
+ public:
+  DeviceGraph() = default;
+  static void begin_capture(Context& ctx);
+  static DeviceGraph end_capture(Context& ctx);
+  static void abort_capture(Context& ctx);
+  void launch(Context& ctx) const;
+  bool empty() const { return exec_ == nullptr; }
+
+ private:
+  std::shared_ptr<void> exec_;
+};
+// Bytes of the per-stream scratch arena of ctx's stream (graphs captured earlier are stale once it grew).
+size_t scratch_capacity(Context& ctx);
+
 // One host range (pageable, e.g. an mmap) and where it goes on the device.
 struct HostToDevice {
   void* dst = nullptr;

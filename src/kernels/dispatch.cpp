@@ -176,6 +176,24 @@ void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
   use_ref() ? ref::add_scaled(x, y, scale) : cpu::add_scaled(pool_of(ctx), x, y, scale);
 }
 
+void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale,
+                  float w_offset) {
+  const char* op = "add_rms_norm";
+  const bool gpu = on_cuda(op, {&out, &x, &y, &w});
+  need_rows(op, "x", x, gpu);
+  need_rows(op, "y", y, gpu);
+  need_rows(op, "out", out, gpu);
+  need_same_shape(op, "x", x, "y", y);
+  need_same_shape(op, "out", out, "x", x);
+  need_float(op, "w", w);
+  need_vector(op, "w", w, -1);
+  if (w.shape[0] != x.dim(-1)) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on d");
+  if (out.data == x.data || out.data == y.data) fail(op, desc("out", out) + " must not alias x or y");
+  if (gpu) return cuda_route::add_rms_norm(ctx, out, x, y, w, eps, y_scale, w_offset);
+  add_scaled(ctx, x, y, y_scale);
+  rms_norm(ctx, out, x, w, eps, w_offset);
+}
+
 void scale(Context& ctx, Tensor x, float s) {
   const char* op = "scale";
   const bool gpu = on_cuda(op, {&x});

@@ -64,6 +64,11 @@ void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
   cuda::add_scaled(ctx.cuda_stream, rows(x), rows(y), scale);
 }
 
+void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale, float w_offset) {
+  need_current_device("add_rms_norm", x);
+  cuda::add_rms_norm(ctx.cuda_stream, rows(out), rows(x), rows(y), w.data, w.dtype, eps, y_scale, w_offset);
+}
+
 void scale(Context& ctx, Tensor x, float s) {
   need_current_device("scale", x);
   cuda::scale(ctx.cuda_stream, rows(x), s);
@@ -141,6 +146,9 @@ void rms_norm(Context&, Tensor, Tensor, Tensor, float, float) {
 }
 void add_scaled(Context&, Tensor, Tensor, float) {
   not_built("add_scaled");
+}
+void add_rms_norm(Context&, Tensor, Tensor, Tensor, Tensor, float, float, float) {
+  not_built("add_rms_norm");
 }
 void scale(Context&, Tensor, float) {
   not_built("scale");

@@ -56,6 +56,12 @@ void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_o
 // x += y * scale.   x, y [n, d] f32.
 void add_scaled(Context& ctx, Tensor x, Tensor y, float scale = 1.0f);
 
+// The residual add fused with the next norm: x += y * y_scale; out = rms_norm(x) * (w + w_offset).
+// x [n, d] f32 (updated in place); y [n, d]; out [n, d] (must not alias x or y); w [d] any float. On the CPU
+// it is exactly add_scaled then rms_norm; on CUDA one kernel that keeps the row in registers.
+void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale = 1.0f,
+                  float w_offset = 0.0f);
+
 // x *= s.   x [n, d] f32.
 void scale(Context& ctx, Tensor x, float s);
 
@@ -81,7 +87,8 @@ void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 // Row-wise softmax in place.   x [m, n] f32.
 void softmax(Context& ctx, Tensor x);
 
-// Index of the row maximum (first one on ties).   out [m] i32; x [m, n] f32.
+// Index of the row maximum (first one on ties; NaN never wins; -1 when the row is all NaN).
+//   out [m] i32; x [m, n] f32.
 void argmax(Context& ctx, Tensor out, Tensor x);
 
 // out[r, :] = x[rows[r], :] (the rows whose logits a step wants).   out [n_out, d], x [n, d] f32 (f32|bf16

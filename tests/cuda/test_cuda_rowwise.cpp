@@ -81,6 +81,34 @@ TEST_F(CudaTest, RmsNormMatchesReferenceIncludingInPlaceAndOffset) {
         }
 }
 
+// The fused residual add + norm equals ref add_scaled then ref rms_norm, for x and the norm output, at odd
+// widths (incl. the 8192-wide limit), strided y and every dtype mix.
+TEST_F(CudaTest, AddRmsNormMatchesReferenceAddThenNorm) {
+  std::mt19937 rng(105);
+  for (DType w_dt : kWeightDtypes)
+    for (DType y_dt : kActDtypes)
+      for (DType out_dt : kActDtypes)
+        for (int64_t d : {int64_t{1}, int64_t{33}, int64_t{896}, int64_t{4095}, int64_t{8192}}) {
+          const int64_t n = 5;
+          const float offset = w_dt == DType::kBF16 ? 1.0f : 0.0f;
+          HostPair x = random_pair(DType::kF32, {n, d}, rng, -3.0f, 3.0f);
+          HostPair y_full = random_pair(y_dt, {n, d + 2}, rng);
+          OwnedTensor w = random_tensor(w_dt, {d}, rng);
+          OwnedTensor want_x = clone(x.f32.tensor);
+          ref::add_scaled(want_x.tensor, y_full.f32.tensor.slice(1, 1, 1 + d), 0.5f);
+          OwnedTensor want = OwnedTensor::make(DType::kF32, {n, d});
+          ref::rms_norm(want.tensor, want_x.tensor, w.tensor, 1e-6f, offset);
+          DeviceTensor xd = DeviceTensor::upload(x.data.tensor), yd = DeviceTensor::upload(y_full.data.tensor);
+          DeviceTensor wd = DeviceTensor::upload(w.tensor);
+          DeviceTensor od = DeviceTensor::upload(random_tensor(out_dt, {n, d}, rng).tensor);
+          add_rms_norm(ctx_, od.tensor, xd.tensor, yd.tensor.slice(1, 1, 1 + d), wd.tensor, 1e-6f, 0.5f, offset);
+          const std::string what = strfmt("add_rms_norm w %s y %s out %s d %lld", dtype_name(w_dt),
+                                          dtype_name(y_dt), dtype_name(out_dt), (long long)d);
+          expect_close(xd.download().tensor, want_x.tensor, tolerance(DType::kF32), what + " x");
+          expect_close(od.download().tensor, want.tensor, tolerance(out_dt), what + " out");
+        }
+}
+
 TEST_F(CudaTest, AddScaledAndScaleMatchReferenceOnStridedRows) {
   std::mt19937 rng(104);
   for (DType x_dt : kActDtypes)
@@ -169,7 +197,7 @@ TEST_F(CudaTest, ArgmaxFirstMaximumNanNeverWins) {
         store_f(x.tensor.row_ptr(2), dt, 0, NAN);  // NaN never wins
         store_f(x.tensor.row_ptr(2), dt, n / 2, 50.0f);
       }
-      for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(3), dt, j, NAN);        // all NaN -> 0
+      for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(3), dt, j, NAN);        // all NaN -> -1
       for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(4), dt, j, -INFINITY);  // all -inf -> 0
       store_f(x.tensor.row_ptr(5), dt, n - 1, INFINITY);
       OwnedTensor want = OwnedTensor::make(DType::kI32, {m});

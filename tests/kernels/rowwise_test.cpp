@@ -119,12 +119,12 @@ TEST(Argmax, FirstMaximumWinsAndNanNeverWins) {
   const std::vector<std::vector<float>> rows = {
       {1.0f, 3.0f, 3.0f, 2.0f},  // tie: first
       {nan, -5.0f, nan, -4.0f},  // NaN ignored
-      {nan, nan, nan, nan},      // all NaN: 0
+      {nan, nan, nan, nan},      // all NaN: -1
       {-inf, -inf, -inf, -inf},  // all -inf: first
       {nan, -inf, 7.0f, inf},    // +inf wins
       {2.0f, 2.0f, 2.0f, 2.0f},  // all equal: first
   };
-  const int32_t expected[] = {1, 3, 0, 0, 3, 0};
+  const int32_t expected[] = {1, 3, -1, 0, 3, 0};
   OwnedTensor x = OwnedTensor::make(DType::kF32, {6, 4});
   for (size_t i = 0; i < rows.size(); ++i) std::memcpy(x.tensor.ptr<float>() + i * 4, rows[i].data(), 16);
   OwnedTensor got = OwnedTensor::make(DType::kI32, {6});

@@ -1,7 +1,11 @@
-// cpu::linear: splits the output columns (weight rows) over the thread pool and runs the ISA kernel
-// for the active level on each chunk: GEMV for small m, packed GEMM above (gemv_max_m); the baseline-ISA
-// kernel (linear_scalar) lives here too. Not validating (dispatch.cpp does). Invariants: every output
-// element is written by exactly one task; bias is added by the task that wrote the element.
+// cpu::linear: splits the output columns (weight rows) over the thread pool and runs the GEMV kernel of
+// the active ISA level (or linear_scalar, the baseline, which lives here) on each chunk, for every m.
+// Not validating (dispatch.cpp does). Invariants: every output element is written by exactly one task;
+// bias is added by the task that wrote the element; batch invariance: each output row is summed in an
+// order that depends only on k, never on m (how many rows share the call) or on the thread count, so a
+// sequence's logits are bit-identical alone and inside any continuous batch. The packed GEMM kernels
+// (gemm_avx512/gemm_avx2) sum in another order, so they are not dispatched here (they were ~10-35%
+// faster for prefill at large k; see linear_kernels.h).
 #include <algorithm>
 #include <cstring>
 
@@ -15,19 +19,10 @@ namespace bunsen::kernels::cpu {
 namespace {
 
 constexpr int64_t kGemvRowsPerUnit = 16;
-constexpr int64_t kGemmMinRows = 64;
+constexpr int64_t kMinRowsPerBlock = 8;  // one GEMV row group
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
-}
-
-// Largest m that goes to the GEMV kernels (measured on Zen 5, bf16, one core). The GEMV path widens
-// weights in registers and needs no packing, so it wins for small m; with AVX-512 its x row groups
-// outgrow L1 for long k (k = 4864: GEMV ~135 GFLOPS flat vs GEMM 145 at m = 16, 185 at m = 32; k = 896:
-// GEMV ~210 vs GEMM 200 only from m = 64). AVX2: GEMV ~103 GFLOPS up to m = 64, GEMM 90 there, 116 at 256.
-int64_t gemv_max_m(Isa isa, int64_t k) {
-  if (isa == Isa::kAvx512) return k <= 2048 ? 64 : 16;
-  return 64;
 }
 
 // Below this many weight elements per task, splitting costs more than it saves.
@@ -78,19 +73,18 @@ void linear(ThreadPool& pool, Tensor out, Tensor x, Tensor w, Tensor bias) {
     for (int64_t m = 0; m < a.m; ++m) std::memset(a.out + m * a.out_stride, 0, a.n * sizeof(float));
 
   const Isa isa = active_isa();
-  const bool gemm = isa != Isa::kScalar && a.m > gemv_max_m(isa, a.k);
   void (*kernel)(const LinearArgs&, int64_t, int64_t) = linear_scalar;
-  if (isa == Isa::kAvx512) kernel = gemm ? gemm_avx512 : gemv_avx512;
-  if (isa == Isa::kAvx2) kernel = gemm ? gemm_avx2 : gemv_avx2;
-  const int64_t unit = gemm ? kGemmTaskCols : kGemvRowsPerUnit;
-  const int64_t n_units = ceil_div(a.n, unit);
-  // With few column units for the threads, the GEMM also splits the rows of x (each row block repacks
-  // its weight panels, so blocks keep >= kGemmMinRows rows).
+  if (isa == Isa::kAvx512) kernel = gemv_avx512;
+  if (isa == Isa::kAvx2) kernel = gemv_avx2;
+  const int64_t n_units = ceil_div(a.n, kGemvRowsPerUnit);
+  // With few column units for the threads, the rows of x are split too (blocks of whole row groups; the
+  // summation order of an element does not depend on which block computes it).
   int64_t m_blocks = 1;
-  if (gemm && n_units < 4 * pool.size())
-    m_blocks = std::min(ceil_div(4 * pool.size(), n_units), ceil_div(a.m, kGemmMinRows));
-  const int64_t m_step = ceil_div(a.m, m_blocks);
-  const int64_t elems_per_unit = unit * std::max<int64_t>(a.k, 1) * (gemm ? m_step : 1);
+  if (n_units < 4 * pool.size())
+    m_blocks = std::min(ceil_div(4 * pool.size(), n_units), ceil_div(a.m, kMinRowsPerBlock));
+  const int64_t m_step = ceil_div(ceil_div(a.m, m_blocks), kMinRowsPerBlock) * kMinRowsPerBlock;
+  m_blocks = ceil_div(a.m, m_step);
+  const int64_t elems_per_unit = kGemvRowsPerUnit * std::max<int64_t>(a.k, 1) * m_step;
   const int64_t grain = std::max<int64_t>(1, kMinElemsPerTask / elems_per_unit);
   pool.parallel_for(n_units * m_blocks, grain, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e;) {  // tasks are (row block, column unit), column unit fastest
@@ -99,7 +93,7 @@ void linear(ThreadPool& pool, Tensor out, Tensor x, Tensor w, Tensor bias) {
       part.x += mb * m_step * a.x_stride;
       part.out += mb * m_step * a.out_stride;
       part.m = std::min(m_step, a.m - mb * m_step);
-      const int64_t n0 = u0 * unit, n1 = std::min(u1 * unit, a.n);
+      const int64_t n0 = u0 * kGemvRowsPerUnit, n1 = std::min(u1 * kGemvRowsPerUnit, a.n);
       if (a.k > 0) kernel(part, n0, n1);
       if (!bias.empty()) add_bias(part, bias, n0, n1);
       t += u1 - u0;

@@ -20,13 +20,16 @@ struct LinearArgs {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// Decode path (small m): streams weight rows once, widening them in registers, against groups of up
-// to 8 (AVX2: 4) x rows; any m works, cpu/linear.cpp picks it below a per-ISA crossover.
+// The path cpu/linear.cpp dispatches for every m: streams weight rows, widening them in registers,
+// against groups of up to 8 x rows; each output is summed in 16 (AVX2: 8) k-strided lanes then a fixed
+// tree, an order that does not depend on m (batch invariance, see linear.cpp).
 void gemv_avx512(const LinearArgs& a, int64_t n0, int64_t n1);
 void gemv_avx2(const LinearArgs& a, int64_t n0, int64_t n1);
 
-// Prefill path: packs f32 weight panels (thread-local) and runs a register-blocked micro-kernel.
-// Columns per task: callers split [0, n) into multiples of kGemmTaskCols.
+// Packs f32 weight panels (thread-local) and runs a register-blocked micro-kernel: ~1.5-2x the GEMV's
+// throughput at m >= 64, but it sums k sequentially, so its results differ in the last bits from the
+// GEMV's and cpu::linear does not dispatch it (a row's logits must not depend on the batch). Kept and
+// tested for a future batch-invariant packed kernel. Columns per task: multiples of kGemmTaskCols.
 constexpr int64_t kGemmTaskCols = 64;
 void gemm_avx512(const LinearArgs& a, int64_t n0, int64_t n1);
 void gemm_avx2(const LinearArgs& a, int64_t n0, int64_t n1);

@@ -113,7 +113,10 @@ void argmax(ThreadPool& pool, Tensor out, Tensor x) {
     const float* r = xr.row<float>(i);
     int64_t best = 0;
     while (best < xr.n_cols && std::isnan(r[best])) ++best;
-    if (best == xr.n_cols) best = 0;
+    if (best == xr.n_cols) {  // all NaN
+      o[i] = -1;
+      return;
+    }
     float bv = r[best];
     for (int64_t j = best + 1; j < xr.n_cols; ++j)
       if (r[j] > bv) {  // false for NaN: NaN never wins

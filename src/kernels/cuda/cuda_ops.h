@@ -89,6 +89,16 @@ void upload(const HostToDevice* ranges, size_t n_ranges, size_t chunk_bytes, voi
 // over a fresh `bytes`-byte buffer (timed with CUDA events on `stream`). The roofline denominator.
 double read_bandwidth_gbps(size_t bytes, int repeats, void* stream);
 
+// ---- streams and graphs (graph.cu) ----
+void* stream_create();  // a non-blocking stream on the current device
+void stream_destroy(void* stream);
+// Thread-local stream capture: work enqueued on `stream` until graph_end_capture() is recorded, not run.
+void graph_begin_capture(void* stream);
+void* graph_end_capture(void* stream);    // the instantiated cudaGraphExec_t
+void graph_abort_capture(void* stream);   // ends a capture that failed half-way, discarding it
+void graph_launch(void* exec, void* stream);
+void graph_destroy(void* exec);
+
 // ---- per-stream scratch arena ----
 // Some ops need temporary device memory (split-KV partials, converted GEMM operands, the cuBLASLt
 // workspace). Each (device, stream) owns one arena, allocated on first use and grown (after a stream
@@ -151,6 +161,9 @@ constexpr int kMaxHeadDim = 512;    // attention keeps one row of head_dim per l
 void embedding(void* stream, DevRows out, DevRows table, const int32_t* ids, float scale);
 void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype, float eps, float w_offset);
 void add_scaled(void* stream, DevRows x, DevRows y, float scale);
+// x += y * y_scale, then out = rms_norm(x) * (w + w_offset); one block per row, the row kept in registers.
+void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w, DType w_dtype, float eps,
+                  float y_scale, float w_offset);
 void scale(void* stream, DevRows x, float s);
 // out = x · wᵀ (+ bias): m <= kGemvMaxM through the GEMV kernel, larger m through cuBLASLt (x is
 // rounded to w's dtype there when they differ; f16 operands saturate at ±65504).

@@ -53,6 +53,43 @@ __global__ void rms_norm_kernel(OT* out, int64_t out_stride, const XT* x, int64_
   }
 }
 
+// x += y * y_scale; out = x * rsqrt(mean(x^2) + eps) * (w + w_offset). Each thread keeps its (<= kPer)
+// elements of the row in registers between the two halves, so x is read once and written once.
+constexpr int kAddNormPer = 8;
+constexpr int kAddNormThreads = 1024;
+
+template <typename OT, typename XT, typename YT, typename WT>
+__global__ void __launch_bounds__(kAddNormThreads)
+    add_rms_norm_kernel(OT* out, int64_t os, XT* x, int64_t xs, const YT* y, int64_t ys, const WT* w,
+                        int64_t n_rows, int64_t d, float eps, float y_scale, float w_offset) {
+  __shared__ float red[32];
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    XT* xr = x + r * xs;
+    const YT* yr = y + r * ys;
+    float v[kAddNormPer];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kAddNormPer; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      v[i] = 0.0f;
+      if (j < d) {
+        v[i] = to_f32(xr[j]) + to_f32(yr[j]) * y_scale;
+        xr[j] = from_f32<XT>(v[i]);
+        v[i] = to_f32(xr[j]);  // what the stored x holds (bf16 x rounds)
+        ss = fmaf(v[i], v[i], ss);
+      }
+    }
+    ss = block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+    OT* o = out + r * os;
+#pragma unroll
+    for (int i = 0; i < kAddNormPer; ++i) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (j < d) o[j] = from_f32<OT>(v[i] * inv * (to_f32(w[j]) + w_offset));
+    }
+  }
+}
+
 // Element-wise over an [n_rows, n_cols] grid: f(row, col) for every element.
 template <typename F>
 __device__ __forceinline__ void for_each_elem(int64_t n_rows, int64_t n_cols, F&& f) {
@@ -138,7 +175,7 @@ __global__ void argmax_kernel(int32_t* out, const XT* x, int64_t xs, int64_t n_r
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) arg_better(v, idx, red_v[w], red_i[w]);
-      out[r] = static_cast<int32_t>(idx < 0 ? 0 : idx);
+      out[r] = static_cast<int32_t>(idx);  // -1: the row is all NaN
     }
   }
 }
@@ -201,6 +238,33 @@ void add_scaled(void* stream, DevRows x, DevRows y, float scale) {
     });
   });
   check_launch("add_scaled", [&] { return rows_desc("x", x) + ", " + rows_desc("y", y); });
+}
+
+void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w, DType w_dtype, float eps,
+                  float y_scale, float w_offset) {
+  if (x.n_rows == 0 || x.n_cols == 0) return;
+  auto detail = [&] { return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("y", y); };
+  if (x.n_cols > static_cast<int64_t>(kAddNormPer) * kAddNormThreads)
+    throw Error("cuda", "add_rms_norm: rows longer than " + std::to_string(kAddNormPer * kAddNormThreads) +
+                            " are not supported: " + detail());
+  const int threads = row_threads(x.n_cols, kAddNormThreads);  // d <= kAddNormPer * threads
+  with_act_type(out.dtype, [&](auto ot) {
+    with_act_type(x.dtype, [&](auto xt) {
+      with_act_type(y.dtype, [&](auto yt) {
+        with_float_type(w_dtype, [&](auto wt) {
+          using OT = typename decltype(ot)::type;
+          using XT = typename decltype(xt)::type;
+          using YT = typename decltype(yt)::type;
+          using WT = typename decltype(wt)::type;
+          add_rms_norm_kernel<OT, XT, YT, WT><<<row_blocks(x.n_rows), threads, 0, as_stream(stream)>>>(
+              static_cast<OT*>(out.data), out.stride, static_cast<XT*>(x.data), x.stride,
+              static_cast<const YT*>(y.data), y.stride, static_cast<const WT*>(w), x.n_rows, x.n_cols, eps, y_scale,
+              w_offset);
+        });
+      });
+    });
+  });
+  check_launch("add_rms_norm", detail);
 }
 
 void scale(void* stream, DevRows x, float s) {

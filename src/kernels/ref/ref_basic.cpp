@@ -1,6 +1,7 @@
 // Reference row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows.
 // Not fast: one element at a time, single-threaded. Invariants: f32 math except rms_norm's sum of
-// squares (double); argmax returns the first maximum and ranks NaN below every number.
+// squares (double); argmax returns the first maximum and ranks NaN below every number (-1 for a row
+// that is all NaN, so callers can tell a broken row from a real token 0).
 #include <cmath>
 
 #include "kernels/float_io.h"
@@ -74,7 +75,7 @@ void argmax(Tensor out, Tensor x) {
       if (std::isnan(r[j])) continue;
       if (best < 0 || r[j] > r[best]) best = j;
     }
-    out.ptr<int32_t>()[i * out.strides[0]] = static_cast<int32_t>(best < 0 ? 0 : best);
+    out.ptr<int32_t>()[i * out.strides[0]] = static_cast<int32_t>(best);  // -1: every entry is NaN
   }
 }
 

@@ -200,15 +200,19 @@ void LlamaLike::forward(const ForwardArgs& a) {
   if (a.hook) a.hook->on("embed", -1, x);
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);
+  // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
+  // post-attention norm); only the last layer's MLP output is a plain add.
+  if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
-    kernels::rms_norm(ctx, h, x, l.in_norm, eps);
     attention_block(a, l, a.kv[i], h, proj);
-    kernels::add_scaled(ctx, x, proj, residual);
-    kernels::rms_norm(ctx, h, x, l.post_norm, eps);
+    kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, residual);
     mlp_block(ctx, l, h, proj);
-    kernels::add_scaled(ctx, x, proj, residual);
+    if (i + 1 < layers_.size())
+      kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps, residual);
+    else
+      kernels::add_scaled(ctx, x, proj, residual);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
   kernels::gather_rows(ctx, xo, x, b.logit_rows);
