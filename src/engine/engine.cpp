@@ -1,0 +1,447 @@
+// Engine: the continuous-batching loop. Each step drains the inbox (new requests, cancels), asks the
+// Scheduler for a batch, runs it as one Runner::step, samples every logits row with that request's own
+// params and RNG, then reports kPrefill/kTokens/kFinish events. Not a scheduler (engine/scheduler.cpp)
+// and not text handling. Invariants: the Scheduler, the Runner and live_ are touched only by the loop
+// thread; mu_ guards only the inbox, the cancel list and the stats snapshot, and is never held while a
+// forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
+#include <algorithm>
+#include <chrono>
+
+#include "core/log.h"
+#include "core/status.h"
+#include "engine/engine.h"
+
+#include "kernels/device.h"
+
+namespace bunsen::engine {
+
+struct Engine::Pending {
+  RequestId id = 0;
+  EngineRequest req;
+  EventSink sink;
+};
+
+struct Engine::Live {
+  EventSink sink;
+  sampling::SamplingParams sampling;
+  int top_logprobs = -1;
+  sampling::Rng rng;
+  int64_t n_prompt = 0;
+  int64_t prefilled = 0;  // prompt tokens reported (kPrefill) so far
+  int64_t emitted = 0;    // generated tokens sent (kTokens) so far
+};
+
+namespace {
+
+// Sinks must not throw; if one does, the engine keeps serving the others.
+void deliver(const EventSink& sink, EngineEvent&& ev) {
+  try {
+    sink(std::move(ev));
+  } catch (const std::exception& e) {
+    log::warn("engine", strfmt("an event sink threw: %s", e.what()));
+  }
+}
+
+EngineEvent finish_event(FinishReason why, int64_t prompt, int64_t generated) {
+  EngineEvent ev;
+  ev.kind = EngineEvent::Kind::kFinish;
+  ev.finish = why;
+  ev.usage.prompt_tokens = prompt;
+  ev.usage.generated_tokens = generated;
+  return ev;
+}
+
+FinishReason reason_of(SeqStatus s) {
+  if (s == SeqStatus::kFinishedStop) return FinishReason::kStop;
+  if (s == SeqStatus::kFinishedLength) return FinishReason::kLength;
+  return FinishReason::kCancelled;
+}
+
+int64_t request_limit(const Runner& r) {
+  return std::min<int64_t>(r.options().max_context,
+                           static_cast<int64_t>(r.storage().n_blocks()) * r.block_size());
+}
+
+SchedulerConfig checked_config(const Runner& runner, const EngineOptions& o) {
+  const RunnerOptions& r = runner.options();
+  check(o.max_batch > 0, "engine", strfmt("max_batch must be > 0, got %lld", (long long)o.max_batch));
+  check(r.max_seqs >= o.max_batch && r.max_logit_rows >= o.max_batch, "engine",
+        strfmt("max_batch (%lld) exceeds the runner's max_seqs (%lld) or max_logit_rows (%lld)",
+               (long long)o.max_batch, (long long)r.max_seqs, (long long)r.max_logit_rows));
+  check(r.max_tokens_per_step >= o.max_num_batched_tokens, "engine",
+        strfmt("max_num_batched_tokens (%lld) exceeds the runner's max_tokens_per_step (%lld)",
+               (long long)o.max_num_batched_tokens, (long long)r.max_tokens_per_step));
+  return SchedulerConfig{o.max_batch, o.max_num_batched_tokens, runner.block_size()};
+}
+
+}  // namespace
+
+void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_request_tokens) {
+  check(!req.prompt.empty(), "engine", "prompt is empty: at least one token is needed");
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    check(req.prompt[i] >= 0 && req.prompt[i] < vocab_size, "engine",
+          strfmt("prompt token %zu is id %d, outside the vocabulary [0, %lld)", i, req.prompt[i],
+                 (long long)vocab_size));
+  check(req.max_tokens >= 0, "engine", strfmt("max_tokens must be >= 0, got %lld", (long long)req.max_tokens));
+  check(req.top_logprobs >= -1 && req.top_logprobs <= 20, "engine",
+        strfmt("top_logprobs must be in [0, 20], got %d", req.top_logprobs));
+  sampling::validate(req.sampling, vocab_size);
+  const auto n_prompt = static_cast<int64_t>(req.prompt.size());
+  if (n_prompt > max_request_tokens || req.max_tokens > max_request_tokens - n_prompt)
+    throw Error("memory_admission",
+                strfmt("context_over_budget: prompt (%lld tokens) + max_tokens (%lld) = %lld tokens exceeds the "
+                       "%lld-token limit of one request (KV pool and context); shorten the prompt or lower "
+                       "max_tokens",
+                       (long long)n_prompt, (long long)req.max_tokens, (long long)(n_prompt + req.max_tokens),
+                       (long long)max_request_tokens));
+}
+
+Engine::Engine(Runner& runner, EngineOptions options)
+    : runner_(runner), opts_(std::move(options)), scheduler_(checked_config(runner, opts_), runner.pool()) {
+  counters_.max_batch = opts_.max_batch;
+  counters_.max_num_batched_tokens = opts_.max_num_batched_tokens;
+  counters_.kv_blocks_total = runner_.pool().n_blocks();
+  counters_.block_size = runner_.block_size();
+  counters_.max_request_tokens = request_limit(runner_);
+  const size_t batch = static_cast<size_t>(opts_.max_batch);
+  chunks_.reserve(batch + 1);
+  sampled_.reserve(batch);
+  rows_.reserve(batch);
+  scratch_.resize(batch);
+  row_chunks_.reserve(batch);
+  if (opts_.max_batch > 1) {
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n = opts_.sampling_threads > 0 ? opts_.sampling_threads : std::min(hw, 8);
+    if (n > 1) sample_pool_ = std::make_unique<ThreadPool>(std::min<int>(n, static_cast<int>(opts_.max_batch)));
+  }
+  refresh_stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+int64_t Engine::max_request_tokens() const { return request_limit(runner_); }
+
+int64_t Engine::vocab_size() const { return runner_.model().config().vocab_size; }
+
+RequestId Engine::submit(EngineRequest req, EventSink sink) {
+  check(static_cast<bool>(sink), "engine", "submit: the event sink is empty");
+  validate_request(req, vocab_size(), max_request_tokens());
+  auto p = std::make_unique<Pending>();
+  p->id = next_id_.fetch_add(1);
+  p->req = std::move(req);
+  p->sink = std::move(sink);
+  const RequestId id = p->id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    check(!stopping_, "engine", "the engine is shut down");
+    inbox_.push_back(std::move(p));
+  }
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return;
+    cancels_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  EngineStats s = stats_;
+  s.waiting += static_cast<int64_t>(inbox_.size());
+  return s;
+}
+
+void Engine::shutdown() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable() && t.get_id() == std::this_thread::get_id()) {  // called from a sink: the loop ends
+    std::lock_guard<std::mutex> lk(mu_);                          // after this step; join later
+    thread_ = std::move(t);
+    return;
+  }
+  if (t.joinable()) t.join();
+}
+
+void Engine::loop() {
+  kernels::set_current_device(runner_.device());  // the current CUDA device is per thread
+  bool progressed = true;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto ready = [&] {
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || (progressed && scheduler_.has_unfinished());
+      };
+      if (!progressed && scheduler_.has_unfinished())  // nothing fit last time: retry soon, not busily
+        cv_.wait_for(lk, std::chrono::milliseconds(1), ready);
+      else
+        cv_.wait(lk, ready);
+      if (stopping_) break;
+    }
+    progressed = step_once();
+  }
+  cancel_everything();
+}
+
+void Engine::cancel_everything() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!inbox_.empty()) {
+      drained_.push_back(std::move(inbox_.front()));
+      inbox_.pop_front();
+    }
+    cancels_.clear();
+  }
+  for (auto& p : drained_)
+    deliver(p->sink, finish_event(FinishReason::kCancelled, static_cast<int64_t>(p->req.prompt.size()), 0));
+  drained_.clear();
+  std::vector<RequestId> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (RequestId id : ids) {
+    scheduler_.cancel(id);
+    end_request(id, EngineEvent::Kind::kFinish, FinishReason::kCancelled, "");
+  }
+  refresh_stats();
+}
+
+void Engine::take_inbox() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    while (!inbox_.empty()) {
+      drained_.push_back(std::move(inbox_.front()));
+      inbox_.pop_front();
+    }
+    drained_cancels_.clear();
+    drained_cancels_.swap(cancels_);
+  }
+  for (auto& p : drained_) admit(std::move(p));
+  drained_.clear();
+  for (RequestId id : drained_cancels_) {
+    if (!live_.count(id)) continue;  // unknown or already finished: no-op
+    scheduler_.cancel(id);
+    end_request(id, EngineEvent::Kind::kFinish, FinishReason::kCancelled, "");
+  }
+}
+
+void Engine::admit(std::unique_ptr<Pending> p) {
+  auto live = std::make_unique<Live>(Live{std::move(p->sink), std::move(p->req.sampling), p->req.top_logprobs,
+                                          sampling::Rng(0), static_cast<int64_t>(p->req.prompt.size())});
+  live->rng = sampling::Rng(live->sampling.seed ? *live->sampling.seed : sampling::random_seed());
+  NewSequence ns;
+  ns.id = p->id;
+  ns.prompt = std::move(p->req.prompt);
+  ns.max_tokens = p->req.max_tokens;
+  if (!p->req.ignore_eos) ns.eos_ids = p->req.eos_ids.empty() ? opts_.default_eos : std::move(p->req.eos_ids);
+  try {
+    scheduler_.add(std::move(ns));
+  } catch (const std::exception& e) {  // validated in submit(); kept so the one-terminal-event rule holds
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kError;
+    ev.usage.prompt_tokens = live->n_prompt;
+    ev.error = e.what();
+    deliver(live->sink, std::move(ev));
+    return;
+  }
+  live_.emplace(p->id, std::move(live));
+  const Sequence& s = scheduler_.get(p->id);
+  if (is_finished(s.status)) end_request(p->id, EngineEvent::Kind::kFinish, reason_of(s.status), "");
+}
+
+bool Engine::step_once() {
+  take_inbox();
+  if (!scheduler_.has_unfinished()) {
+    refresh_stats();
+    return true;
+  }
+  const SchedulerOutput& out = scheduler_.schedule();
+  counters_.preemptions += static_cast<int64_t>(out.preempted.size());
+  chunks_.clear();
+  for (const ScheduledChunk& c : out.chunks) {
+    const Sequence& s = scheduler_.get(c.id);
+    chunks_.push_back(SeqChunk{&s.table, s.tokens.data() + c.start_pos, c.n_tokens, c.start_pos,
+                               c.needs_logits ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
+  }
+  Tensor logits;
+  const bool greedy = !chunks_.empty() && all_rows_greedy(out);
+  std::span<const int32_t> argmax_ids;
+  try {
+    if (greedy)
+      argmax_ids = runner_.step_argmax(chunks_);
+    else if (!chunks_.empty())
+      logits = runner_.step(chunks_);
+  } catch (const std::exception& e) {
+    fail_step(out, e.what());
+    refresh_stats();
+    return true;
+  }
+  if (greedy)
+    take_argmax(out, argmax_ids);
+  else
+    sample_rows(out, logits);
+  const std::vector<SeqId> finished = scheduler_.on_step_done(sampled_);
+  if (!chunks_.empty()) ++counters_.steps;
+  emit_step_events(out, finished);
+  refresh_stats();
+  return !chunks_.empty();
+}
+
+bool Engine::all_rows_greedy(const SchedulerOutput& out) const {
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.needs_logits) continue;
+    const Live& live = *live_.at(c.id);
+    const sampling::SamplingParams& p = live.sampling;
+    if (!(p.temperature <= 0.0f || p.top_k == 1) || p.any_processor() || live.top_logprobs >= 0) return false;
+  }
+  return true;
+}
+
+void Engine::take_argmax(const SchedulerOutput& out, std::span<const int32_t> ids) {
+  sampled_.clear();
+  row_failed_.clear();
+  row_errors_.clear();
+  rows_.resize(static_cast<size_t>(out.n_logit_rows()));
+  size_t r = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    if (!c.needs_logits) continue;
+    rows_[r] = sampling::SampleResult{};
+    rows_[r].token = std::max(ids[r], 0);
+    if (ids[r] < 0) {  // the same failure sample_row reports, so broken logits never become token 0
+      row_failed_.push_back(c.id);
+      row_errors_.push_back("sampling: every logit is NaN");
+      scheduler_.cancel(c.id);
+    }
+    sampled_.push_back(SampledToken{c.id, rows_[r].token});
+    ++r;
+  }
+}
+
+// Rows are independent (own params, RNG and scratch), so they are sampled side by side; what a row threw
+// is recorded and handled after the parallel part (the scheduler is not thread-safe).
+void Engine::sample_rows(const SchedulerOutput& out, const Tensor& logits) {
+  sampled_.clear();
+  row_failed_.clear();
+  row_errors_.clear();
+  const auto n_rows = static_cast<size_t>(out.n_logit_rows());
+  rows_.resize(n_rows);
+  if (scratch_.size() < n_rows) scratch_.resize(n_rows);
+  row_error_.assign(n_rows, std::string());
+  const int64_t vocab = vocab_size();
+  row_chunks_.clear();
+  for (const ScheduledChunk& c : out.chunks)
+    if (c.needs_logits) row_chunks_.push_back(&c);
+  auto sample_one = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const ScheduledChunk& c = *row_chunks_[static_cast<size_t>(r)];
+      Live& live = *live_.at(c.id);
+      const Sequence& s = scheduler_.get(c.id);
+      const sampling::TokenContext ctx{s.prompt(), s.generated(), opts_.xtc_exempt};
+      try {
+        rows_[r] = sampling::sample_row(logits.ptr<float>() + r * vocab, vocab, live.sampling, ctx, live.rng,
+                                        scratch_[static_cast<size_t>(r)], live.top_logprobs);
+      } catch (const std::exception& e) {
+        row_error_[static_cast<size_t>(r)] = e.what();
+        rows_[r] = sampling::SampleResult{};
+      }
+    }
+  };
+  if (sample_pool_ && n_rows > 1)
+    sample_pool_->parallel_for(static_cast<int64_t>(n_rows), 1, sample_one);
+  else
+    sample_one(0, static_cast<int64_t>(n_rows));
+  for (size_t r = 0; r < n_rows; ++r) {
+    const SeqId id = row_chunks_[r]->id;
+    if (!row_error_[r].empty()) {  // this request ends with kError; the others go on
+      row_failed_.push_back(id);
+      row_errors_.push_back(row_error_[r]);
+      scheduler_.cancel(id);  // its row is ignored by on_step_done
+    }
+    sampled_.push_back(SampledToken{id, rows_[r].token});
+  }
+}
+
+void Engine::emit_step_events(const SchedulerOutput& out, const std::vector<SeqId>& finished) {
+  size_t r = 0;
+  for (const ScheduledChunk& c : out.chunks) {
+    const size_t row = c.needs_logits ? r++ : 0;
+    auto it = live_.find(c.id);
+    const Sequence* s = scheduler_.find(c.id);
+    if (it == live_.end() || s == nullptr) continue;
+    Live& live = *it->second;
+    // Recomputed prompt tokens of a preempted sequence are reported (and counted) once only.
+    const int64_t prompt_done = std::min(c.start_pos + c.n_tokens, live.n_prompt);
+    if (prompt_done > live.prefilled) {
+      counters_.prompt_tokens += prompt_done - live.prefilled;
+      live.prefilled = prompt_done;
+      if (!c.needs_logits) {
+        EngineEvent ev;
+        ev.kind = EngineEvent::Kind::kPrefill;
+        ev.prefilled = prompt_done;
+        deliver(live.sink, std::move(ev));
+      }
+    }
+    if (!c.needs_logits || s->n_generated() <= live.emitted) continue;  // EOS, failed row or no new token
+    EngineEvent ev;
+    ev.kind = EngineEvent::Kind::kTokens;
+    sampling::SampleResult& res = rows_[row];
+    ev.tokens.push_back(TokenOut{s->tokens[static_cast<size_t>(live.n_prompt + live.emitted)], res.logprob,
+                                 std::move(res.top)});
+    ++live.emitted;
+    ++counters_.generated_tokens;
+    deliver(live.sink, std::move(ev));
+  }
+  for (SeqId id : finished)
+    end_request(id, EngineEvent::Kind::kFinish, reason_of(scheduler_.get(id).status), "");
+  for (size_t i = 0; i < row_failed_.size(); ++i)
+    end_request(row_failed_[i], EngineEvent::Kind::kError, FinishReason::kCancelled, row_errors_[i]);
+}
+
+void Engine::fail_step(const SchedulerOutput& out, const std::string& error) {
+  log::warn("engine", strfmt("step failed; its %zu requests end with an error: %s", out.chunks.size(),
+                             error.c_str()));
+  sampled_.clear();
+  for (const ScheduledChunk& c : out.chunks) {
+    scheduler_.cancel(c.id);  // frees the blocks; on_step_done ignores cancelled rows
+    if (c.needs_logits) sampled_.push_back(SampledToken{c.id, 0});
+  }
+  scheduler_.on_step_done(sampled_);
+  for (const ScheduledChunk& c : out.chunks)
+    end_request(c.id, EngineEvent::Kind::kError, FinishReason::kCancelled, error);
+}
+
+void Engine::end_request(RequestId id, EngineEvent::Kind kind, FinishReason why, const std::string& error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  std::unique_ptr<Live> live = std::move(it->second);
+  live_.erase(it);
+  if (const Sequence* s = scheduler_.find(id)) {
+    if (!is_finished(s->status)) scheduler_.cancel(id);
+    scheduler_.remove(id);
+  }
+  EngineEvent ev = finish_event(why, live->n_prompt, live->emitted);
+  ev.kind = kind;
+  if (kind == EngineEvent::Kind::kError) ev.error = error;
+  ++counters_.requests_finished;
+  refresh_stats();  // before the client hears of the end, so /stats never shows it still running
+  deliver(live->sink, std::move(ev));
+}
+
+void Engine::refresh_stats() {
+  counters_.running = static_cast<int64_t>(scheduler_.running().size());
+  counters_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
+  counters_.kv_blocks_free = runner_.pool().n_free();
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_ = counters_;
+}
+
+}  // namespace bunsen::engine

@@ -1,0 +1,196 @@
+// The serving engine: a Backend takes token-level generation requests from any thread and streams token
+// events back. Engine is the real one: a loop thread that owns the Scheduler and the Runner, packs every
+// running sequence into one forward per step (continuous batching, chunked prefill), samples each row with
+// its own parameters and seeded RNG, and honours cancellation within one step. ReplayBackend replays fixed
+// token scripts at the same boundary (tests of the text/dialect layers). Not text: no tokenizer, no stop
+// strings (the server cancels when one matches), no JSON.
+// Invariants: a request either throws from submit() (nothing queued, the sink never called) or gets
+// exactly one terminal event (kFinish or kError) after zero or more kPrefill/kTokens events; sinks run on
+// the engine thread, in order per request, and must not block; all cross-thread locking lives here.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "core/thread_pool.h"
+#include "sampling/sampler.h"
+
+namespace bunsen::engine {
+
+using RequestId = int64_t;
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // non-empty
+  sampling::SamplingParams sampling;
+  int64_t max_tokens = 256;      // generated tokens (EOS excluded); 0 finishes at once with kLength
+  std::vector<int32_t> eos_ids;  // empty: the backend's default EOS set
+  bool ignore_eos = false;       // generate to max_tokens whatever is sampled
+  int top_logprobs = -1;         // -1: no logprobs; 0: the chosen token's; 1..20: also the top n
+};
+
+struct TokenOut {
+  int32_t token = 0;
+  float logprob = 0.0f;              // valid when the request asked for logprobs
+  std::vector<sampling::Logprob> top;  // top_logprobs entries
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  int64_t generated_tokens = 0;
+};
+
+struct EngineEvent {
+  enum class Kind { kPrefill, kTokens, kFinish, kError };
+  Kind kind = Kind::kTokens;
+  int64_t prefilled = 0;         // kPrefill: prompt tokens computed so far (one event per prefill chunk)
+  std::vector<TokenOut> tokens;  // kTokens: new tokens in order (EOS excluded)
+  FinishReason finish = FinishReason::kStop;  // kFinish: kStop = an EOS id was sampled
+  Usage usage;                   // kFinish and kError
+  std::string error;             // kError: what failed (the request is over)
+};
+using EventSink = std::function<void(EngineEvent&&)>;
+
+struct EngineStats {
+  int64_t running = 0;  // sequences in the running set
+  int64_t waiting = 0;  // queued, including preempted ones
+  int64_t max_batch = 0;
+  int64_t max_num_batched_tokens = 0;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t block_size = 0;
+  int64_t max_request_tokens = 0;  // prompt + max_tokens limit of one request
+  int64_t steps = 0;               // forward passes so far
+  int64_t preemptions = 0;
+  int64_t requests_finished = 0;
+  int64_t prompt_tokens = 0;     // computed prompt tokens, all requests
+  int64_t generated_tokens = 0;  // sampled tokens, all requests
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Validates and queues a request; the sink receives its events on the engine thread. Throws
+  // Error("memory_admission", ...) when prompt + max_tokens can never fit (max_request_tokens()),
+  // Error("engine", ...) / Error("sampling", ...) for invalid fields (empty prompt, token id outside the
+  // vocabulary, bad sampling values, top_logprobs > 20).
+  virtual RequestId submit(EngineRequest req, EventSink sink) = 0;
+  // Any thread; the request ends with kFinish(kCancelled) within one step. Unknown/finished ids: no-op.
+  virtual void cancel(RequestId id) = 0;
+  virtual EngineStats stats() const = 0;
+  virtual int64_t max_request_tokens() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  // Cancels everything still running or queued (their sinks get kFinish(kCancelled)) and joins the thread.
+  // Idempotent; the destructor calls it.
+  virtual void shutdown() = 0;
+};
+
+struct EngineOptions {
+  int64_t max_batch = 8;                 // sequences per step (<= the runner's max_seqs and max_logit_rows)
+  int64_t max_num_batched_tokens = 512;  // tokens per step (<= the runner's max_tokens_per_step)
+  std::vector<int32_t> default_eos;      // used when a request gives no eos_ids
+  std::vector<int32_t> xtc_exempt;       // ids XTC never removes (EOS + newline tokens)
+  int sampling_threads = 0;              // threads that sample a step's rows; 0: min(cores, 8)
+};
+
+class Engine final : public Backend {
+ public:
+  Engine(Runner& runner, EngineOptions options);
+  ~Engine() override;
+  RequestId submit(EngineRequest req, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineStats stats() const override;
+  int64_t max_request_tokens() const override;
+  int64_t vocab_size() const override;
+  void shutdown() override;
+
+ private:
+  struct Pending;
+  struct Live;
+  void loop();
+  bool step_once();  // false: nothing could be scheduled
+  void take_inbox();                         // inbox_/cancels_ -> scheduler (engine thread)
+  void admit(std::unique_ptr<Pending> p);    // one new request into the scheduler
+  void sample_rows(const SchedulerOutput& out, const Tensor& logits);
+  // True when every row of `out` is plain greedy (no processors, no logprobs): the step then asks the
+  // Runner for argmax ids only (computed on the GPU), instead of whole logits rows.
+  bool all_rows_greedy(const SchedulerOutput& out) const;
+  void take_argmax(const SchedulerOutput& out, std::span<const int32_t> ids);
+  void emit_step_events(const SchedulerOutput& out, const std::vector<SeqId>& finished);
+  void end_request(RequestId id, EngineEvent::Kind kind, FinishReason why, const std::string& error);
+  void fail_step(const SchedulerOutput& out, const std::string& error);  // the step's requests: kError
+  void cancel_everything();                  // shutdown: queued and live requests end kCancelled
+  void refresh_stats();
+
+  Runner& runner_;
+  EngineOptions opts_;
+  Scheduler scheduler_;  // engine thread only
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Pending>> inbox_;  // guarded by mu_
+  std::vector<RequestId> cancels_;              // guarded by mu_
+  EngineStats stats_;                           // guarded by mu_ (a snapshot refreshed every step)
+  bool stopping_ = false;                       // guarded by mu_
+  std::atomic<RequestId> next_id_{1};
+  // Step buffers (engine thread only), cleared and refilled every step so a step does not reallocate.
+  std::vector<std::unique_ptr<Pending>> drained_;
+  std::vector<RequestId> drained_cancels_;
+  std::vector<SeqChunk> chunks_;               // one per ScheduledChunk
+  std::vector<SampledToken> sampled_;          // one per needs_logits chunk
+  std::vector<sampling::SampleResult> rows_;   // the sample_row result of each logits row
+  std::vector<SeqId> row_failed_;              // rows whose sampling threw (kError after the step)
+  std::vector<std::string> row_errors_;
+  std::vector<sampling::SamplerScratch> scratch_;  // one per logits row (rows are sampled in parallel)
+  std::vector<std::string> row_error_;             // per row: what sampling threw ("" = fine)
+  std::vector<const ScheduledChunk*> row_chunks_;  // the chunk of each logits row
+  std::unique_ptr<ThreadPool> sample_pool_;        // samples a step's rows side by side
+  EngineStats counters_;                       // engine thread's totals; copied into stats_ each step
+  std::thread thread_;
+};
+
+// Replays scripted token sequences: the k-th submitted request gets scripts[k % scripts.size()], one token
+// per kTokens event (logprob 0, top entries empty), ending kStop when the script ends (kLength at
+// max_tokens, kStop early at an EOS id of the request). Validates like Engine.
+class ReplayBackend final : public Backend {
+ public:
+  ReplayBackend(std::vector<std::vector<int32_t>> scripts, int64_t vocab_size, int64_t max_request_tokens);
+  ~ReplayBackend() override;
+  RequestId submit(EngineRequest req, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineStats stats() const override;
+  int64_t max_request_tokens() const override { return max_request_tokens_; }
+  int64_t vocab_size() const override { return vocab_size_; }
+  void shutdown() override;
+
+ private:
+  struct Job;
+  void loop();
+
+  std::vector<std::vector<int32_t>> scripts_;
+  int64_t vocab_size_, max_request_tokens_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> jobs_;
+  size_t next_script_ = 0;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// Validation shared by both backends (throws as Backend::submit documents).
+void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_request_tokens);
+
+}  // namespace bunsen::engine

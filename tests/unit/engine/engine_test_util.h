@@ -1,0 +1,132 @@
+// Helpers for the Engine/ReplayBackend tests: a tiny synthetic llama model, runner options, deterministic
+// prompts and a thread-safe event collector that checks the one-terminal-event rule. Header only (test
+// sources are globbed as *.cpp). Not a fake engine: the tests drive the real Engine on the CPU.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "model/registry.h"
+#include "model/synthetic.h"
+
+namespace bunsen::engine::test {
+
+constexpr int64_t kVocab = 301;
+
+inline std::unique_ptr<model::Model> tiny_model(bool nan_final_norm = false) {
+  auto cfg = model::parse_config(R"({"model_type":"llama","vocab_size":301,"hidden_size":32,"intermediate_size":48,
+    "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2})", "tiny");
+  model::WeightStore ws;
+  for (const auto& s : model::expected_tensors(cfg)) {
+    OwnedTensor t = model::synthetic_tensor(s.name, s.shape, DType::kF32, 7);
+    if (nan_final_norm && s.name == "model.norm.weight") {
+      float* p = t.tensor.ptr<float>();
+      for (int64_t i = 0; i < t.tensor.numel(); ++i) p[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    ws.add(s.name, std::move(t));
+  }
+  return model::create_model(cfg, std::move(ws));
+}
+
+// CPU kernel contexts: one thread keeps the tests fast on a loaded machine; two threads check that the
+// results do not depend on how work is split across threads either.
+inline kernels::Context cpu_ctx(int threads = 1) {
+  static ThreadPool one(1), two(2);
+  return kernels::Context{threads == 1 ? &one : &two, nullptr};
+}
+
+// Runner sized for an engine of `batch` sequences and `step_tokens` tokens per step.
+inline RunnerOptions runner_opts(int64_t batch, int64_t step_tokens, int32_t n_blocks = 0, int32_t block = 4) {
+  RunnerOptions o;
+  o.max_context = 128;
+  o.max_tokens_per_step = step_tokens;
+  o.max_seqs = batch;
+  o.max_logit_rows = batch;
+  o.block_size = block;
+  o.n_blocks = n_blocks;
+  return o;
+}
+
+inline std::vector<int32_t> make_prompt(int i, int n) {
+  std::vector<int32_t> p;
+  for (int j = 0; j < n; ++j) p.push_back(static_cast<int32_t>((i * 31 + j * 37 + 11) % kVocab));
+  return p;
+}
+
+// Collects one request's events from the engine thread.
+class Collector {
+ public:
+  EventSink sink() {
+    return [this](EngineEvent&& e) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (e.kind == EngineEvent::Kind::kFinish || e.kind == EngineEvent::Kind::kError) ++terminal_;
+      else if (terminal_ > 0) ++after_terminal_;
+      events_.push_back(std::move(e));
+      cv_.notify_all();
+    };
+  }
+  bool wait(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] { return terminal_ > 0; });
+  }
+  // Call after wait(): exactly one terminal event, and it is the last one.
+  void expect_one_terminal() {
+    std::lock_guard<std::mutex> lk(mu_);
+    EXPECT_EQ(terminal_, 1);
+    EXPECT_EQ(after_terminal_, 0);
+  }
+  std::vector<EngineEvent> events() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return events_;
+  }
+  EngineEvent last() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return events_.empty() ? EngineEvent{} : events_.back();
+  }
+  std::vector<int32_t> tokens() {
+    std::vector<int32_t> t;
+    for (const TokenOut& o : token_outs()) t.push_back(o.token);
+    return t;
+  }
+  std::vector<TokenOut> token_outs() {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<TokenOut> t;
+    for (const auto& e : events_)
+      if (e.kind == EngineEvent::Kind::kTokens) t.insert(t.end(), e.tokens.begin(), e.tokens.end());
+    return t;
+  }
+  int count(EngineEvent::Kind k) {
+    std::lock_guard<std::mutex> lk(mu_);
+    int n = 0;
+    for (const auto& e : events_) n += e.kind == k;
+    return n;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<EngineEvent> events_;
+  int terminal_ = 0, after_terminal_ = 0;
+};
+
+// Polls until pred() holds (stats are refreshed at the end of each step), up to `timeout`.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace bunsen::engine::test
