@@ -16,10 +16,11 @@ $(BUILD)/build.ninja:
 build: setup $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Serves the built-in demo model. The HTTP server arrives with its own issue; until then this runs the
-# main job, generation, on the demo model.
+# Serves a model over the OpenAI and Anthropic APIs (the built-in demo model unless ARGS names one), e.g.
+# `make serve ARGS="--model ~/models/Qwen3-0.6B --port 8081"`.
+ARGS ?=
 serve: build
-	./$(BUILD)/bunsen generate --prompt "Hello from bunsen" --max-tokens 32 --seed 1 --temperature 0.8
+	./$(BUILD)/bunsen serve $(ARGS)
 
 # Every CPU test (ctest labels unit, kernels, golden, fuzz); CUDA tests skip without a GPU.
 test: build

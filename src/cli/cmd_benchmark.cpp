@@ -1,9 +1,12 @@
-// `bunsen benchmark`: speed of a model or a synthetic shape against the measured roofline; text or JSON.
+// `bunsen benchmark`: speed of a model or a synthetic shape against the measured roofline; with --serve URL,
+// a serving benchmark of concurrent streaming clients against a running server. Text or JSON.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 #include "bench/benchmark.h"
+#include "bench/serve_bench.h"
 #include "bench/synthetic_shapes.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -18,8 +21,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"model", "DIR", "model directory; default: the built-in demo model", "m"},
     {"synthetic", "SHAPE", "random weights of a named real shape, built in memory (see --list-shapes)"},
     {"dtype", "T", "weight dtype for --synthetic: bf16 (default), f16, f32"},
-    {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512)", "p"},
-    {"gen", "N", "tokens to decode after the prompt (default 128)", "n"},
+    {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512; 1024 with --serve)", "p"},
+    {"gen", "N", "tokens to decode after the prompt (default 128; 256 with --serve)", "n"},
     {"prefill-lens", "N,N",
      "further prompt lengths timed for prefill only (default: none on cpu, 512,2048 on cuda)"},
     {"threads", "N", "CPU threads (default: all cores)"},
@@ -27,8 +30,34 @@ const std::vector<OptionSpec> kSpecs = {
     {"json", "", "print the result as JSON"},
     {"list-shapes", "", "list the --synthetic shapes"},
     {"device", "DEV", kDeviceHelp},
+    {"serve", "URL", "serving benchmark against a running server's /v1/completions (e.g. http://127.0.0.1:8080)"},
+    {"concurrency", "N", "--serve: concurrent streaming clients (default 16)", "c"},
+    {"requests", "N", "--serve: requests in total (default 4 x concurrency)"},
+    {"api-key", "KEY", "--serve: bearer token for the server"},
+    {"seed", "N", "--serve: seed of the random prompt tokens (default 0)"},
     {"help", "", "show this help", "h"},
 };
+
+// --serve: prompt 1024 and gen 256 by default (the serving shape).
+int run_serve(const Args& a) {
+  for (const char* f : {"model", "synthetic", "dtype", "prefill-lens", "threads", "no-probe", "device"})
+    check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
+  bench::ServeBenchOptions o;
+  o.url = *a.str("serve");
+  o.concurrency = static_cast<int>(a.integer("concurrency", 16));
+  o.requests = static_cast<int>(a.integer("requests", 4 * static_cast<int64_t>(o.concurrency)));
+  o.prompt_len = a.integer("prompt-len", 1024);
+  o.gen_len = a.integer("gen", 256);
+  o.api_key = a.str("api-key", "");
+  o.seed = static_cast<uint64_t>(a.integer("seed", 0));
+  check(o.concurrency >= 1 && o.concurrency <= 4096, "cli", "bunsen benchmark: --concurrency must be in [1, 4096]");
+  check(o.requests >= 1, "cli", "bunsen benchmark: --requests must be at least 1");
+  check(o.prompt_len >= 1 && o.gen_len >= 1, "cli", "bunsen benchmark: --prompt-len and --gen must be at least 1");
+  o.progress = ::isatty(2) != 0;
+  const bench::ServeBenchResult r = bench::run_serve_bench(o);
+  std::printf("%s\n", a.flag("json") ? r.to_json().c_str() : r.to_text().c_str());
+  return r.completed > 0 ? 0 : 1;
+}
 
 std::vector<int64_t> parse_lengths(const std::string& s) {
   std::vector<int64_t> out;
@@ -52,7 +81,7 @@ std::vector<int64_t> parse_lengths(const std::string& s) {
 int cmd_benchmark(int argc, char** argv) {
   Args a("benchmark", kSpecs, argc, argv, 2);
   if (a.flag("help")) {
-    std::fputs(format_help("bunsen benchmark [--model DIR | --synthetic SHAPE] [options]",
+    std::fputs(format_help("bunsen benchmark [--model DIR | --synthetic SHAPE | --serve URL] [options]",
                            "Measure prefill and decode throughput and the fraction of this machine's memory "
                            "bandwidth that decode reaches.",
                            kSpecs)
@@ -64,6 +93,9 @@ int cmd_benchmark(int argc, char** argv) {
     for (const auto& n : bench::synthetic_shape_names()) std::printf("%s\n", n.c_str());
     return 0;
   }
+  if (a.has("serve")) return run_serve(a);
+  for (const char* f : {"concurrency", "requests", "api-key", "seed"})
+    check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " applies to --serve only");
   const Device device = parse_device(a.str("device"), "benchmark");
   check(!(a.has("model") && a.has("synthetic")), "cli",
         "bunsen benchmark: give --model or --synthetic, not both");

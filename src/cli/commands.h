@@ -8,5 +8,7 @@ int cmd_benchmark(int argc, char** argv);
 int cmd_template(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
+int cmd_fit(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace bunsen::cli

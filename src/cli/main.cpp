@@ -16,8 +16,10 @@ struct Verb {
 };
 
 constexpr Verb kVerbs[] = {
+    {"serve", bunsen::cli::cmd_serve, "serve a model over the OpenAI and Anthropic HTTP APIs"},
     {"generate", bunsen::cli::cmd_generate, "generate text from a prompt (streams to stdout)"},
     {"benchmark", bunsen::cli::cmd_benchmark, "measure prefill/decode speed against this machine's roofline"},
+    {"fit", bunsen::cli::cmd_fit, "does a model fit this machine's GPUs/RAM: max context, sequences, tok/s"},
     {"template", bunsen::cli::cmd_template, "render a model's chat template for a conversation (like HF)"},
     {"tokenize", bunsen::cli::cmd_tokenize, "text -> token ids with a model's tokenizer"},
     {"detokenize", bunsen::cli::cmd_detokenize, "token ids -> text with a model's tokenizer"},

@@ -109,6 +109,19 @@ void Connection::on_read_error(const error_code& ec) {
   }
   if (ec == bhttp::error::body_limit) {
     in_request_ = true;
+    // A declared Content-Length over the cap fails at the head: give the error hook the path anyway so
+    // the 413 comes in the route's dialect.
+    if (!request_ && parser_) {
+      const auto& msg = parser_->get();
+      std::string target(msg.target());
+      auto path = percent_decode(target.substr(0, target.find('?')), false);
+      if (path && !path->empty() && path->front() == '/') {
+        request_ = std::make_unique<Request>();
+        request_->method = std::string(msg.method_string());
+        request_->target = std::move(target);
+        request_->path = std::move(*path);
+      }
+    }
     return reply_error(413, "request body too large", "invalid_request_error");
   }
   bool parse_error = ec.category() == make_error_code(bhttp::error::bad_method).category();
@@ -160,6 +173,9 @@ void Connection::route_request() {
   const ServerOptions& opts = core_->options;
   // An answer given before the body is read leaves unread bytes behind: that connection cannot be reused.
   if (!parser_->is_done()) keep_alive_ = false;
+  if (opts.guard) {
+    if (std::optional<Response> refusal = opts.guard(req)) return reply(std::move(*refusal));
+  }
   if (req.path == "*") return reply(preflight_response(req, "GET, POST, HEAD", ""));
   match_ = core_->router.match(req.method, raw_path_);
   bool preflight = req.method == "OPTIONS" && match_.kind != Router::Match::Kind::kFound;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct ServerOptions {
   std::function<Response(const Request&)> unauthorized;
   // Every server-made error (400/404/405/413/431/500/503); default: default_error_response().
   std::function<Response(const ErrorInfo&)> error_response;
+  // Runs for every parsed request before auth and routing (preflights too); returning a Response refuses
+  // the request with it (e.g. the DNS-rebinding guard's 403). Empty: every request passes.
+  std::function<std::optional<Response>(const Request&)> guard;
 };
 
 class Server {

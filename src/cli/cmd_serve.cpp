@@ -1,0 +1,391 @@
+// `bunsen serve`: load a model (or the built-in demo), build the engine (continuous batching over a paged
+// KV pool sized from --batch/--ctx), the ModelService and the HTTP server with every route area, print a
+// startup card on stderr and `listening on http://HOST:PORT` on stdout, then serve until SIGINT/SIGTERM
+// (HTTP stops first, then the engine). Wiring only: the serving logic lives in server/ and engine/.
+// Invariant: every startup failure is one line on stderr and a non-zero exit (a busy port included).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/serve_model.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "kernels/device.h"
+#include "model/registry.h"
+#include "server/app.h"
+#include "text/chat_template.h"
+
+namespace bunsen::cli {
+namespace http = server::http;
+namespace {
+
+const std::vector<OptionSpec> kSpecs = {
+    {"model", "PATH|QUERY", "model directory (config.json + safetensors) or a name in the local HF cache; "
+                            "default: the built-in demo model", "m"},
+    {"query", "QUERY", "model name to look up in the local Hugging Face cache (lowest precedence)"},
+    {"device", "DEV", kDeviceHelp},
+    {"host", "ADDR", "address to bind (default 127.0.0.1; 0.0.0.0 exposes the server: set --api-key)"},
+    {"port", "N", "port (default 8080; 0 = any free port)"},
+    {"max-tokens", "N", "default max tokens of a response (default 4096, capped by the context)"},
+    {"temperature", "T", "default sampling temperature (default: generation_config.json, else 0.7)"},
+    {"temp", "T", "same as --temperature"},
+    {"top-p", "P", "default nucleus threshold (default: generation_config.json, else 1)"},
+    {"top-k", "K", "default top-k (default: generation_config.json, else 0 = off)"},
+    {"min-p", "P", "default min-p (default: generation_config.json, else 0 = off)"},
+    {"thinking", "true|false", "default for the chat template's enable_thinking (default: the template's)"},
+    {"api-key", "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (except /health)"},
+    {"allowed-origins", "A,B", "origins allowed by CORS (exact, comma-separated; '*' = any)"},
+    {"log-level", "LEVEL", "error, warn, info or debug (default warn)"},
+    {"max-body", "BYTES", "largest request body, e.g. 1048576 or 32MB (default 32MB)"},
+    {"batch", "N", "sequences decoded together (default 8 on CPU, 64 on CUDA)"},
+    {"decode-concurrency", "N", "same as --batch"},
+    {"max-num-batched-tokens", "N", "tokens per engine step / prefill chunk (default 512 on CPU, 2048 on CUDA)"},
+    {"ctx", "N", "max context per sequence (default min(model max positions, 32768))"},
+    {"allow-request-templates", "", "accept a chat template supplied in a request"},
+    {"threads", "N", "CPU threads (default: all cores)"},
+    {"header-timeout", "SECONDS", "time a client has to send a request head (default 10)"},
+    {"read-timeout", "SECONDS", "time a client has to send a request body (default 60)"},
+    {"max-connections", "N", "open connections before new ones get 503 (default 4096)"},
+    {"help", "", "show this help", "h"},
+};
+// Not in --help: test-only switches.
+const std::vector<OptionSpec> kHidden = {
+    {"replay", "FILE", "serve replayed outputs: JSON {\"texts\": [...]} (tests)"},
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "1048576", "32MB", "512k", "1GiB" -> bytes (k/M/G are powers of 1024 either way, as HTTP servers do).
+size_t parse_size(const std::string& text) {
+  const std::string err = "bunsen serve: --max-body expects bytes like 1048576 or 32MB, got '" + text + "'";
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  check(i > 0 && i <= 15, "cli", err);
+  double value = std::stod(text.substr(0, i));
+  std::string unit;
+  for (char c : text.substr(i)) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit == "kib" || unit == "kb" || unit == "k") value *= 1024.0;
+  else if (unit == "mib" || unit == "mb" || unit == "m") value *= 1024.0 * 1024.0;
+  else if (unit == "gib" || unit == "gb" || unit == "g") value *= 1024.0 * 1024.0 * 1024.0;
+  else check(unit.empty() || unit == "b", "cli", err);
+  check(value >= 1, "cli", "bunsen serve: --max-body must be at least 1 byte");
+  return static_cast<size_t>(value);
+}
+
+std::optional<bool> parse_bool_flag(const Args& a, const std::string& name) {
+  auto v = a.str(name);
+  if (!v) return std::nullopt;
+  if (*v == "true" || *v == "1" || *v == "yes" || *v == "on") return true;
+  if (*v == "false" || *v == "0" || *v == "no" || *v == "off") return false;
+  throw Error("cli", "bunsen serve: --" + name + " expects true or false, got '" + *v + "'");
+}
+
+log::Level parse_log_level(const std::string& s) {
+  if (s == "error") return log::Level::kError;
+  if (s == "warn" || s == "warning") return log::Level::kWarn;
+  if (s == "info") return log::Level::kInfo;
+  if (s == "debug") return log::Level::kDebug;
+  throw Error("cli", "bunsen serve: --log-level must be error, warn, info or debug, got '" + s + "'");
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) b /= 1024.0, ++u;
+  return strfmt(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+}
+
+// Parser family of the model's tool-call/reasoning markup, from config.json's model_type.
+std::string parser_family_for(const std::string& model_type) {
+  auto starts = [&](const char* p) { return model_type.rfind(p, 0) == 0; };
+  if (starts("qwen")) return "qwen3";
+  if (starts("llama")) return "llama3";
+  if (starts("mistral")) return "mistral";
+  if (starts("gemma")) return "gemma4";
+  if (starts("minicpm")) return "minicpm";
+  return "none";
+}
+
+server::ServiceDefaults service_defaults(const Args& a, const model::ModelConfig& cfg) {
+  server::ServiceDefaults d;
+  const model::GenerationDefaults& g = cfg.generation;
+  d.max_tokens = a.integer("max-tokens", d.max_tokens);
+  check(d.max_tokens >= 1, "cli", "bunsen serve: --max-tokens must be >= 1");
+  std::optional<double> temp = a.number("temperature");
+  if (!temp) temp = a.number("temp");
+  d.temperature = static_cast<float>(temp.value_or(g.temperature.value_or(d.temperature)));
+  d.top_p = static_cast<float>(a.number("top-p", g.top_p.value_or(d.top_p)));
+  d.top_k = static_cast<int>(a.integer("top-k", g.top_k.value_or(d.top_k)));
+  d.min_p = static_cast<float>(a.number("min-p", g.min_p.value_or(d.min_p)));
+  check(std::isfinite(d.temperature) && d.temperature >= 0, "cli", "bunsen serve: --temperature must be >= 0");
+  check(d.top_p > 0 && d.top_p <= 1, "cli", "bunsen serve: --top-p must be in (0, 1]");
+  check(d.top_k >= 0, "cli", "bunsen serve: --top-k must be >= 0");
+  check(d.min_p >= 0 && d.min_p <= 1, "cli", "bunsen serve: --min-p must be in [0, 1]");
+  d.thinking = parse_bool_flag(a, "thinking");
+  d.allow_request_templates = a.flag("allow-request-templates");
+  return d;
+}
+
+// Engine and KV sizing from the flags, the model and the device.
+struct Sizing {
+  int64_t batch = 8, step_tokens = 512, ctx = 32768;
+  int32_t n_blocks = 0, block_size = 16;
+  int64_t kv_bytes = 0;
+  DType kv_dtype = DType::kF32;
+};
+
+constexpr int64_t kDefaultMaxCtx = 32768;
+constexpr int64_t kTypicalSeqTokens = 4096;       // what the pool plans per concurrent sequence
+constexpr int64_t kCpuKvBudget = int64_t{4} << 30;  // CPU: KV pool bytes beyond one full sequence
+
+Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vector<model::KvLayerSpec>& kv,
+                   Device device) {
+  Sizing s;
+  const bool cuda = device.is_cuda();
+  s.batch = a.has("batch") ? a.integer("batch", 8) : a.integer("decode-concurrency", cuda ? 64 : 8);
+  check(s.batch >= 1 && s.batch <= 4096, "cli", "bunsen serve: --batch must be in [1, 4096]");
+  s.step_tokens = std::max(a.integer("max-num-batched-tokens", cuda ? 2048 : 512), s.batch);
+  check(s.step_tokens <= 1 << 20, "cli", "bunsen serve: --max-num-batched-tokens is too large");
+  const int64_t model_max = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : kDefaultMaxCtx;
+  s.ctx = a.integer("ctx", std::min(model_max, kDefaultMaxCtx));
+  check(s.ctx >= 16, "cli", "bunsen serve: --ctx must be >= 16");
+  s.kv_dtype = cuda ? DType::kBF16 : DType::kF32;
+  int64_t per_token = 0;  // K and V of every layer
+  for (const model::KvLayerSpec& l : kv)
+    per_token += 2 * l.n_kv_heads * l.head_dim * static_cast<int64_t>(dtype_size(s.kv_dtype));
+  int64_t tokens = std::max(s.ctx, s.batch * std::min(s.ctx, kTypicalSeqTokens));
+  if (!cuda && per_token > 0) tokens = std::max(s.ctx, std::min(tokens, kCpuKvBudget / per_token));
+  s.n_blocks = static_cast<int32_t>((tokens + s.block_size - 1) / s.block_size);
+  s.kv_bytes = static_cast<int64_t>(s.n_blocks) * s.block_size * per_token;
+  return s;
+}
+
+std::vector<std::vector<int32_t>> replay_scripts(const std::string& path, const text::Tokenizer& tok) {
+  std::ifstream in(path);
+  check(in.good(), "cli", "bunsen serve: --replay " + path + ": cannot read the file");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  check(j.is_object() && j.contains("texts") && j["texts"].is_array() && !j["texts"].empty(), "cli",
+        "bunsen serve: --replay " + path + ": expected JSON {\"texts\": [\"...\", ...]}");
+  std::vector<std::vector<int32_t>> scripts;
+  for (const auto& t : j["texts"]) {
+    check(t.is_string(), "cli", "bunsen serve: --replay: every entry of texts must be a string");
+    scripts.push_back(tok.encode(t.get<std::string>(), /*add_special=*/false));
+  }
+  return scripts;
+}
+
+// Many concurrent clients each hold a socket: lift the soft descriptor limit to the hard one.
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+struct CardInfo {
+  const ServeModel* model;
+  std::string device, url, backend;
+  int64_t weights_bytes;
+  const Sizing* sizing;
+};
+
+void print_card(const CardInfo& c) {
+  const Sizing& s = *c.sizing;
+  const std::string kv = s.kv_bytes == 0 ? std::string("none (no model forward)")
+                                         : strfmt("%s (%s): %d blocks x %d tokens", human_bytes(static_cast<double>(s.kv_bytes)).c_str(),
+                                                  dtype_name(s.kv_dtype), s.n_blocks, s.block_size);
+  std::fprintf(stderr,
+               "bunsen %s serve\n"
+               "  model    %s%s\n"
+               "  dir      %s\n"
+               "  device   %s\n"
+               "  weights  %s\n"
+               "  kv pool  %s\n"
+               "  batch    %lld sequences, %lld tokens/step, context %lld tokens\n"
+               "  backend  %s\n"
+               "  url      %s\n",
+               BUNSEN_VERSION, c.model->id.c_str(), c.model->demo ? " (built-in demo: random weights)" : "",
+               c.model->dir.c_str(), c.device.c_str(), human_bytes(static_cast<double>(c.weights_bytes)).c_str(),
+               kv.c_str(), (long long)s.batch, (long long)s.step_tokens, (long long)s.ctx, c.backend.c_str(),
+               c.url.c_str());
+  std::fflush(stderr);
+}
+
+std::vector<int32_t> xtc_exempt_ids(const std::vector<int32_t>& eos, const text::Tokenizer& tok) {
+  std::vector<int32_t> out = eos;
+  for (int32_t id : tok.encode("\n", false)) out.push_back(id);
+  return out;
+}
+
+// Bind address, limits and security flags. Validated before the model loads so flag errors are quick.
+http::ServerOptions http_options(const Args& a) {
+  http::ServerOptions o;
+  o.host = a.str("host", "127.0.0.1");
+  int64_t port = a.integer("port", 8080);
+  check(port >= 0 && port <= 65535, "cli", "bunsen serve: --port must be in [0, 65535]");
+  o.port = static_cast<uint16_t>(port);
+  o.io_threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 8, 2, 8);
+  if (a.has("max-body")) o.max_body_bytes = parse_size(*a.str("max-body"));
+  auto seconds = [&](const char* name, std::chrono::milliseconds def) {
+    double v = a.number(name, static_cast<double>(def.count()) / 1000.0);
+    check(std::isfinite(v) && v > 0 && v <= 86400, "cli", std::string("bunsen serve: --") + name + " must be in (0, 86400]");
+    return std::chrono::milliseconds(static_cast<int64_t>(v * 1000.0));
+  };
+  o.header_timeout = seconds("header-timeout", o.header_timeout);
+  o.read_timeout = seconds("read-timeout", o.read_timeout);
+  int64_t max_conn = a.integer("max-connections", static_cast<int64_t>(o.max_connections));
+  check(max_conn >= 1, "cli", "bunsen serve: --max-connections must be >= 1");
+  o.max_connections = static_cast<size_t>(max_conn);
+  o.api_key = a.str("api-key", "");
+  if (a.has("api-key")) check(!o.api_key.empty(), "cli", "bunsen serve: --api-key is empty");
+  o.allowed_origins = split_list(a.str("allowed-origins", ""));
+  return o;
+}
+
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host;
+}
+
+// The engine over a Runner sized by `sz` (the Runner goes to `runner`, which must outlive the engine).
+std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& sz, const std::vector<int32_t>& eos,
+                                             const text::Tokenizer& tok, ThreadPool& pool,
+                                             std::unique_ptr<engine::Runner>& runner) {
+  engine::RunnerOptions ro;
+  ro.max_tokens_per_step = sz.step_tokens;
+  ro.max_seqs = sz.batch;
+  ro.max_logit_rows = sz.batch;
+  ro.max_context = sz.ctx;
+  ro.block_size = sz.block_size;
+  ro.n_blocks = sz.n_blocks;
+  ro.kv_dtype = sz.kv_dtype;
+  runner = std::make_unique<engine::Runner>(model, ro, kernels::Context{&pool});
+  engine::EngineOptions eo;
+  eo.max_batch = sz.batch;
+  eo.max_num_batched_tokens = sz.step_tokens;
+  eo.default_eos = eos;
+  eo.xtc_exempt = xtc_exempt_ids(eos, tok);
+  return std::make_unique<engine::Engine>(*runner, eo);
+}
+
+server::AdminInfo admin_info(const Sizing& sz, bool replay, int64_t weights_bytes) {
+  server::AdminInfo info;
+  info.version = BUNSEN_VERSION;
+  info.backend = replay ? "replay" : "engine";
+  info.max_context = sz.ctx;
+  info.max_batch = sz.batch;
+  info.max_num_batched_tokens = sz.step_tokens;
+  info.kv_pool_bytes = sz.kv_bytes;
+  info.kv_dtype = dtype_name(sz.kv_dtype);
+  info.weights_bytes = weights_bytes;
+  return info;
+}
+
+// Binds (one-line error when the port is taken), prints the card and the listening line.
+void start_listening(http::Server& srv, const CardInfo& card_base, const std::string& host) {
+  try {
+    srv.start();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    msg = msg.substr(msg.find(": ") + 2);
+    throw Error("http", msg + " (is another server using that port? pick one with --port)");
+  }
+  CardInfo card = card_base;
+  card.url = "http://" + url_host(host) + ":" + std::to_string(srv.port());
+  print_card(card);
+  if (srv.options().api_key.empty() && (host == "0.0.0.0" || host == "::"))
+    std::fprintf(stderr, "bunsen serve: warning: listening on every interface without --api-key\n");
+  std::printf("listening on %s\n", card.url.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  std::vector<OptionSpec> specs = kSpecs;
+  specs.insert(specs.end(), kHidden.begin(), kHidden.end());
+  Args a("serve", specs, argc, argv, 2);
+  if (a.flag("help")) {
+    std::fputs(format_help("bunsen serve [MODEL] [--model PATH|QUERY] [options]",
+                           "Serve a model over the OpenAI and Anthropic HTTP APIs.", kSpecs).c_str(), stdout);
+    return 0;
+  }
+  check(a.positional().size() <= 1, "cli", "bunsen serve: at most one positional MODEL");
+  if (a.has("log-level")) log::set_level(parse_log_level(*a.str("log-level")));
+  const Device device = parse_device(a.str("device"), "serve");
+  const http::ServerOptions http_opts = http_options(a);
+  std::optional<std::string> positional;
+  if (!a.positional().empty()) positional = a.positional()[0];
+  const ServeModel sm = resolve_serve_model(a.str("model"), positional, a.str("query"));
+  raise_fd_limit();
+  kernels::set_current_device(device);
+
+  // Declaration order is teardown order reversed: server, service, backend, runner, pool, model.
+  const bool replay = a.has("replay");
+  std::unique_ptr<model::Model> model;
+  model::ModelConfig cfg = replay ? model::load_config(sm.dir) : model::ModelConfig{};
+  if (!replay) {
+    model::LoadOptions lo;
+    lo.device = device;
+    model = model::load_model(sm.dir, lo);
+    cfg = model->config();
+  }
+  const server::ServiceDefaults defaults = service_defaults(a, cfg);
+  auto tok = open_tokenizer(sm.dir, cfg);
+  std::optional<text::ChatTemplate> tpl;
+  if (text::ChatTemplate::available(sm.dir)) tpl = text::ChatTemplate::load(sm.dir);
+  const Sizing sz = plan_sizing(a, cfg, model ? model->kv_layout() : std::vector<model::KvLayerSpec>{}, device);
+  ThreadPool pool(static_cast<int>(a.integer("threads", 0)));
+  std::unique_ptr<engine::Runner> runner;
+  std::unique_ptr<engine::Backend> backend =
+      replay ? std::make_unique<engine::ReplayBackend>(replay_scripts(*a.str("replay"), *tok), cfg.vocab_size, sz.ctx)
+             : make_engine(*model, sz, eos_ids(cfg, *tok), *tok, pool, runner);
+
+  server::ModelServiceConfig mc;
+  mc.model_id = sm.id;
+  mc.model_dir = sm.dir;
+  mc.parser_family = parser_family_for(cfg.model_type);
+  mc.device = device.str();
+  mc.created = server::unix_now();
+  mc.defaults = defaults;
+  server::ModelService service(mc, *tok, std::move(tpl), *backend);
+
+  const int64_t weights_bytes = weights_file_bytes(sm.dir);
+  server::AppOptions app{http_opts, admin_info(sz, replay, weights_bytes)};
+  std::unique_ptr<http::Server> srv = server::make_server(std::move(app), service);
+  http::install_signal_stop(*srv);
+  std::string dev = device.str();
+  if (device.is_cuda() && !kernels::cuda_device_name(device.index).empty())
+    dev += " (" + kernels::cuda_device_name(device.index) + ")";
+  start_listening(*srv, {&sm, dev, "", replay ? "replay (test backend)" : "engine", weights_bytes, &sz}, http_opts.host);
+
+  srv->wait();  // SIGINT/SIGTERM: stops accepting, finishes or ends answers, joins the IO threads
+  backend->shutdown();
+  std::fprintf(stderr, "bunsen serve: stopped\n");
+  return 0;
+}
+
+}  // namespace bunsen::cli

@@ -1,0 +1,109 @@
+// Admin route handlers (see routes.h): health, stats JSON and Prometheus metrics. Each handler reads
+// snapshots only (Metrics under its own mutex, Backend::stats() under the engine's short lock) and
+// answers synchronously on the IO thread. Not a place for engine control (no cancel/flush routes here).
+#include "server/admin/routes.h"
+
+#include "core/status.h"
+
+namespace bunsen::server {
+namespace admin {
+namespace {
+
+double ratio(int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0; }
+
+// One Prometheus gauge: HELP, TYPE and the sample line.
+std::string gauge(const std::string& name, const std::string& help, double value) {
+  return "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+         strfmt("%.15g", value) + "\n";
+}
+
+http::Response json_response(const nlohmann::json& body) {
+  http::Response r = http::Response::json(200, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  r.headers.set("Cache-Control", "no-store");
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
+  const ModelServiceConfig& cfg = service.config();
+  const engine::EngineStats es = service.backend().stats();
+  Metrics& m = service.metrics();
+  nlohmann::json mj = m.json();
+  nlohmann::json j;
+  j["server"] = {{"name", "bunsen"}, {"version", info.version}, {"backend", info.backend}};
+  j["model"] = {{"id", cfg.model_id},
+                {"dir", cfg.model_dir},
+                {"device", cfg.device},
+                {"parser_family", cfg.parser_family},
+                {"weights_bytes", info.weights_bytes}};
+  j["uptime_s"] = m.uptime_seconds();
+  j["requests"] = mj.value("requests", nlohmann::json::object());
+  j["tokens"] = mj.value("tokens", nlohmann::json::object());
+  j["latency"] = {{"ttft", mj.value("ttft", nlohmann::json::object())},
+                  {"itl", mj.value("itl", nlohmann::json::object())},
+                  {"e2e", mj.value("e2e", nlohmann::json::object())}};
+  j["queue"] = {{"running", es.running}, {"waiting", es.waiting}};
+  j["kv"] = {{"blocks_total", es.kv_blocks_total},
+             {"blocks_free", es.kv_blocks_free},
+             {"blocks_used", es.kv_blocks_total - es.kv_blocks_free},
+             {"block_size", es.block_size},
+             {"bytes", info.kv_pool_bytes},
+             {"dtype", info.kv_dtype}};
+  // The prefix cache arrives with its own issue; the section is here so clients can rely on its shape.
+  j["prompt_cache"] = {{"enabled", false}, {"entries", 0}, {"bytes", 0},
+                       {"hits", 0},        {"misses", 0},  {"hit_ratio", 0.0}};
+  j["admission"] = {{"max_request_tokens", service.backend().max_request_tokens()},
+                    {"max_context", info.max_context}};
+  j["batch"] = {{"max_batch", es.max_batch > 0 ? es.max_batch : info.max_batch},
+                {"max_num_batched_tokens", es.max_num_batched_tokens > 0 ? es.max_num_batched_tokens
+                                                                        : info.max_num_batched_tokens}};
+  j["engine"] = {{"steps", es.steps},
+                 {"preemptions", es.preemptions},
+                 {"requests_finished", es.requests_finished},
+                 {"prompt_tokens", es.prompt_tokens},
+                 {"generated_tokens", es.generated_tokens}};
+  return j;
+}
+
+std::string metrics_text(ModelService& service) {
+  const engine::EngineStats es = service.backend().stats();
+  Metrics& m = service.metrics();
+  std::string out = m.prometheus();
+  out += gauge("bunsen_running_sequences", "Sequences in the engine's running set.", static_cast<double>(es.running));
+  out += gauge("bunsen_waiting_sequences", "Sequences queued (including preempted ones).",
+               static_cast<double>(es.waiting));
+  out += gauge("bunsen_kv_blocks_used", "KV cache blocks in use.",
+               static_cast<double>(es.kv_blocks_total - es.kv_blocks_free));
+  out += gauge("bunsen_kv_blocks_free", "KV cache blocks free.", static_cast<double>(es.kv_blocks_free));
+  out += gauge("bunsen_kv_blocks_total", "KV cache blocks in the pool.", static_cast<double>(es.kv_blocks_total));
+  out += gauge("bunsen_prefix_cache_hit_ratio", "Prompt tokens served from the prefix cache / prompt tokens.",
+               ratio(m.cached_tokens(), m.prompt_tokens()));
+  out += gauge("bunsen_engine_steps", "Forward passes run by the engine.", static_cast<double>(es.steps));
+  return out;
+}
+
+}  // namespace admin
+
+void register_admin_routes(http::Router& router, ModelService& service, const AdminInfo& info) {
+  http::RouteOptions open;
+  open.requires_auth = false;
+  router.add("GET", "/health", http::SyncHandler([&service](http::Request&) {
+               service.metrics().record_request("/health", 200);
+               return admin::json_response({{"status", "ok"}});
+             }),
+             open);
+  router.add("GET", "/stats", http::SyncHandler([&service, info](http::Request&) {
+               service.metrics().record_request("/stats", 200);
+               return admin::json_response(admin::stats_json(service, info));
+             }));
+  router.add("GET", "/metrics", http::SyncHandler([&service](http::Request&) {
+               service.metrics().record_request("/metrics", 200);
+               http::Response r = http::Response::text(200, admin::metrics_text(service),
+                                                       "text/plain; version=0.0.4; charset=utf-8");
+               r.headers.set("Cache-Control", "no-store");
+               return r;
+             }));
+}
+
+}  // namespace bunsen::server
