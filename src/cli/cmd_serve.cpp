@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "bench/synthetic_shapes.h"
+#include "kernels/memory_info.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -34,6 +36,8 @@ const std::vector<OptionSpec> kSpecs = {
                             "default: the built-in demo model", "m"},
     {"query", "QUERY", "model name to look up in the local Hugging Face cache (lowest precedence)"},
     {"device", "DEV", kDeviceHelp},
+    {"synthetic", "SHAPE", "serve random bf16 weights of a named real shape (benchmarks; byte tokenizer, no "
+                           "chat template; see bunsen benchmark --list-shapes)"},
     {"host", "ADDR", "address to bind (default 127.0.0.1; 0.0.0.0 exposes the server: set --api-key)"},
     {"port", "N", "port (default 8080; 0 = any free port)"},
     {"max-tokens", "N", "default max tokens of a response (default 4096, capped by the context)"},
@@ -51,6 +55,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"decode-concurrency", "N", "same as --batch"},
     {"max-num-batched-tokens", "N", "tokens per engine step / prefill chunk (default 512 on CPU, 2048 on CUDA)"},
     {"ctx", "N", "max context per sequence (default min(model max positions, 32768))"},
+    {"memory-budget", "GB", "memory for weights + KV pool + workspace (default: 90% of free GPU memory on "
+                            "CUDA; on the CPU 75% of RAM, with the KV pool capped at 4 GiB beyond one context)"},
     {"allow-request-templates", "", "accept a chat template supplied in a request"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"header-timeout", "SECONDS", "time a client has to send a request head (default 10)"},
@@ -161,8 +167,12 @@ constexpr int64_t kDefaultMaxCtx = 32768;
 constexpr int64_t kTypicalSeqTokens = 4096;       // what the pool plans per concurrent sequence
 constexpr int64_t kCpuKvBudget = int64_t{4} << 30;  // CPU: KV pool bytes beyond one full sequence
 
+// The KV pool gets what the memory budget leaves after the weights and the step workspace: CUDA by
+// default 90 % of the device memory free once the weights are loaded; --memory-budget GB counts weights +
+// KV + workspace together. A budget that cannot hold one full --ctx sequence shrinks the default context
+// (or fails when --ctx was given).
 Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vector<model::KvLayerSpec>& kv,
-                   Device device) {
+                   Device device, int64_t weight_bytes, int64_t workspace_bytes) {
   Sizing s;
   const bool cuda = device.is_cuda();
   s.batch = a.has("batch") ? a.integer("batch", 8) : a.integer("decode-concurrency", cuda ? 64 : 8);
@@ -177,10 +187,47 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   for (const model::KvLayerSpec& l : kv)
     per_token += 2 * l.n_kv_heads * l.head_dim * static_cast<int64_t>(dtype_size(s.kv_dtype));
   int64_t tokens = std::max(s.ctx, s.batch * std::min(s.ctx, kTypicalSeqTokens));
-  if (!cuda && per_token > 0) tokens = std::max(s.ctx, std::min(tokens, kCpuKvBudget / per_token));
-  s.n_blocks = static_cast<int32_t>((tokens + s.block_size - 1) / s.block_size);
+  if (per_token > 0) {
+    int64_t kv_budget = 0;
+    if (a.has("memory-budget")) {
+      const double gb = a.number("memory-budget", 0.0);
+      check(std::isfinite(gb) && gb > 0, "cli", "bunsen serve: --memory-budget must be a positive number of GB");
+      kv_budget = static_cast<int64_t>(gb * 1e9) - weight_bytes - workspace_bytes;
+      check(kv_budget >= per_token * 16, "cli",
+            strfmt("bunsen serve: --memory-budget %.2f GB leaves no room for the KV cache: weights take %.2f GB "
+                   "and the workspace %.2f GB",
+                   gb, weight_bytes / 1e9, workspace_bytes / 1e9));
+      tokens = kv_budget / per_token;
+    } else if (cuda) {
+      const kernels::MemoryInfo mi = kernels::memory_info(device);
+      kv_budget = static_cast<int64_t>(0.9 * static_cast<double>(mi.free_bytes)) - workspace_bytes;
+      tokens = std::max<int64_t>(0, kv_budget / per_token);
+    } else {
+      tokens = std::max(s.ctx, std::min(tokens, kCpuKvBudget / per_token));
+    }
+    if (tokens < s.ctx) {
+      check(!a.has("ctx"), "cli",
+            strfmt("bunsen serve: the KV pool holds %lld tokens, less than --ctx %lld; lower --ctx or raise "
+                   "--memory-budget",
+                   (long long)tokens, (long long)s.ctx));
+      s.ctx = std::max<int64_t>(16, tokens / s.block_size * s.block_size);
+      log::warn("serve", strfmt("the KV pool holds %lld tokens: context limited to %lld", (long long)tokens,
+                                (long long)s.ctx));
+    }
+  }
+  s.n_blocks = static_cast<int32_t>(std::min<int64_t>((tokens + s.block_size - 1) / s.block_size, INT32_MAX / 2));
   s.kv_bytes = static_cast<int64_t>(s.n_blocks) * s.block_size * per_token;
   return s;
+}
+
+// Step workspace + logits buffers + (CUDA) scratch/cuBLASLt/graph headroom, for the memory budget.
+int64_t workspace_estimate(const model::Model* m, const Args& a, Device device) {
+  if (m == nullptr) return 0;
+  const bool cuda = device.is_cuda();
+  const int64_t batch = a.has("batch") ? a.integer("batch", 8) : a.integer("decode-concurrency", cuda ? 64 : 8);
+  const int64_t step = std::max(a.integer("max-num-batched-tokens", cuda ? 2048 : 512), batch);
+  const int64_t logits = 2 * batch * m->config().vocab_size * static_cast<int64_t>(sizeof(float));
+  return static_cast<int64_t>(m->workspace_bytes(step, batch)) + logits + (cuda ? (int64_t{1} << 30) : 0);
 }
 
 std::vector<std::vector<int32_t>> replay_scripts(const std::string& path, const text::Tokenizer& tok) {
@@ -339,7 +386,11 @@ int cmd_serve(int argc, char** argv) {
   const http::ServerOptions http_opts = http_options(a);
   std::optional<std::string> positional;
   if (!a.positional().empty()) positional = a.positional()[0];
-  const ServeModel sm = resolve_serve_model(a.str("model"), positional, a.str("query"));
+  const std::optional<std::string> synthetic = a.str("synthetic");
+  check(!(synthetic && (a.has("model") || positional || a.has("query") || a.has("replay"))), "cli",
+        "bunsen serve: --synthetic replaces --model/MODEL/--query/--replay; give only one");
+  const ServeModel sm = synthetic ? ServeModel{"", "synthetic:" + *synthetic, false}
+                                  : resolve_serve_model(a.str("model"), positional, a.str("query"));
   raise_fd_limit();
   kernels::set_current_device(device);
 
@@ -347,7 +398,10 @@ int cmd_serve(int argc, char** argv) {
   const bool replay = a.has("replay");
   std::unique_ptr<model::Model> model;
   model::ModelConfig cfg = replay ? model::load_config(sm.dir) : model::ModelConfig{};
-  if (!replay) {
+  if (synthetic) {
+    model = bench::make_synthetic_model(*synthetic, DType::kBF16, device);
+    cfg = model->config();
+  } else if (!replay) {
     model::LoadOptions lo;
     lo.device = device;
     model = model::load_model(sm.dir, lo);
@@ -356,8 +410,10 @@ int cmd_serve(int argc, char** argv) {
   const server::ServiceDefaults defaults = service_defaults(a, cfg);
   auto tok = open_tokenizer(sm.dir, cfg);
   std::optional<text::ChatTemplate> tpl;
-  if (text::ChatTemplate::available(sm.dir)) tpl = text::ChatTemplate::load(sm.dir);
-  const Sizing sz = plan_sizing(a, cfg, model ? model->kv_layout() : std::vector<model::KvLayerSpec>{}, device);
+  if (!sm.dir.empty() && text::ChatTemplate::available(sm.dir)) tpl = text::ChatTemplate::load(sm.dir);
+  const int64_t weight_bytes = model ? static_cast<int64_t>(model->weight_bytes_per_token()) : 0;
+  const Sizing sz = plan_sizing(a, cfg, model ? model->kv_layout() : std::vector<model::KvLayerSpec>{}, device,
+                                weight_bytes, workspace_estimate(model.get(), a, device));
   ThreadPool pool(static_cast<int>(a.integer("threads", 0)));
   std::unique_ptr<engine::Runner> runner;
   std::unique_ptr<engine::Backend> backend =
@@ -373,7 +429,8 @@ int cmd_serve(int argc, char** argv) {
   mc.defaults = defaults;
   server::ModelService service(mc, *tok, std::move(tpl), *backend);
 
-  const int64_t weights_bytes = weights_file_bytes(sm.dir);
+  const int64_t weights_bytes = synthetic ? static_cast<int64_t>(model->weight_bytes_per_token())
+                                          : weights_file_bytes(sm.dir);
   server::AppOptions app{http_opts, admin_info(sz, replay, weights_bytes)};
   std::unique_ptr<http::Server> srv = server::make_server(std::move(app), service);
   http::install_signal_stop(*srv);

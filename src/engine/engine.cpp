@@ -274,7 +274,10 @@ bool Engine::step_once() {
   }
   Tensor logits;
   const bool greedy = !chunks_.empty() && all_rows_greedy(out);
+  bool decode_only = true;
+  for (const ScheduledChunk& c : out.chunks) decode_only = decode_only && c.is_decode;
   std::span<const int32_t> argmax_ids;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     if (greedy)
       argmax_ids = runner_.step_argmax(chunks_);
@@ -285,10 +288,15 @@ bool Engine::step_once() {
     refresh_stats();
     return true;
   }
+  const auto t1 = std::chrono::steady_clock::now();
+  (decode_only ? counters_.decode_forward_s : counters_.mixed_forward_s) +=
+      std::chrono::duration<double>(t1 - t0).count();
+  if (decode_only && !chunks_.empty()) ++counters_.decode_steps;
   if (greedy)
     take_argmax(out, argmax_ids);
   else
     sample_rows(out, logits);
+  counters_.sampling_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const std::vector<SeqId> finished = scheduler_.on_step_done(sampled_);
   if (!chunks_.empty()) ++counters_.steps;
   emit_step_events(out, finished);

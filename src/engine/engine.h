@@ -76,6 +76,12 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t prompt_tokens = 0;     // computed prompt tokens, all requests
   int64_t generated_tokens = 0;  // sampled tokens, all requests
+  // Where the engine thread's time goes (seconds, cumulative): forward passes of decode-only steps and
+  // of steps with prefill chunks, and host-side sampling of logits rows.
+  int64_t decode_steps = 0;
+  double decode_forward_s = 0;
+  double mixed_forward_s = 0;
+  double sampling_s = 0;
 };
 
 class Backend {

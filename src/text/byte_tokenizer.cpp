@@ -1,5 +1,6 @@
 // The fallback tokenizer for model directories without tokenizer files: ids 0..255 are the raw bytes;
-// ids 256..vocab_size-1 exist (the model may emit them) but decode to nothing. Not a BPE.
+// ids 256..vocab_size-1 exist (the model may emit them) and decode to a visible "<|id|>" so no generated
+// token vanishes from the output (synthetic benchmark models emit them all the time). Not a BPE.
 // Invariants: same input policy as every tokenizer (invalid UTF-8 -> U+FFFD first), so
 // decode(encode(s)) == s for valid s; no special tokens, no bos/eos.
 #include <string>
@@ -29,6 +30,7 @@ class ByteTokenizer final : public Tokenizer {
     return utf8::sanitize(bytes);
   }
   std::string token_bytes(int32_t id) const override {
+    if (id >= kByteVocab && id < vocab_size_) return "<|" + std::to_string(id) + "|>";
     if (id < 0 || id >= kByteVocab) return {};
     return std::string(1, static_cast<char>(id));
   }

@@ -59,6 +59,10 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                 {"max_num_batched_tokens", es.max_num_batched_tokens > 0 ? es.max_num_batched_tokens
                                                                         : info.max_num_batched_tokens}};
   j["engine"] = {{"steps", es.steps},
+                 {"decode_steps", es.decode_steps},
+                 {"decode_forward_s", es.decode_forward_s},
+                 {"mixed_forward_s", es.mixed_forward_s},
+                 {"sampling_s", es.sampling_s},
                  {"preemptions", es.preemptions},
                  {"requests_finished", es.requests_finished},
                  {"prompt_tokens", es.prompt_tokens},

@@ -86,7 +86,7 @@ TEST(ByteTokenizer, RoundTripsAndFollowsInputPolicy) {
   EXPECT_EQ(tok->encode("a\xFF"
                         "b"),
             tok->encode("a" + kFFFD + "b"));
-  EXPECT_EQ(tok->decode({0x61, 299, 0x62}), "ab");  // ids past 255 decode to nothing
+  EXPECT_EQ(tok->decode({0x61, 299, 0x62}), "a<|299|>b");  // ids past 255 stay visible
   EXPECT_EQ(tok->decode({0x61, 0xE4, 0x62}), "a" + kFFFD + "b");
   EXPECT_FALSE(tok->bos_id().has_value());
   EXPECT_TRUE(tok->eos_ids().empty());
