@@ -4,6 +4,7 @@
 #include "bench/benchmark.h"
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "bench/bandwidth.h"
@@ -57,6 +58,47 @@ std::unique_ptr<model::Model> open_model(const BenchmarkOptions& o, BenchmarkRes
 }
 
 }  // namespace
+
+// B sequences prefilled one by one, then decoded together for gen_len steps (8 untimed warm-up steps
+// capture the CUDA graph of the bucket first).
+DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64_t batch, ThreadPool& pool) {
+  check(batch >= 1 && batch <= 4096, "benchmark", "--decode-batch sizes must be in [1, 4096]");
+  const int64_t vocab = m.config().vocab_size, steps = std::max<int64_t>(o.gen_len, 1), warm = 8;
+  engine::RunnerOptions ro;
+  ro.max_seqs = batch;
+  ro.max_logit_rows = batch;
+  ro.max_context = o.prompt_len + steps + warm + 1;
+  ro.max_tokens_per_step = std::max<int64_t>(std::min<int64_t>(o.prompt_len, 2048), batch);
+  engine::Runner runner(m, ro, kernels::Context{&pool});
+  std::vector<kv::BlockTable> tables(static_cast<size_t>(batch), kv::BlockTable(runner.block_size()));
+  const auto prompt = bench_prompt(o.prompt_len, vocab);
+  for (auto& t : tables) {
+    std::vector<kv::BlockId> ids;
+    check(runner.pool().allocate_n(t.blocks_needed(ro.max_context), ids), "benchmark", "out of KV blocks");
+    for (auto id : ids) t.append(id);
+    for (int64_t start = 0; start < o.prompt_len; start += ro.max_tokens_per_step) {
+      const int64_t n = std::min(ro.max_tokens_per_step, o.prompt_len - start);
+      engine::SeqChunk c{&t, prompt.data() + start, n, start, engine::SeqChunk::Logits::kLast};
+      runner.step({&c, 1});
+    }
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(batch));
+  std::vector<engine::SeqChunk> chunks(static_cast<size_t>(batch));
+  auto step = [&](int64_t i) {
+    for (int64_t s = 0; s < batch; ++s) {
+      chunks[s] = {&tables[s], &tokens[s], 1, o.prompt_len + i, engine::SeqChunk::Logits::kLast};
+    }
+    std::span<const int32_t> next = runner.step_argmax(chunks);
+    for (int64_t s = 0; s < batch; ++s) tokens[s] = std::max(next[s], 0);
+  };
+  for (int64_t s = 0; s < batch; ++s) tokens[s] = prompt[static_cast<size_t>(s) % prompt.size()];
+  for (int64_t i = 0; i < warm; ++i) step(i);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < steps; ++i) step(warm + i);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto& t : tables) t.release_all(runner.pool());
+  return {batch, static_cast<double>(batch * steps) / secs, 1000.0 * secs / static_cast<double>(steps)};
+}
 
 BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   check(o.prompt_len > 0 && o.gen_len > 0, "bench", "--prompt-len and --gen must be > 0");
@@ -114,6 +156,7 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
             [](const PrefillResult& a, const PrefillResult& b) { return a.prompt_len < b.prompt_len; });
   r.decode_tok_s = g.stats.decode_tok_s();
   r.ms_per_token = g.stats.ms_per_token();
+  for (int64_t b : o.decode_batches) r.decode_batch.push_back(decode_batch(*m, o, b, pool));
   probe();
   r.decode_gbps = r.weight_bytes_per_token * r.decode_tok_s / 1e9;
   r.decode_bw_fraction = r.probe_read_gbps > 0 ? r.decode_gbps / r.probe_read_gbps : 0;
@@ -137,6 +180,10 @@ std::string BenchmarkResult::to_json() const {
   for (const PrefillResult& p : prefill)
     pp.push_back({{"prompt_len", p.prompt_len}, {"tok_s", p.tok_s}, {"ttft_ms", p.ttft_ms}});
   j["prefill"] = pp;
+  nlohmann::ordered_json db = nlohmann::ordered_json::array();
+  for (const DecodeBatchResult& d : decode_batch)
+    db.push_back({{"batch", d.batch}, {"tok_s", d.tok_s}, {"ms_per_step", d.ms_per_step}});
+  if (!decode_batch.empty()) j["decode_batch"] = db;
   j["prefill_gflops"] = prefill_gflops;
   j["decode_tok_s"] = decode_tok_s;
   j["ms_per_token"] = ms_per_token;

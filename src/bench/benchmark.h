@@ -23,6 +23,15 @@ struct BenchmarkOptions {
   std::vector<int64_t> prefill_lens;
   int threads = 0;  // 0 = all cores
   bool probe = true;
+  // Batched decode: for each B, B sequences of prompt_len tokens decode gen_len steps together (one
+  // token each per step, greedy argmax on the device, CUDA graphs), as the serving engine runs them.
+  std::vector<int64_t> decode_batches;
+};
+
+struct DecodeBatchResult {
+  int64_t batch = 0;
+  double tok_s = 0;        // batch × steps / seconds
+  double ms_per_step = 0;
 };
 
 struct PrefillResult {
@@ -44,6 +53,7 @@ struct BenchmarkResult {
   double ttft_ms = 0;
   std::vector<PrefillResult> prefill;  // every measured prompt length, ascending
   double decode_tok_s = 0;
+  std::vector<DecodeBatchResult> decode_batch;
   double ms_per_token = 0;
   double weight_bytes_per_token = 0;
   double decode_gbps = 0;      // weight bytes per token × decode tok/s

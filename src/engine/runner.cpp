@@ -181,6 +181,12 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error("engine", strfmt("token id %d out of range [0, %lld)", ids[i], (long long)vocab));
   hb.max_seq_len = max_seq_len;
+  hb.n_single = 0;
+  for (const SeqChunk& c : chunks) {
+    if (c.n != 1) break;
+    ++hb.n_single;
+  }
+  if (hb.n_single == static_cast<int64_t>(chunks.size())) hb.n_single += pad_seqs;
   return hb;
 }
 
@@ -240,6 +246,7 @@ int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::Activation
   model::StepBatch batch =
       cuda ? batch_view(m, static_cast<const char*>(meta_device_.data()), device_, n, n_out, n_seqs) : hb;
   batch.max_seq_len = hb.max_seq_len;
+  batch.n_single = hb.n_single;
   model::ForwardArgs args;
   args.batch = &batch;
   args.kv = kv_views_;

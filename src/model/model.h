@@ -25,6 +25,9 @@ struct StepBatch {
   Tensor block_tables;  // [n_seqs, max_blocks_per_seq] i32
   Tensor logit_rows;    // [n_out] i32, token indices whose logits are wanted
   int64_t max_seq_len = 0;  // host scalar: max over tokens of position + 1 (dynamic RoPE)
+  int64_t n_single = 0;     // host scalar: leading tokens that are their sequence's only token in the step
+                            // (decode rows); the rest are prefill chunks
+
   int64_t n_tokens() const { return token_ids.numel(); }
   int64_t n_out() const { return logit_rows.numel(); }
 };

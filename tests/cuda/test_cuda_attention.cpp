@@ -156,6 +156,36 @@ TEST_F(CudaTest, AttentionSlidingWindowSoftcapAndBf16Cache) {
       }
 }
 
+// Many decode rows (rows x kv heads fill the GPU): the tensor-core kernel, one sequence per block.
+TEST_F(CudaTest, AttentionLargeDecodeBatchOnTensorCores) {
+  Scenario s;
+  s.n_heads = 32;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  s.block_size = 16;
+  s.cache_dtype = DType::kBF16;
+  s.q_dtype = DType::kBF16;
+  for (int i = 0; i < 48; ++i) {
+    s.seq_lens.push_back(1 + (i * 97) % 1500);
+    s.new_tokens.push_back(1);
+  }
+  s.params.scale = 0.088f;
+  cuda::set_attention_flash_decode_for_testing(true);
+  check_attention(ctx_, s, "48 decode rows");
+  s.params.sliding_window = 300;
+  s.release_out_of_window = true;
+  check_attention(ctx_, s, "48 decode rows, window 300");
+  s.n_heads = 16;
+  s.n_kv_heads = 8;
+  s.head_dim = 64;
+  s.params.sliding_window = 0;
+  s.release_out_of_window = false;
+  s.params.softcap = 30.0f;
+  check_attention(ctx_, s, "48 decode rows, head_dim 64, softcap");
+  cuda::set_attention_flash_decode_for_testing(false);
+  check_attention(ctx_, s, "48 decode rows, head_dim 64, softcap, flash-decoding");
+}
+
 TEST_F(CudaTest, AttentionLongContextDecodeAutoAndForcedSplits) {
   for (int splits : {0, 1, 3, 7, 64}) {
     cuda::set_attention_splits_for_testing(splits);

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 
+#include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -24,6 +26,17 @@ constexpr int kMinSplitKeys = 64;  // smallest key slice worth a block of its ow
 constexpr int kMaxSplits = 64;
 
 std::atomic<int> g_forced_splits{0};
+std::atomic<int> g_flash_decode{-1};  // -1: read BUNSEN_FLASH_DECODE once
+
+bool flash_decode_enabled() {
+  int v = g_flash_decode.load();
+  if (v < 0) {
+    const char* e = std::getenv("BUNSEN_FLASH_DECODE");
+    v = e != nullptr && e[0] == '1' ? 1 : 0;
+    g_flash_decode.store(v);
+  }
+  return v == 1;
+}
 
 struct AttnArgs {
   const void* q = nullptr;
@@ -404,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const AttnAr
 
 bool decode_path_ok(const DevAttention& at) {
   const int64_t hd = at.q.head_dim, group = at.q.n_heads / at.cache.n_kv_heads;
-  return at.cache.dtype == DType::kBF16 && at.q.n_tokens == at.meta.n_seqs && (hd == 64 || hd == 128 || hd == 256) &&
+  return at.cache.dtype == DType::kBF16 && at.q.n_tokens <= at.meta.n_seqs && (hd == 64 || hd == 128 || hd == 256) &&
          group >= 1 && group <= kDecodeMaxGroup && at.cache.k_strides[2] % 8 == 0 && at.cache.v_strides[2] % 8 == 0 &&
          at.cache.k_strides[1] % 8 == 0 && at.cache.v_strides[1] % 8 == 0 && at.cache.k_strides[0] % 8 == 0 &&
          at.cache.v_strides[0] % 8 == 0 && reinterpret_cast<uintptr_t>(at.cache.k) % 16 == 0 &&
@@ -466,6 +479,10 @@ void choose_splits(AttnArgs& a, int64_t max_ctx, int64_t blocks_without_split, i
 
 }  // namespace
 
+void set_attention_flash_decode_for_testing(bool on) {
+  g_flash_decode.store(on ? 1 : 0);
+}
+
 void set_attention_splits_for_testing(int n_splits) {
   g_forced_splits.store(n_splits);
 }
@@ -514,7 +531,17 @@ void paged_attention(void* stream, const DevAttention& at) {
   a.scale = at.scale;
   a.softcap = at.softcap;
   a.window = at.sliding_window;
-  const bool decode = decode_path_ok(at);
+  // Decode rows: flash-decoding (split-KV). With BUNSEN_FLASH_DECODE=1 (or the testing switch), large
+  // decode batches (rows x kv heads fill the GPU) take the tensor-core kernel with one sequence per block
+  // instead; it is not the default until it has been measured on the GPU.
+  const bool flash_decode = flash_decode_enabled() && flash_prefill_ok(at) &&
+                            q.n_tokens * at.cache.n_kv_heads >= 2 * static_cast<int64_t>(sm_count());
+  const bool decode = decode_path_ok(at) && !flash_decode;
+  if (!decode && flash_prefill_ok(at)) {  // tensor cores (attention_prefill.cu); no split-KV needed
+    flash_prefill(stream, at);
+    check_launch(op, detail);
+    return;
+  }
   const int rows_per_tile = kWarps * (a.head_dim <= 256 ? 8 : 4);
   a.heads_per_tile = std::min(a.group, rows_per_tile);
   a.head_chunks = ceil_div(a.group, a.heads_per_tile);

@@ -184,5 +184,6 @@ constexpr int64_t kGemvMaxM = 8;
 enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };
 void set_linear_path_for_testing(LinearPath path);
 void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the shapes
+void set_attention_flash_decode_for_testing(bool on);  // large decode batches on tensor cores (default: BUNSEN_FLASH_DECODE)
 
 }  // namespace bunsen::kernels::cuda

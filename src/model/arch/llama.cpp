@@ -166,8 +166,21 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
     kernels::rope(ctx, k3, b.positions, l.rope);
   }
   kernels::kv_write(ctx, kv, k3, v3, b.slot_mapping);
-  const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
-  kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
+  const int64_t nd = b.n_single;
+  if (device().is_cuda() && nd > 0 && nd < n) {
+    // A mixed step on CUDA: decode rows and prefill chunks take different kernels (flash-decoding and
+    // tensor-core flash attention); each row's result does not depend on the split.
+    auto rows = [](const Tensor& t, int64_t a, int64_t z) { return t.slice(0, a, z); };
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
+                                    rows(b.slot_mapping, 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
+                                    rows(b.slot_mapping, nd, n)};
+    kernels::paged_attention(ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, l.attn);
+    kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, l.attn);
+  } else {
+    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+    kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
+  }
   l.o(ctx, out, attn_);
 }
 
