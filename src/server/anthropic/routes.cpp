@@ -7,7 +7,7 @@
 
 #include "server/anthropic/message.h"
 #include "server/anthropic/request.h"
-#include "server/anthropic/sse_gate.h"
+#include "server/api/sse_gate.h"
 #include "server/api/error_shapes.h"
 
 namespace bunsen::server {

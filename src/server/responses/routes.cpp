@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "server/anthropic/sse_gate.h"
+#include "server/api/sse_gate.h"
 #include "server/api/error_shapes.h"
 #include "server/responses/output.h"
 #include "server/responses/request.h"

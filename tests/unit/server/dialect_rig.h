@@ -21,6 +21,7 @@
 #include "server/anthropic/routes.h"
 #include "server/api/service.h"
 #include "server/http/server.h"
+#include "server/openai/routes.h"
 #include "server/responses/routes.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -69,6 +70,7 @@ class Rig {
         server_(options()) {
     register_anthropic_routes(server_.router(), service_);
     register_responses_routes(server_.router(), service_);
+    register_openai_routes(server_.router(), service_);
     server_.start();
   }
   ~Rig() {

@@ -1,5 +1,5 @@
 // SseGate: hold-then-flush ordering of a streaming request's SSE events (see sse_gate.h).
-#include "server/anthropic/sse_gate.h"
+#include "server/api/sse_gate.h"
 
 namespace bunsen::server {
 
