@@ -47,8 +47,33 @@ struct AttentionParams {
   float softcap = 0.0f;    // 0 = off; else scores = softcap * tanh(scores / softcap)
 };
 
+// An MLX affine-quantized weight matrix [n, k] (mode "affine"): row j holds k codes of `bits` bits as one
+// little-endian bit stream (code c in bits [c*bits, (c+1)*bits), 3/5/6-bit codes may straddle words), and
+// element (j, c) = fmaf(scales[j, c / group_size], code, biases[j, c / group_size]) in f32 (MLX's
+// w = scale * q + bias). bits in {2,3,4,5,6,8}, group_size in {32,64,128}, k % group_size == 0.
+struct QuantWeight {
+  Tensor packed;  // [n, k * bits / 32] u32
+  Tensor scales;  // [n, k / group_size] f32|f16|bf16
+  Tensor biases;  // [n, k / group_size] same dtype as scales
+  int bits = 0;
+  int group_size = 0;
+
+  bool empty() const { return packed.empty(); }
+  int64_t rows() const { return packed.dim(0); }
+  int64_t cols() const { return bits > 0 ? packed.dim(1) * 32 / bits : 0; }
+  // Rows [begin, end): views, no copy (the split of a fused projection).
+  QuantWeight slice_rows(int64_t begin, int64_t end) const {
+    return {packed.slice(0, begin, end), scales.slice(0, begin, end), biases.slice(0, begin, end), bits,
+            group_size};
+  }
+};
+
 // out[i, :] = table[ids[i], :] * scale.   out [n, d] f32; table [vocab, d] f32|f16|bf16; ids [n] i32.
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale = 1.0f);
+
+// embedding with a quantized table: out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32;
+// table [vocab, d] quantized; ids [n] i32. CPU only.
+void embedding_q(Context& ctx, Tensor out, const QuantWeight& table, Tensor ids, float scale = 1.0f);
 
 // out = x / sqrt(mean(x^2) + eps) * (w + w_offset).   out, x [n, d] f32 (out may alias x); w [d] any float.
 void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset = 0.0f);
@@ -68,6 +93,14 @@ void scale(Context& ctx, Tensor x, float s);
 // out = x · wᵀ (+ bias).   out [m, n] f32; x [m, k] f32; w [n, k] f32|f16|bf16 (row stride = k);
 // bias [n] any float or empty.
 void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias = {});
+
+// linear with a quantized weight: out = x · dequant(w)ᵀ (+ bias), dequantized inside the dot product with
+// f32 accumulation.   out [m, n] f32; x [m, k] f32; w [n, k] quantized; bias [n] any float or empty.
+// Batch invariant like linear: a row's result does not depend on m. CPU only (CUDA: an Error).
+void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias = {});
+
+// out = dequant(w).   out [n, k] f32 (tests, tools; the hot paths never materialize it).
+void dequantize(Context& ctx, Tensor out, const QuantWeight& w);
 
 // In-place rotary embedding.   x [n_tokens, n_heads, head_dim] f32 (row-contiguous per token);
 // positions [n_tokens] i32.

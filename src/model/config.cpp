@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/status.h"
+#include "model/config_quant.h"
 
 namespace bunsen::model {
 namespace {
@@ -245,6 +246,7 @@ ModelConfig parse_config(const std::string& text, const std::string& source) {
   for (const char* k : {"torch_dtype", "dtype"})
     if (j.contains(k) && j.at(k).is_string())
       if (auto d = dtype_from_name(j.at(k).get<std::string>())) cfg.torch_dtype = *d;
+  cfg.quantization = parse_quantization(root, source);
   return cfg;
 }
 

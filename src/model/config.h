@@ -4,11 +4,13 @@
 // needs is present or an Error("config", ...) names the missing key.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/quant.h"
 
 namespace bunsen::model {
 
@@ -39,6 +41,15 @@ struct GenerationDefaults {
   std::optional<double> min_p;
   std::optional<double> repetition_penalty;
   std::optional<bool> do_sample;
+};
+
+// The `quantization` (or `quantization_config`) block of an MLX checkpoint's config.json: mode "affine",
+// a default bits/group_size, and per-module overrides keyed by module path (OptiQ mixed precision).
+struct QuantizationConfig {
+  bool enabled = false;  // the block is present
+  QuantSpec spec;        // default for every quantized module
+  // module path ("model.layers.0.mlp.down_proj") -> its spec; nullopt = `false` (kept in float)
+  std::map<std::string, std::optional<QuantSpec>> overrides;
 };
 
 struct ModelConfig {
@@ -72,8 +83,13 @@ struct ModelConfig {
   std::optional<int64_t> pad_token_id;
   DType torch_dtype = DType::kBF16;
   GenerationDefaults generation;
+  QuantizationConfig quantization;
 
   float attention_scale() const;
+  // The spec module `path` is quantized with (its override, else the default), nullopt when the config
+  // quantizes nothing or the override is `false`. Whether a module with a spec is actually quantized is
+  // decided at load as mlx-lm does: its `<path>.scales` tensor exists (or its weight is u32).
+  std::optional<QuantSpec> quant_spec(const std::string& path) const;
   int64_t rotary_dim() const;
 };
 

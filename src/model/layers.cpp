@@ -1,15 +1,67 @@
-// Weight-fetching helpers for arch/ files.
+// Weight-fetching helpers for arch/ files: float and MLX affine-quantized Linear/Embedding modules.
 #include "model/layers.h"
 
 #include "core/status.h"
 
 namespace bunsen::model {
+namespace {
+
+[[noreturn]] void quant_fail(const std::string& prefix, const std::string& msg) {
+  throw Error("weights", "quantized module '" + prefix + "': " + msg);
+}
+
+std::string shape_of(const Tensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+// The module is stored quantized: it has scales, or its weight is u32 (then scales must exist too).
+bool stored_quantized(const WeightStore& ws, const std::string& prefix) {
+  const std::string w = prefix + ".weight";
+  return ws.has(prefix + ".scales") || (ws.has(w) && ws.get(w).dtype == DType::kU32);
+}
+
+void check_group_tensor(const WeightStore& ws, const std::string& prefix, const char* what, int64_t out,
+                        int64_t groups) {
+  const std::string name = prefix + "." + what;
+  if (!ws.has(name)) quant_fail(prefix, "missing tensor '" + name + "'");
+  const Tensor t = ws.get(name);
+  if (!is_float(t.dtype))
+    quant_fail(prefix, name + " has dtype " + dtype_name(t.dtype) + ", expected f32, f16 or bf16");
+  if (t.ndim != 2 || t.shape[0] != out || t.shape[1] != groups)
+    quant_fail(prefix, name + " has shape " + shape_of(t) +
+                           strfmt(", expected [%lld, %lld]", (long long)out, (long long)groups));
+}
+
+// A float module whose checkpoint stores it quantized (or the reverse) is a config/checkpoint mismatch.
+Tensor float_module_weight(const WeightStore& ws, const std::string& prefix, int64_t out, int64_t in) {
+  if (stored_quantized(ws, prefix))
+    throw Error("weights", "module '" + prefix +
+                               "' is stored quantized (u32 weight / scales) but config.json " +
+                               "does not quantize it");
+  return float_weight(ws, prefix + ".weight", {out, in});
+}
+
+}  // namespace
+
+size_t Linear::bytes() const {
+  size_t total = b.empty() ? 0 : b.nbytes();
+  if (quantized()) return total + q.packed.nbytes() + q.scales.nbytes() + q.biases.nbytes();
+  return total + w.nbytes();
+}
+
+size_t Embedding::row_bytes() const {
+  if (!quantized()) return static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype);
+  return static_cast<size_t>(q.packed.dim(1)) * 4 +
+         static_cast<size_t>(q.scales.dim(1)) * 2 * dtype_size(q.scales.dtype);
+}
 
 Tensor float_weight(const WeightStore& ws, const std::string& name, std::initializer_list<int64_t> shape) {
   Tensor t = ws.get(name, shape);
   if (!is_float(t.dtype))
-    throw Error("weights", "tensor '" + name + "' in " + ws.source_of(name) + " has dtype " + dtype_name(t.dtype) +
-                               ", expected f32, f16 or bf16");
+    throw Error("weights", "tensor '" + name + "' in " + ws.source_of(name) + " has dtype " +
+                               dtype_name(t.dtype) + ", expected f32, f16 or bf16");
   return t;
 }
 
@@ -20,9 +72,64 @@ Linear load_linear(const WeightStore& ws, const std::string& prefix, int64_t out
   return l;
 }
 
+kernels::QuantWeight load_quant_weight(const WeightStore& ws, const std::string& prefix, int64_t out,
+                                       int64_t in, QuantSpec spec) {
+  if (!is_supported(spec))
+    quant_fail(prefix, strfmt("unsupported bits=%d group_size=%d", spec.bits, spec.group_size));
+  if (!ws.device().is_cpu())
+    quant_fail(prefix, "quantized (MLX affine) weights are not supported on " + ws.device().str() +
+                           " yet; load the model on the CPU");
+  if (in % spec.group_size != 0)
+    quant_fail(prefix, strfmt("group_size %d does not divide the input dimension %lld", spec.group_size,
+                              (long long)in));
+  const std::string wname = prefix + ".weight";
+  if (!ws.has(wname)) quant_fail(prefix, "missing tensor '" + wname + "'");
+  const Tensor w = ws.get(wname);
+  const int64_t words = in * spec.bits / 32, groups = in / spec.group_size;
+  if (w.dtype != DType::kU32)
+    quant_fail(prefix, wname + " has dtype " + dtype_name(w.dtype) + ", expected u32");
+  if (w.ndim != 2 || w.shape[0] != out || w.shape[1] != words)
+    quant_fail(prefix, wname + " has shape " + shape_of(w) +
+                           strfmt(", expected [%lld, %lld] (%lld inputs at %d bits)", (long long)out,
+                                  (long long)words, (long long)in, spec.bits));
+  check_group_tensor(ws, prefix, "scales", out, groups);
+  check_group_tensor(ws, prefix, "biases", out, groups);
+  const Tensor s = ws.get(prefix + ".scales"), b = ws.get(prefix + ".biases");
+  if (s.dtype != b.dtype)
+    quant_fail(prefix, std::string("scales (") + dtype_name(s.dtype) + ") and biases (" +
+                           dtype_name(b.dtype) + ") have different dtypes");
+  return kernels::QuantWeight{w, s, b, spec.bits, spec.group_size};
+}
+
+Linear load_linear(const WeightStore& ws, const ModelConfig& cfg, const std::string& prefix, int64_t out,
+                   int64_t in, bool bias) {
+  const std::optional<QuantSpec> spec = cfg.quant_spec(prefix);
+  Linear l;
+  if (spec && stored_quantized(ws, prefix))
+    l.q = load_quant_weight(ws, prefix, out, in, *spec);
+  else
+    l.w = float_module_weight(ws, prefix, out, in);
+  if (bias) l.b = float_weight(ws, prefix + ".bias", {out});
+  return l;
+}
+
+Embedding load_embedding(const WeightStore& ws, const ModelConfig& cfg, const std::string& prefix,
+                         int64_t vocab, int64_t d) {
+  const std::optional<QuantSpec> spec = cfg.quant_spec(prefix);
+  Embedding e;
+  if (spec && stored_quantized(ws, prefix))
+    e.q = load_quant_weight(ws, prefix, vocab, d, *spec);
+  else
+    e.table = float_module_weight(ws, prefix, vocab, d);
+  return e;
+}
+
 Linear slice_rows(const Linear& l, int64_t begin, int64_t end) {
   Linear s;
-  s.w = l.w.slice(0, begin, end);
+  if (l.quantized())
+    s.q = l.q.slice_rows(begin, end);
+  else
+    s.w = l.w.slice(0, begin, end);
   if (!l.b.empty()) s.b = l.b.slice(0, begin, end);
   return s;
 }

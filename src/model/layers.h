@@ -1,5 +1,7 @@
-// Building blocks shared by the arch/ files: a Linear (weight + optional bias) and weight-fetching helpers
-// that validate names, shapes and dtypes once at load. Not a module system: forward code stays in arch/.
+// Building blocks shared by the arch/ files: a Linear (float or MLX affine-quantized weight + optional bias),
+// an Embedding table (float or quantized) and weight-fetching helpers that validate names, shapes and dtypes
+// once at load. Not a module system: forward code stays in arch/. Invariant: a quantized module passed
+// every shape check of load_quant_weight (errors name the module) and lives on the CPU.
 #pragma once
 #include <span>
 #include <string>
@@ -7,21 +9,53 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/config.h"
 #include "model/weights.h"
 
 namespace bunsen::model {
 
 struct Linear {
-  Tensor w;  // [out, in] f32|f16|bf16
-  Tensor b;  // [out] or empty
-  int64_t out_features() const { return w.dim(0); }
-  void operator()(kernels::Context& ctx, Tensor out, Tensor x) const { kernels::linear(ctx, out, x, w, b); }
-  size_t bytes() const { return w.nbytes() + (b.empty() ? 0 : b.nbytes()); }
+  Tensor w;                // [out, in] f32|f16|bf16; empty when quantized
+  kernels::QuantWeight q;  // [out, in] MLX affine; empty when w is set
+  Tensor b;                // [out] or empty
+  bool quantized() const { return !q.empty(); }
+  int64_t out_features() const { return quantized() ? q.rows() : w.dim(0); }
+  void operator()(kernels::Context& ctx, Tensor out, Tensor x) const {
+    quantized() ? kernels::linear_q(ctx, out, x, q, b) : kernels::linear(ctx, out, x, w, b);
+  }
+  size_t bytes() const;
+};
+
+struct Embedding {
+  Tensor table;            // [vocab, d] f32|f16|bf16; empty when quantized
+  kernels::QuantWeight q;  // [vocab, d] MLX affine; empty when table is set
+  bool quantized() const { return !q.empty(); }
+  // out [n, d] f32 = rows ids [n] i32 of the table, times scale.
+  void operator()(kernels::Context& ctx, Tensor out, Tensor ids, float scale = 1.0f) const {
+    quantized() ? kernels::embedding_q(ctx, out, q, ids, scale)
+                : kernels::embedding(ctx, out, table, ids, scale);
+  }
+  size_t row_bytes() const;  // bytes read per looked-up token
+  // The tied output head that reuses this table.
+  Linear as_linear() const { return quantized() ? Linear{{}, q, {}} : Linear{table, {}, {}}; }
 };
 
 // Fetches a float tensor with the given shape; errors name the tensor, its file and the expected shape.
 Tensor float_weight(const WeightStore& ws, const std::string& name, std::initializer_list<int64_t> shape);
+// A float Linear (PREFIX.weight [out, in], PREFIX.bias [out] when `bias`).
 Linear load_linear(const WeightStore& ws, const std::string& prefix, int64_t out, int64_t in, bool bias);
+// The Linear module PREFIX of a checkpoint described by cfg: quantized when cfg.quant_spec(prefix) gives a
+// spec and the checkpoint holds PREFIX.scales or a u32 PREFIX.weight (mlx-lm's rule), float otherwise.
+Linear load_linear(const WeightStore& ws, const ModelConfig& cfg, const std::string& prefix, int64_t out,
+                   int64_t in, bool bias);
+// The same rule for an embedding table (PREFIX.weight [vocab, d]).
+Embedding load_embedding(const WeightStore& ws, const ModelConfig& cfg, const std::string& prefix,
+                         int64_t vocab, int64_t d);
+// PREFIX.weight [out, in*bits/32] u32, PREFIX.scales and PREFIX.biases [out, in/group] (one float dtype).
+// Errors are Error("weights", "quantized module 'PREFIX': ...") for a wrong dtype or packed width, missing
+// scales/biases, their shapes or dtypes, a group size that does not divide `in`, or a non-CPU store.
+kernels::QuantWeight load_quant_weight(const WeightStore& ws, const std::string& prefix, int64_t out,
+                                       int64_t in, QuantSpec spec);
 // Rows [begin, end) of a [out, in] linear (split of a fused projection: a contiguous view, no copy).
 Linear slice_rows(const Linear& l, int64_t begin, int64_t end);
 

@@ -52,6 +52,9 @@ WeightStore place_weights(WeightStore weights, Device device, LoadOptions::Progr
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
   ModelConfig cfg = load_config(dir);
   const Family& fam = find_family(cfg.model_type);  // fail on model_type before touching weights
+  check(!cfg.quantization.enabled || opts.device.is_cpu(), "model",
+        "quantized (MLX affine) checkpoints are not supported on " + opts.device.str() +
+            " yet; load the model on the CPU");  // before uploading anything
   return fam.create(cfg, place_weights(WeightStore::open(dir), opts.device, opts.progress));
 }
 

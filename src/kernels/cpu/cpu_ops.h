@@ -31,5 +31,8 @@ void silu_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up);
 void softmax(ThreadPool& pool, Tensor x);
 void argmax(ThreadPool& pool, Tensor out, Tensor x);
 void gather_rows(ThreadPool& pool, Tensor out, Tensor x, Tensor rows);
+void dequantize(ThreadPool& pool, Tensor out, const QuantWeight& w);
+void embedding_q(ThreadPool& pool, Tensor out, const QuantWeight& table, Tensor ids, float scale);
+void linear_q(ThreadPool& pool, Tensor out, Tensor x, const QuantWeight& w, Tensor bias);
 
 }  // namespace bunsen::kernels::cpu

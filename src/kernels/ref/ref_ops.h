@@ -20,5 +20,8 @@ void silu_mul(Tensor out, Tensor gate, Tensor up);
 void softmax(Tensor x);
 void argmax(Tensor out, Tensor x);
 void gather_rows(Tensor out, Tensor x, Tensor rows);
+void dequantize(Tensor out, const QuantWeight& w);
+void embedding_q(Tensor out, const QuantWeight& table, Tensor ids, float scale);
+void linear_q(Tensor out, Tensor x, const QuantWeight& w, Tensor bias);
 
 }  // namespace bunsen::kernels::ref

@@ -2,6 +2,7 @@
 //   x += attn(rms_norm(x)) * residual_multiplier;  x += mlp(rms_norm(x)) * residual_multiplier
 // with GQA attention over the paged KV cache and a SwiGLU MLP. Checkpoint quirks are resolved at load:
 // phi3's fused qkv_proj / gate_up_proj become row-slice views (no copy), tied heads reuse embed_tokens.
+// MLX affine-quantized checkpoints (every Linear, the embedding, lm_head; per-module bits) load on the CPU.
 // Runs wherever its weights live: on the CPU every activation is f32; on CUDA the residual stream (x, the
 // gathered logit rows) stays f32 and the other activations are bf16 (kernels accumulate in f32).
 #include "model/arch/llama.h"
@@ -53,7 +54,7 @@ class LlamaLike final : public Model {
 
   size_t weight_bytes_per_token() const override {
     size_t total = final_norm_.nbytes() + lm_head_.bytes();
-    total += static_cast<size_t>(cfg_.d_model) * dtype_size(embed_.dtype);  // one embedding row
+    total += embed_.row_bytes();  // one embedding row
     for (const Layer& l : layers_) {
       total += l.in_norm.nbytes() + l.post_norm.nbytes() + l.q_norm.nbytes() + l.k_norm.nbytes();
       for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) total += p->bytes();
@@ -83,7 +84,7 @@ class LlamaLike final : public Model {
   ModelConfig cfg_;
   WeightStore weights_;
   DType act_dtype_;    // activation dtype: f32 on the CPU, bf16 on CUDA
-  Tensor embed_;       // [vocab_size, d_model]
+  Embedding embed_;    // [vocab_size, d_model]
   Tensor final_norm_;  // [d_model]
   Linear lm_head_;     // [vocab_size, d_model] (embed_ when tied)
   std::vector<Layer> layers_;
@@ -96,10 +97,13 @@ class LlamaLike final : public Model {
 void LlamaLike::load() {
   const ModelConfig& c = cfg_;
   const int64_t d = c.d_model, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
-  embed_ = float_weight(weights_, "model.embed_tokens.weight", {c.vocab_size, d});
+  check(!c.quantization.enabled || weights_.device().is_cpu(), "model",
+        "quantized (MLX affine) checkpoints are not supported on " + weights_.device().str() +
+            " yet; load the model on the CPU");
+  embed_ = load_embedding(weights_, c, "model.embed_tokens", c.vocab_size, d);
   final_norm_ = float_weight(weights_, "model.norm.weight", {d});
-  if (c.tie_word_embeddings) lm_head_.w = embed_;
-  else lm_head_ = load_linear(weights_, "lm_head", c.vocab_size, d, false);
+  if (c.tie_word_embeddings) lm_head_ = embed_.as_linear();
+  else lm_head_ = load_linear(weights_, c, "lm_head", c.vocab_size, d, false);
   rope_ = compute_rope(c, 0);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = layer_prefix(i);
@@ -107,29 +111,29 @@ void LlamaLike::load() {
     l.in_norm = float_weight(weights_, p + ".input_layernorm.weight", {d});
     l.post_norm = float_weight(weights_, p + ".post_attention_layernorm.weight", {d});
     if (c.fused_qkv) {
-      Linear qkv = load_linear(weights_, p + ".self_attn.qkv_proj", q_dim + 2 * kv_dim, d, c.attention_bias);
+      Linear qkv = load_linear(weights_, c, p + ".self_attn.qkv_proj", q_dim + 2 * kv_dim, d, c.attention_bias);
       l.q = slice_rows(qkv, 0, q_dim);
       l.k = slice_rows(qkv, q_dim, q_dim + kv_dim);
       l.v = slice_rows(qkv, q_dim + kv_dim, q_dim + 2 * kv_dim);
     } else {
-      l.q = load_linear(weights_, p + ".self_attn.q_proj", q_dim, d, c.attention_bias);
-      l.k = load_linear(weights_, p + ".self_attn.k_proj", kv_dim, d, c.attention_bias);
-      l.v = load_linear(weights_, p + ".self_attn.v_proj", kv_dim, d, c.attention_bias);
+      l.q = load_linear(weights_, c, p + ".self_attn.q_proj", q_dim, d, c.attention_bias);
+      l.k = load_linear(weights_, c, p + ".self_attn.k_proj", kv_dim, d, c.attention_bias);
+      l.v = load_linear(weights_, c, p + ".self_attn.v_proj", kv_dim, d, c.attention_bias);
     }
-    l.o = load_linear(weights_, p + ".self_attn.o_proj", d, q_dim, c.o_proj_bias);
+    l.o = load_linear(weights_, c, p + ".self_attn.o_proj", d, q_dim, c.o_proj_bias);
     if (c.qk_norm) {
       l.q_norm = float_weight(weights_, p + ".self_attn.q_norm.weight", {hd});
       l.k_norm = float_weight(weights_, p + ".self_attn.k_norm.weight", {hd});
     }
     if (c.fused_gate_up) {
-      Linear gu = load_linear(weights_, p + ".mlp.gate_up_proj", 2 * c.d_ff, d, c.mlp_bias);
+      Linear gu = load_linear(weights_, c, p + ".mlp.gate_up_proj", 2 * c.d_ff, d, c.mlp_bias);
       l.gate = slice_rows(gu, 0, c.d_ff);
       l.up = slice_rows(gu, c.d_ff, 2 * c.d_ff);
     } else {
-      l.gate = load_linear(weights_, p + ".mlp.gate_proj", c.d_ff, d, c.mlp_bias);
-      l.up = load_linear(weights_, p + ".mlp.up_proj", c.d_ff, d, c.mlp_bias);
+      l.gate = load_linear(weights_, c, p + ".mlp.gate_proj", c.d_ff, d, c.mlp_bias);
+      l.up = load_linear(weights_, c, p + ".mlp.up_proj", c.d_ff, d, c.mlp_bias);
     }
-    l.down = load_linear(weights_, p + ".mlp.down_proj", d, c.d_ff, c.mlp_bias);
+    l.down = load_linear(weights_, c, p + ".mlp.down_proj", d, c.d_ff, c.mlp_bias);
     l.attn.scale = c.attention_scale();
     l.attn.sliding_window = c.sliding_window[static_cast<size_t>(i)];
     layers_.push_back(l);
@@ -209,7 +213,7 @@ void LlamaLike::forward(const ForwardArgs& a) {
   const float residual = static_cast<float>(cfg_.residual_multiplier);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
-  kernels::embedding(ctx, x, embed_, b.token_ids);
+  embed_(ctx, x, b.token_ids);
   if (a.hook) a.hook->on("embed", -1, x);
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);

@@ -1,0 +1,132 @@
+// ops.h entry points of the quantized ops (linear_q, embedding_q, dequantize): validate the QuantWeight
+// (bits, group size, u32 packed width, scales/biases shapes and dtypes), the activations and index contents,
+// then route to cpu:: (or ref:: with BUNSEN_KERNELS=ref). Not a kernel. Invariants: errors are
+// Error("kernels", "<op>: ...") naming the tensors; quantized weights on CUDA are an Error (no CUDA kernels
+// yet), so a model never silently falls back.
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ref_ops.h"
+#include "kernels/rows.h"
+
+namespace bunsen::kernels {
+namespace {
+
+bool use_ref() {
+  static const bool ref = [] {
+    const char* v = std::getenv("BUNSEN_KERNELS");
+    return v != nullptr && std::string_view(v) == "ref";
+  }();
+  return ref;
+}
+
+ThreadPool& pool_of(Context& ctx) {
+  return ctx.pool ? *ctx.pool : ThreadPool::global();
+}
+
+[[noreturn]] void fail(const char* op, const std::string& msg) {
+  throw Error("kernels", std::string(op) + ": " + msg);
+}
+
+std::string desc(const char* name, const Tensor& t) {
+  return std::string(name) + " " + t.shape_str();
+}
+
+void need_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->empty() && !t->device.is_cpu())
+      fail(op, "quantized (MLX affine) weights are not supported on " + t->device.str() + " yet");
+}
+
+// An f32 activation walked as rows.
+void need_rows(const char* op, const char* name, const Tensor& t) {
+  if (t.dtype != DType::kF32) fail(op, desc(name, t) + " must be f32");
+  if (t.ndim < 1 || !rows_ok(t))
+    fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
+  if (t.data == nullptr && t.numel() > 0) fail(op, desc(name, t) + " has no data");
+}
+
+void need_quant(const char* op, const QuantWeight& w) {
+  const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
+  const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
+  if (!bits_ok || !group_ok)
+    fail(op, strfmt("unsupported quantization bits=%d group_size=%d", w.bits, w.group_size));
+  if (w.packed.dtype != DType::kU32 || w.packed.ndim != 2 || !rows_ok(w.packed) || w.packed.data == nullptr)
+    fail(op, desc("w.packed", w.packed) + " must be a 2-D u32 tensor with contiguous rows");
+  const int64_t n = w.packed.shape[0], k = w.cols();
+  if ((w.packed.shape[1] * 32) % w.bits != 0 || k % w.group_size != 0)
+    fail(op, desc("w.packed", w.packed) +
+                 strfmt(" does not hold whole groups of %d %d-bit codes", w.group_size, w.bits));
+  for (const Tensor* t : {&w.scales, &w.biases}) {
+    const char* name = t == &w.scales ? "w.scales" : "w.biases";
+    if (!is_float(t->dtype) || t->ndim != 2 || !rows_ok(*t) || t->data == nullptr)
+      fail(op, desc(name, *t) + " must be a 2-D f32, f16 or bf16 tensor with contiguous rows");
+    if (t->shape[0] != n || t->shape[1] != k / w.group_size)
+      fail(op, desc(name, *t) +
+                   strfmt(" must be [%lld, %lld] for ", (long long)n, (long long)(k / w.group_size)) +
+                   desc("w.packed", w.packed));
+  }
+  if (w.scales.dtype != w.biases.dtype || w.scales.strides[0] != w.biases.strides[0])
+    fail(op,
+         desc("w.scales", w.scales) + " and " + desc("w.biases", w.biases) + " must share dtype and layout");
+}
+
+void check_ids(const char* op, const Tensor& ids, int64_t n, int64_t vocab) {
+  if (ids.dtype != DType::kI32 || ids.ndim != 1 || ids.shape[0] != n || (n > 1 && ids.strides[0] != 1))
+    fail(op, desc("ids", ids) + strfmt(" must be a contiguous i32 vector of %lld elements", (long long)n));
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] < 0 || id[i] >= vocab)
+      fail(op, strfmt("id %d at %lld is out of range for a table of %lld rows", id[i], (long long)i,
+                      (long long)vocab));
+}
+
+}  // namespace
+
+void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
+  const char* op = "linear_q";
+  need_cpu(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});
+  need_quant(op, w);
+  need_rows(op, "x", x);
+  need_rows(op, "out", out);
+  if (x.dim(-1) != w.cols())
+    fail(op,
+         desc("x", x) + strfmt(" and a quantized weight of %lld columns disagree on k", (long long)w.cols()));
+  if (out.dim(-1) != w.rows())
+    fail(op, desc("out", out) + " and " + desc("w.packed", w.packed) + " disagree on n");
+  if (as_rows(out).n_rows != as_rows(x).n_rows)
+    fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
+  if (!bias.empty() && (!is_float(bias.dtype) || bias.ndim != 1 || bias.shape[0] != w.rows() ||
+                        (bias.shape[0] > 1 && bias.strides[0] != 1)))
+    fail(op, desc("bias", bias) +
+                 strfmt(" must be a contiguous float vector of %lld elements", (long long)w.rows()));
+  use_ref() ? ref::linear_q(out, x, w, bias) : cpu::linear_q(pool_of(ctx), out, x, w, bias);
+}
+
+void embedding_q(Context& ctx, Tensor out, const QuantWeight& table, Tensor ids, float scale) {
+  const char* op = "embedding_q";
+  need_cpu(op, {&out, &table.packed, &table.scales, &table.biases, &ids});
+  need_quant(op, table);
+  need_rows(op, "out", out);
+  if (out.ndim != 2 || out.shape[1] != table.cols())
+    fail(op, desc("out", out) + strfmt(" must be [n, %lld]", (long long)table.cols()));
+  check_ids(op, ids, out.shape[0], table.rows());
+  use_ref() ? ref::embedding_q(out, table, ids, scale)
+            : cpu::embedding_q(pool_of(ctx), out, table, ids, scale);
+}
+
+void dequantize(Context& ctx, Tensor out, const QuantWeight& w) {
+  const char* op = "dequantize";
+  need_cpu(op, {&out, &w.packed, &w.scales, &w.biases});
+  need_quant(op, w);
+  need_rows(op, "out", out);
+  if (out.ndim != 2 || out.shape[0] != w.rows() || out.shape[1] != w.cols())
+    fail(op, desc("out", out) + strfmt(" must be [%lld, %lld]", (long long)w.rows(), (long long)w.cols()));
+  use_ref() ? ref::dequantize(out, w) : cpu::dequantize(pool_of(ctx), out, w);
+}
+
+}  // namespace bunsen::kernels
