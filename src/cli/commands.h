@@ -10,5 +10,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_fit(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 
 }  // namespace bunsen::cli

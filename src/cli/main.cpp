@@ -23,6 +23,7 @@ constexpr Verb kVerbs[] = {
     {"template", bunsen::cli::cmd_template, "render a model's chat template for a conversation (like HF)"},
     {"tokenize", bunsen::cli::cmd_tokenize, "text -> token ids with a model's tokenizer"},
     {"detokenize", bunsen::cli::cmd_detokenize, "token ids -> text with a model's tokenizer"},
+    {"convert", bunsen::cli::cmd_convert, "convert a Hugging Face checkpoint to MLX layout, optionally quantized"},
 };
 
 void print_usage() {
