@@ -58,6 +58,10 @@ const std::vector<OptionSpec> kSpecs = {
     {"memory-budget", "GB", "memory for weights + KV pool + workspace (default: 90% of free GPU memory on "
                             "CUDA; on the CPU 75% of RAM, with the KV pool capped at 4 GiB beyond one context)"},
     {"allow-request-templates", "", "accept a chat template supplied in a request"},
+    {"prompt-cache", "GB", "prefix cache: reuse the KV blocks of earlier prompts (default 2; 0 disables it). "
+                           "For now only the device tier (blocks in the KV pool) exists: any GB > 0 enables it; "
+                           "the host-RAM tier of GB gigabytes comes later"},
+    {"no-prefix-cache", "", "disable the prefix cache (same as --prompt-cache 0)"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"header-timeout", "SECONDS", "time a client has to send a request head (default 10)"},
     {"read-timeout", "SECONDS", "time a client has to send a request body (default 60)"},
@@ -161,6 +165,7 @@ struct Sizing {
   int32_t n_blocks = 0, block_size = 16;
   int64_t kv_bytes = 0;
   DType kv_dtype = DType::kF32;
+  bool prefix_cache = true;  // --prompt-cache > 0 and no --no-prefix-cache
 };
 
 constexpr int64_t kDefaultMaxCtx = 32768;
@@ -183,6 +188,9 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   s.ctx = a.integer("ctx", std::min(model_max, kDefaultMaxCtx));
   check(s.ctx >= 16, "cli", "bunsen serve: --ctx must be >= 16");
   s.kv_dtype = cuda ? DType::kBF16 : DType::kF32;
+  const double cache_gb = a.number("prompt-cache", 2.0);
+  check(cache_gb >= 0 && cache_gb <= 1e6, "cli", "bunsen serve: --prompt-cache must be a size in GB >= 0");
+  s.prefix_cache = cache_gb > 0 && !a.flag("no-prefix-cache");
   int64_t per_token = 0;  // K and V of every layer
   for (const model::KvLayerSpec& l : kv)
     per_token += 2 * l.n_kv_heads * l.head_dim * static_cast<int64_t>(dtype_size(s.kv_dtype));
@@ -264,7 +272,8 @@ void print_card(const CardInfo& c) {
   const Sizing& s = *c.sizing;
   const std::string kv = s.kv_bytes == 0 ? std::string("none (no model forward)")
                                          : strfmt("%s (%s): %d blocks x %d tokens", human_bytes(static_cast<double>(s.kv_bytes)).c_str(),
-                                                  dtype_name(s.kv_dtype), s.n_blocks, s.block_size);
+                                                  dtype_name(s.kv_dtype), s.n_blocks, s.block_size) +
+                                              (s.prefix_cache ? ", prefix cache on" : ", prefix cache off");
   std::fprintf(stderr,
                "bunsen %s serve\n"
                "  model    %s%s\n"
@@ -335,6 +344,7 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   eo.max_num_batched_tokens = sz.step_tokens;
   eo.default_eos = eos;
   eo.xtc_exempt = xtc_exempt_ids(eos, tok);
+  eo.prefix_cache = sz.prefix_cache;
   return std::make_unique<engine::Engine>(*runner, eo);
 }
 

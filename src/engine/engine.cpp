@@ -4,6 +4,7 @@
 // and not text handling. Invariants: the Scheduler, the Runner and live_ are touched only by the loop
 // thread; mu_ guards only the inbox, the cancel list and the stats snapshot, and is never held while a
 // forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
+// The prefix cache (when on) is owned here and used by the Scheduler only, on the loop thread.
 #include <algorithm>
 #include <chrono>
 
@@ -57,6 +58,20 @@ FinishReason reason_of(SeqStatus s) {
   return FinishReason::kCancelled;
 }
 
+// FNV-1a over a canonical text, then a 64-bit finalizer: stable across runs and platforms.
+uint64_t hash_text(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return kv::PrefixCache::chain_key(h, 0, {});
+}
+
+std::unique_ptr<kv::PrefixCache> make_cache(Runner& runner, const EngineOptions& o) {
+  if (!o.prefix_cache) return nullptr;
+  const kv::KvStorage& st = runner.storage();
+  const size_t per_block = st.n_blocks() > 0 ? st.bytes() / static_cast<size_t>(st.n_blocks()) : 0;
+  return std::make_unique<kv::PrefixCache>(runner.pool(), runner.block_size(), per_block);
+}
+
 int64_t request_limit(const Runner& r) {
   return std::min<int64_t>(r.options().max_context,
                            static_cast<int64_t>(r.storage().n_blocks()) * r.block_size());
@@ -75,6 +90,24 @@ SchedulerConfig checked_config(const Runner& runner, const EngineOptions& o) {
 }
 
 }  // namespace
+
+uint64_t cache_namespace_of(const model::ModelConfig& c, DType kv_dtype, int32_t block_size) {
+  std::string t = strfmt("bunsen-prefix-v1|%s|%lld|%lld|%lld|%lld|%lld|%lld|%lld|%.17g|%d%d%d%d%d%d%d|", c.model_type.c_str(),
+                         (long long)c.vocab_size, (long long)c.d_model, (long long)c.n_layers, (long long)c.n_heads,
+                         (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.d_ff, c.rms_norm_eps,
+                         c.tie_word_embeddings, c.attention_bias, c.o_proj_bias, c.mlp_bias, c.qk_norm, c.fused_qkv,
+                         c.fused_gate_up);
+  const model::RopeConfig& r = c.rope;
+  t += strfmt("rope %d %.17g %.17g %.17g %.17g %.17g %lld %.17g %.17g|", static_cast<int>(r.type), r.theta, r.factor,
+              r.partial_rotary_factor, r.low_freq_factor, r.high_freq_factor,
+              (long long)r.original_max_position_embeddings, r.beta_fast, r.beta_slow);
+  for (int w : c.sliding_window) t += strfmt("%d,", w);
+  t += "|";
+  for (bool u : c.use_rope) t += u ? '1' : '0';
+  t += strfmt("|%.17g %.17g %.17g %.17g|kv %s|bs %d", c.embedding_multiplier, c.residual_multiplier,
+              c.attention_multiplier.value_or(0.0), c.logits_scaling, dtype_name(kv_dtype), block_size);
+  return hash_text(t);
+}
 
 void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_request_tokens) {
   check(!req.prompt.empty(), "engine", "prompt is empty: at least one token is needed");
@@ -97,7 +130,13 @@ void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_
 }
 
 Engine::Engine(Runner& runner, EngineOptions options)
-    : runner_(runner), opts_(std::move(options)), scheduler_(checked_config(runner, opts_), runner.pool()) {
+    : runner_(runner),
+      opts_(std::move(options)),
+      cache_(make_cache(runner, opts_)),
+      scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get()) {
+  if (opts_.cache_namespace == 0)
+    opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size());
+  counters_.prefix_cache_enabled = cache_ != nullptr;
   counters_.max_batch = opts_.max_batch;
   counters_.max_num_batched_tokens = opts_.max_num_batched_tokens;
   counters_.kv_blocks_total = runner_.pool().n_blocks();
@@ -242,6 +281,8 @@ void Engine::admit(std::unique_ptr<Pending> p) {
   ns.id = p->id;
   ns.prompt = std::move(p->req.prompt);
   ns.max_tokens = p->req.max_tokens;
+  ns.cache_namespace = p->req.cache_salt == 0 ? opts_.cache_namespace
+                                              : kv::PrefixCache::chain_key(opts_.cache_namespace, p->req.cache_salt, {});
   if (!p->req.ignore_eos) ns.eos_ids = p->req.eos_ids.empty() ? opts_.default_eos : std::move(p->req.eos_ids);
   try {
     scheduler_.add(std::move(ns));
@@ -386,7 +427,9 @@ void Engine::emit_step_events(const SchedulerOutput& out, const std::vector<SeqI
     const Sequence* s = scheduler_.find(c.id);
     if (it == live_.end() || s == nullptr) continue;
     Live& live = *it->second;
-    // Recomputed prompt tokens of a preempted sequence are reported (and counted) once only.
+    // Recomputed prompt tokens of a preempted sequence are reported (and counted) once only; prompt
+    // tokens served from the prefix cache are reported but not counted as computed.
+    if (live.prefilled == 0 && s->num_cached_tokens > 0) live.prefilled = s->num_cached_tokens;
     const int64_t prompt_done = std::min(c.start_pos + c.n_tokens, live.n_prompt);
     if (prompt_done > live.prefilled) {
       counters_.prompt_tokens += prompt_done - live.prefilled;
@@ -432,12 +475,13 @@ void Engine::end_request(RequestId id, EngineEvent::Kind kind, FinishReason why,
   if (it == live_.end()) return;
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
+  EngineEvent ev = finish_event(why, live->n_prompt, live->emitted);
+  ev.kind = kind;
   if (const Sequence* s = scheduler_.find(id)) {
+    ev.usage.cached_tokens = std::max<int64_t>(s->num_cached_tokens, 0);
     if (!is_finished(s->status)) scheduler_.cancel(id);
     scheduler_.remove(id);
   }
-  EngineEvent ev = finish_event(why, live->n_prompt, live->emitted);
-  ev.kind = kind;
   if (kind == EngineEvent::Kind::kError) ev.error = error;
   ++counters_.requests_finished;
   refresh_stats();  // before the client hears of the end, so /stats never shows it still running
@@ -448,6 +492,18 @@ void Engine::refresh_stats() {
   counters_.running = static_cast<int64_t>(scheduler_.running().size());
   counters_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
   counters_.kv_blocks_free = runner_.pool().n_free();
+  if (cache_) {
+    const kv::PrefixCacheStats c = cache_->stats();
+    counters_.kv_blocks_free += c.evictable;  // evictable cached blocks are free for allocation
+    counters_.prefix_cache_entries = c.entries;
+    counters_.prefix_cache_bytes = c.bytes;
+    counters_.prefix_cache_hits = c.hit_blocks;
+    counters_.prefix_cache_misses = c.miss_blocks;
+    counters_.prefix_cache_hit_tokens = c.hit_tokens;
+    counters_.prefix_cache_miss_tokens = c.miss_tokens;
+    counters_.prefix_cache_evictions = c.evictions;
+    counters_.prefix_cache_hit_ratio = c.hit_ratio();
+  }
   std::lock_guard<std::mutex> lk(mu_);
   stats_ = counters_;
 }

@@ -37,6 +37,7 @@ struct EngineRequest {
   std::vector<int32_t> eos_ids;  // empty: the backend's default EOS set
   bool ignore_eos = false;       // generate to max_tokens whatever is sampled
   int top_logprobs = -1;         // -1: no logprobs; 0: the chosen token's; 1..20: also the top n
+  uint64_t cache_salt = 0;       // mixed into the prefix-cache namespace: only equal salts share blocks
 };
 
 struct TokenOut {
@@ -68,7 +69,7 @@ struct EngineStats {
   int64_t max_batch = 0;
   int64_t max_num_batched_tokens = 0;
   int64_t kv_blocks_total = 0;
-  int64_t kv_blocks_free = 0;
+  int64_t kv_blocks_free = 0;  // free list + evictable prefix-cache blocks (both allocatable)
   int64_t block_size = 0;
   int64_t max_request_tokens = 0;  // prompt + max_tokens limit of one request
   int64_t steps = 0;               // forward passes so far
@@ -82,6 +83,17 @@ struct EngineStats {
   double decode_forward_s = 0;
   double mixed_forward_s = 0;
   double sampling_s = 0;
+  // Prefix cache (device tier). Hits/misses count full blocks looked up at admission; the hit ratio is
+  // over tokens (prompt tokens served from the cache / tokens of admitted sequences).
+  bool prefix_cache_enabled = false;
+  int64_t prefix_cache_entries = 0;
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_misses = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t prefix_cache_miss_tokens = 0;
+  int64_t prefix_cache_evictions = 0;
+  double prefix_cache_hit_ratio = 0;
 };
 
 class Backend {
@@ -108,7 +120,18 @@ struct EngineOptions {
   std::vector<int32_t> default_eos;      // used when a request gives no eos_ids
   std::vector<int32_t> xtc_exempt;       // ids XTC never removes (EOS + newline tokens)
   int sampling_threads = 0;              // threads that sample a step's rows; 0: min(cores, 8)
+  bool prefix_cache = true;              // automatic prefix caching of full KV blocks (device tier)
+  // Prefix-cache namespace: blocks are reused only under the same value. 0: cache_namespace_of(the
+  // runner's model config, KV dtype, block size). Callers that know more (tokenizer hash, adapter set,
+  // weights fingerprint) pass their own hash of all of it.
+  uint64_t cache_namespace = 0;
 };
+
+// The namespace the Engine derives from what it has: the model config's architecture fields (type,
+// vocabulary, widths, layer/head counts, head_dim, rope, norm eps, sliding windows, multipliers), the KV
+// dtype and the block size. Two models that differ in any of them never share cached blocks. Not yet
+// covered (callers add them through EngineOptions::cache_namespace): weights, tokenizer, adapters.
+uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size);
 
 class Engine final : public Backend {
  public:
@@ -141,6 +164,7 @@ class Engine final : public Backend {
 
   Runner& runner_;
   EngineOptions opts_;
+  std::unique_ptr<kv::PrefixCache> cache_;  // engine thread only; null when disabled (before scheduler_)
   Scheduler scheduler_;  // engine thread only
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   mutable std::mutex mu_;

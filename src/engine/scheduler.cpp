@@ -3,6 +3,8 @@
 // Invariants kept here: running_ is sorted by arrival and every running sequence is older than every waiting
 // one (admission is FCFS and a preempted sequence, the newest running, goes to the front of waiting_), so
 // "preempt the newest" never hurts an older sequence and the oldest always progresses.
+// Prefix cache (optional): admission attaches hit blocks and starts the chunk after them; release() hands a
+// sequence's blocks to the cache, which keeps the full computed ones and frees the rest.
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -29,7 +31,8 @@ Sequence::Sequence(NewSequence req, int32_t block_size, int64_t arrival_order)
       max_tokens(req.max_tokens),
       eos_ids(std::move(req.eos_ids)),
       table(block_size),
-      arrival(arrival_order) {
+      arrival(arrival_order),
+      cache_namespace(req.cache_namespace) {
   tokens.reserve(static_cast<size_t>(n_prompt + max_tokens));
 }
 
@@ -43,7 +46,10 @@ int64_t SchedulerOutput::n_logit_rows() const {
   return std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.needs_logits; });
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool) : cfg_(cfg), pool_(pool) {
+Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache)
+    : cfg_(cfg), pool_(pool), cache_(cache) {
+  check(!cache || (&cache->pool() == &pool && cache->block_size() == cfg.block_size), "engine",
+        "the prefix cache must use the scheduler's block pool and block size");
   check(cfg.block_size > 0, "engine", strfmt("scheduler block_size must be > 0, got %d", cfg.block_size));
   check(cfg.max_num_seqs > 0, "engine", "scheduler max_num_seqs must be > 0");
   check(cfg.max_num_batched_tokens >= cfg.max_num_seqs, "engine",
@@ -96,8 +102,24 @@ void Scheduler::remove_from_running(Sequence& s) {
 }
 
 void Scheduler::release(Sequence& s) {
-  s.table.release_all(pool_);
+  if (cache_) {
+    cache_->release_sequence(s.cache_namespace, s.tokens, s.num_computed_tokens, s.table.blocks());
+    s.table.clear();
+  } else {
+    s.table.release_all(pool_);
+  }
   s.num_computed_tokens = 0;
+}
+
+int64_t Scheduler::attach_cached_prefix(Sequence& s) {
+  if (!cache_) return 0;
+  // Never the whole sequence: its last token must run so the step produces logits.
+  const int64_t max_blocks = (s.n_tokens() - 1) / cfg_.block_size;
+  std::vector<kv::BlockId> hits;
+  const int64_t n = cache_->match(s.cache_namespace, s.tokens, max_blocks, hits);
+  for (kv::BlockId b : hits) s.table.append(b);
+  s.num_computed_tokens = n * cfg_.block_size;
+  return s.num_computed_tokens;
 }
 
 void Scheduler::finish(Sequence& s, SeqStatus why) {
@@ -143,11 +165,11 @@ int64_t Scheduler::reserve(Sequence& s, int64_t want, bool may_preempt) {
   const int64_t done = s.num_computed_tokens;
   for (;;) {
     const int64_t owned = static_cast<int64_t>(s.table.blocks().size());
-    const int64_t fit = (owned + pool_.n_free()) * cfg_.block_size - done;  // tokens the free blocks allow
+    const int64_t fit = (owned + n_available()) * cfg_.block_size - done;  // tokens the free blocks allow
     const int64_t n = std::min(want, fit);
     if (n > 0) {
       const int32_t need = s.table.blocks_needed(done + n);
-      for (int32_t i = 0; i < need; ++i) s.table.append(*pool_.allocate());
+      for (int32_t i = 0; i < need; ++i) s.table.append(cache_ ? *cache_->allocate() : *pool_.allocate());
       return n;
     }
     if (!may_preempt) return 0;
@@ -190,14 +212,24 @@ void Scheduler::schedule_running_prefills() {
 void Scheduler::admit_waiting() {
   while (!waiting_.empty() && budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
     Sequence& s = *waiting_.front();
-    const int64_t n = reserve(s, std::min(s.n_tokens(), budget_), /*may_preempt=*/false);
-    if (n == 0) break;  // FCFS: nobody overtakes the head of the queue
+    const int64_t hit = attach_cached_prefix(s);
+    const int64_t n = reserve(s, std::min(s.n_tokens() - hit, budget_), /*may_preempt=*/false);
+    if (n == 0) {  // FCFS: nobody overtakes the head of the queue; the hits go back to the cache
+      const auto& held = s.table.blocks();  // only hit blocks (reserve allocated nothing); deepest first
+      for (auto it = held.rbegin(); it != held.rend(); ++it) cache_->release(*it);
+      s.table.clear();
+      s.num_computed_tokens = 0;
+      break;
+    }
+    if (cache_)
+      cache_->record_lookup(hit / cfg_.block_size, (s.n_tokens() - 1) / cfg_.block_size, hit, s.n_tokens());
+    if (s.num_cached_tokens < 0) s.num_cached_tokens = std::min(hit, s.n_prompt);
     waiting_.pop_front();
     s.status = SeqStatus::kRunning;
     auto at = std::upper_bound(running_.begin(), running_.end(), &s,
                                [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
     running_.insert(at, &s);
-    out_.chunks.push_back({s.id, 0, n, false, n == s.n_tokens()});
+    out_.chunks.push_back({s.id, hit, n, false, hit + n == s.n_tokens()});
     budget_ -= n;
   }
 }

@@ -5,6 +5,10 @@
 // Engine owns the loop thread). Invariants: block tables change only here; between steps every live
 // sequence owns ceil(num_computed_tokens / block_size) blocks; a request that fits the pool alone always
 // completes (the oldest running sequence is never preempted for a newer one), so no deadlock.
+// With a PrefixCache: admission attaches the cached full blocks of a sequence's tokens (never its last
+// token, which must run to produce logits) and schedules only the rest; finished, cancelled and preempted
+// sequences hand their full computed blocks to the cache instead of freeing them; evictable cached blocks
+// count as free (allocation evicts them, least recently used first).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -15,6 +19,7 @@
 
 #include "engine/sequence.h"
 #include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
 
 namespace bunsen::engine {
 
@@ -48,7 +53,8 @@ struct SampledToken {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool);
+  // `cache` (optional, over the same pool, outliving the scheduler) turns prefix caching on.
+  Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache = nullptr);
 
   // Queues a request. Throws Error("memory_admission", ...) when prompt + max_tokens cannot fit the whole
   // pool even alone, Error("engine", ...) on an empty prompt, negative max_tokens or a duplicate id.
@@ -74,6 +80,7 @@ class Scheduler {
   bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
   const SchedulerConfig& config() const { return cfg_; }
   const kv::BlockPool& pool() const { return pool_; }
+  const kv::PrefixCache* prefix_cache() const { return cache_; }
 
  private:
   Sequence* lookup(SeqId id) const;
@@ -85,11 +92,15 @@ class Scheduler {
   int64_t reserve(Sequence& s, int64_t want, bool may_preempt);
   void preempt(Sequence& victim);
   void release(Sequence& s);
+  // Attaches the cached prefix of a waiting sequence (num_computed_tokens = hit tokens); returns the hits.
+  int64_t attach_cached_prefix(Sequence& s);
+  int32_t n_available() const { return cache_ ? cache_->n_available() : pool_.n_free(); }
   void finish(Sequence& s, SeqStatus why);
   void remove_from_running(Sequence& s);
 
   SchedulerConfig cfg_;
   kv::BlockPool& pool_;
+  kv::PrefixCache* cache_ = nullptr;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by arrival
   std::deque<Sequence*> waiting_;   // FCFS; preempted sequences return to the front

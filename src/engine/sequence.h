@@ -3,7 +3,7 @@
 // Not a tensor holder and not thread-safe: the Scheduler is its only writer.
 // Invariants: tokens = prompt ++ generated (EOS excluded); a waiting sequence owns no blocks and has
 // num_computed_tokens == 0; a running one owns exactly ceil(num_computed_tokens / block_size) blocks between
-// steps; a finished one owns none.
+// steps (full computed ones may be shared with other sequences and the prefix cache); a finished one owns none.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -25,6 +25,7 @@ struct NewSequence {
   std::vector<int32_t> prompt;   // must be non-empty
   int64_t max_tokens = 256;      // generated tokens (EOS excluded) before finishing with "length"
   std::vector<int32_t> eos_ids;  // a sampled id in this set finishes with "stop" (not appended)
+  uint64_t cache_namespace = 0;  // prefix-cache namespace: blocks are shared only within one namespace
 };
 
 struct Sequence {
@@ -40,6 +41,10 @@ struct Sequence {
   kv::BlockTable table;
   int64_t arrival;  // admission order (smaller = older); FCFS and preemption order
   int32_t n_preemptions = 0;
+  uint64_t cache_namespace = 0;
+  // Prompt tokens whose K/V came from the prefix cache at the first admission (-1: not admitted yet).
+  // Readmissions after a preemption may hit too (that saves recompute) but do not change it.
+  int64_t num_cached_tokens = -1;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_generated() const { return n_tokens() - n_prompt; }

@@ -20,7 +20,7 @@ class BlockPool {
   std::optional<BlockId> allocate();
   // Allocates n blocks or none (all-or-nothing); the new ids are appended to `out` (not cleared).
   bool allocate_n(int32_t n, std::vector<BlockId>& out);
-  void retain(BlockId id);   // refcount + 1 (sharing, prefix cache later)
+  void retain(BlockId id);   // refcount + 1 (a block shared by sequences and the prefix cache)
   void release(BlockId id);  // refcount - 1; back to the free list at 0
   int32_t refcount(BlockId id) const;
 
@@ -43,6 +43,8 @@ class BlockTable {
   int64_t slot(int64_t pos) const;
   // Returns all blocks to the pool and clears the table.
   void release_all(BlockPool& pool);
+  // Forgets the blocks without releasing them: the caller has taken over their references (PrefixCache).
+  void clear() { blocks_.clear(); }
 
  private:
   int32_t block_size_;

@@ -40,7 +40,7 @@ describe('admin routes (no key)', () => {
     assert.equal(s.kv.blocks_used, 0, 'an idle server holds no KV blocks');
     assert.equal(s.kv.block_size, 16);
     assert.ok(s.kv.blocks_total * s.kv.block_size >= kCtx, 'the pool holds one full-context sequence');
-    assert.equal(s.prompt_cache.enabled, false);
+    assert.equal(s.prompt_cache.enabled, true, 'the prefix cache is on by default');
     for (const k of ['entries', 'bytes', 'hits', 'misses']) assert.equal(s.prompt_cache[k], 0);
     assert.equal(s.admission.max_context, kCtx);
     assert.ok(s.admission.max_request_tokens > 0 && s.admission.max_request_tokens <= kCtx);

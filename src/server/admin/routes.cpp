@@ -50,9 +50,21 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
              {"block_size", es.block_size},
              {"bytes", info.kv_pool_bytes},
              {"dtype", info.kv_dtype}};
-  // The prefix cache arrives with its own issue; the section is here so clients can rely on its shape.
-  j["prompt_cache"] = {{"enabled", false}, {"entries", 0}, {"bytes", 0},
-                       {"hits", 0},        {"misses", 0},  {"hit_ratio", 0.0}};
+  // Prefix cache, device tier: hits/misses in full blocks looked up at admission, hit_ratio over tokens.
+  j["prompt_cache"] = {{"enabled", es.prefix_cache_enabled},
+                       {"entries", es.prefix_cache_entries},
+                       {"bytes", es.prefix_cache_bytes},
+                       {"hits", es.prefix_cache_hits},
+                       {"misses", es.prefix_cache_misses},
+                       {"hit_ratio", es.prefix_cache_hit_ratio},
+                       {"hit_tokens", es.prefix_cache_hit_tokens},
+                       {"miss_tokens", es.prefix_cache_miss_tokens},
+                       {"evictions", es.prefix_cache_evictions},
+                       {"tiers", {{"device", {{"entries", es.prefix_cache_entries},
+                                              {"bytes", es.prefix_cache_bytes},
+                                              {"hits", es.prefix_cache_hits},
+                                              {"misses", es.prefix_cache_misses},
+                                              {"hit_ratio", es.prefix_cache_hit_ratio}}}}}};
   j["admission"] = {{"max_request_tokens", service.backend().max_request_tokens()},
                     {"max_context", info.max_context}};
   j["batch"] = {{"max_batch", es.max_batch > 0 ? es.max_batch : info.max_batch},
@@ -83,6 +95,14 @@ std::string metrics_text(ModelService& service) {
   out += gauge("bunsen_kv_blocks_total", "KV cache blocks in the pool.", static_cast<double>(es.kv_blocks_total));
   out += gauge("bunsen_prefix_cache_hit_ratio", "Prompt tokens served from the prefix cache / prompt tokens.",
                ratio(m.cached_tokens(), m.prompt_tokens()));
+  out += gauge("bunsen_prefix_cache_entries", "KV blocks held by the prefix cache (device tier).",
+               static_cast<double>(es.prefix_cache_entries));
+  out += gauge("bunsen_prefix_cache_bytes", "Device memory of the prefix cache's blocks.",
+               static_cast<double>(es.prefix_cache_bytes));
+  out += gauge("bunsen_prefix_cache_hits", "Full KV blocks found in the prefix cache at admission.",
+               static_cast<double>(es.prefix_cache_hits));
+  out += gauge("bunsen_prefix_cache_misses", "Full KV blocks looked up at admission and not found.",
+               static_cast<double>(es.prefix_cache_misses));
   out += gauge("bunsen_engine_steps", "Forward passes run by the engine.", static_cast<double>(es.steps));
   return out;
 }

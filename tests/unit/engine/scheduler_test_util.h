@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <vector>
 
@@ -38,24 +39,30 @@ inline SchedulerOutput run_step(Scheduler& s) {
   return out;
 }
 
-// Between steps: block ownership, per-sequence block counts, queue order and limits.
+// Between steps: block ownership, per-sequence block counts, queue order and limits. Without a prefix
+// cache every block is owned once or free; with one, refcount == owners + (cached ? 1 : 0) and
+// free + cached-unreferenced + owned == total.
 inline void check_invariants(const Scheduler& s) {
   const kv::BlockPool& pool = s.pool();
+  const kv::PrefixCache* cache = s.prefix_cache();
   const int32_t bs = s.config().block_size;
-  std::set<kv::BlockId> owned;
-  size_t n_owned = 0;
+  std::map<kv::BlockId, int32_t> owners;
   for (const Sequence* q : s.running()) {
     ASSERT_EQ(q->status, SeqStatus::kRunning);
     ASSERT_LT(q->num_computed_tokens, q->n_tokens());
     ASSERT_EQ(static_cast<int64_t>(q->table.blocks().size()), (q->num_computed_tokens + bs - 1) / bs) << q->id;
-    for (kv::BlockId b : q->table.blocks()) {
-      ASSERT_EQ(pool.refcount(b), 1) << "block " << b;
-      owned.insert(b);
-      ++n_owned;
-    }
+    std::set<kv::BlockId> mine(q->table.blocks().begin(), q->table.blocks().end());
+    ASSERT_EQ(mine.size(), q->table.blocks().size()) << "sequence " << q->id << " holds a block twice";
+    for (kv::BlockId b : q->table.blocks()) ++owners[b];
   }
-  ASSERT_EQ(owned.size(), n_owned) << "a block is owned twice";
-  ASSERT_EQ(static_cast<int64_t>(pool.n_free()) + static_cast<int64_t>(n_owned), pool.n_blocks());
+  for (const auto& [b, n] : owners) {
+    if (!cache) ASSERT_EQ(n, 1) << "a block is owned twice: " << b;
+    ASSERT_EQ(pool.refcount(b), n + (cache && cache->is_cached(b) ? 1 : 0)) << "block " << b;
+  }
+  const int64_t evictable = cache ? cache->n_evictable() : 0;
+  ASSERT_EQ(static_cast<int64_t>(pool.n_free()) + evictable + static_cast<int64_t>(owners.size()), pool.n_blocks())
+      << "free + cached-unreferenced + owned != total";
+  if (cache) ASSERT_LE(cache->n_entries(), pool.n_blocks() - pool.n_free());
   for (const Sequence* q : s.waiting()) {
     ASSERT_EQ(q->status, SeqStatus::kWaiting);
     ASSERT_TRUE(q->table.blocks().empty());

@@ -2,10 +2,14 @@
 // cancellations (queued, mid-prefill, mid-decode, in flight). Every step checks the budget, chunk positions,
 // decode-rows-first order, block accounting (no block owned twice, free + owned == total), no deadlock and
 // no starvation of the oldest; every sequence must end with exactly the tokens the fake model implies.
+// With the prefix cache on, prompts come from a few shared families (so blocks are shared and evicted),
+// and a shadow copy of every block's contents checks that each chunk reads only blocks holding its own
+// tokens and writes only blocks it holds alone: free + cached-unreferenced + owned == total every step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 
 #include "core/status.h"
@@ -26,6 +30,8 @@ struct SimConfig {
   int max_prompt = 40, max_gen = 30;
   double p_arrival = 0.5, p_cancel = 0.03;
   size_t max_waiting = 1000000;  // no arrivals while this many wait
+  bool prefix_cache = false;
+  int n_families = 3;  // with the cache: prompts are prefixes of one of these token streams
 };
 
 struct Expected {
@@ -35,6 +41,7 @@ struct Expected {
 
 struct SimStats {
   int64_t added = 0, rejected = 0, cancelled = 0, stopped = 0, lengthed = 0, preemptions = 0, steps = 0;
+  int64_t hit_tokens = 0, evictions = 0;
 };
 
 // Checks a sequence that ended against what the fake model implies.
@@ -74,7 +81,13 @@ void check_step(const Scheduler& s, const SchedulerOutput& out) {
 
 class Sim {
  public:
-  explicit Sim(const SimConfig& cfg) : cfg_(cfg), rng_(cfg.seed), pool_(cfg.n_blocks), s_(cfg.sched, pool_) {}
+  explicit Sim(const SimConfig& cfg)
+      : cfg_(cfg),
+        rng_(cfg.seed),
+        pool_(cfg.n_blocks),
+        cache_(cfg.prefix_cache ? std::make_unique<kv::PrefixCache>(pool_, cfg.sched.block_size, 0) : nullptr),
+        s_(cfg.sched, pool_, cache_.get()),
+        content_(static_cast<size_t>(cfg.n_blocks) * static_cast<size_t>(cfg.sched.block_size), -1) {}
 
   SimStats run() {
     for (;;) {
@@ -84,6 +97,7 @@ class Sim {
       maybe_cancel();
       const SchedulerOutput& out = s_.schedule();
       check_step(s_, out);
+      if (cache_) check_contents(out);
       if (::testing::Test::HasFatalFailure()) return stats_;
       stats_.preemptions += static_cast<int64_t>(out.preempted.size());
       const auto sampled = test::sample_for(out);
@@ -97,6 +111,12 @@ class Sim {
       EXPECT_LT(stats_.steps, 10'000'000) << "simulation does not terminate";
     }
     EXPECT_TRUE(live_.empty());
+    if (cache_) {
+      EXPECT_EQ(pool_.n_free() + cache_->n_evictable(), pool_.n_blocks()) << "leaked blocks";
+      stats_.hit_tokens = cache_->stats().hit_tokens;
+      stats_.evictions = cache_->stats().evictions;
+      cache_->evict_all();
+    }
     EXPECT_EQ(pool_.n_free(), pool_.n_blocks()) << "leaked blocks";
     EXPECT_EQ(s_.n_sequences(), 0u);
     ::testing::Test::RecordProperty(
@@ -118,6 +138,10 @@ class Sim {
       const SeqId id = next_id_++;
       Expected e{uniform(1, cfg_.max_prompt), uniform(0, cfg_.max_gen), -1};
       NewSequence r = test::make_seq(id, e.prompt, e.max_tokens);
+      if (cache_) {  // a prefix of one family's stream: families share blocks, ids do not matter
+        const int64_t f = uniform(0, cfg_.n_families - 1);
+        for (int64_t i = 0; i < e.prompt; ++i) r.prompt[static_cast<size_t>(i)] = static_cast<int32_t>(f * 97 + i * 3);
+      }
       if (chance(0.3)) {
         e.eos_at = uniform(0, e.max_tokens + 3);
         r.eos_ids = {fake_token(id, e.prompt + e.eos_at), 7};  // 7 never appears (fake tokens are >= 1000)
@@ -147,7 +171,27 @@ class Sim {
     const int32_t free_before = pool_.n_free();
     const auto held = static_cast<int32_t>(q.table.blocks().size());
     ASSERT_TRUE(s_.cancel(it->first));
-    ASSERT_EQ(pool_.n_free(), free_before + held) << "cancel did not free blocks at once";
+    if (!cache_) ASSERT_EQ(pool_.n_free(), free_before + held) << "cancel did not free blocks at once";
+    if (cache_) ASSERT_TRUE(q.table.blocks().empty()) << "cancel did not release the blocks at once";
+  }
+
+  // The step's "forward": each chunk reads positions [0, start_pos) of its table and writes
+  // [start_pos, start_pos + n_tokens); a read must find the sequence's own token, a write must hit a block
+  // nobody else holds and the cache does not hold.
+  void check_contents(const SchedulerOutput& out) {
+    const int32_t bs = cfg_.sched.block_size;
+    for (const ScheduledChunk& ch : out.chunks) {
+      const Sequence& q = s_.get(ch.id);
+      for (int64_t p = 0; p < ch.start_pos; ++p)
+        ASSERT_EQ(content_[static_cast<size_t>(q.table.slot(p))], q.tokens[static_cast<size_t>(p)])
+            << "sequence " << q.id << " reads a block holding other tokens at position " << p;
+      for (int64_t p = ch.start_pos; p < ch.start_pos + ch.n_tokens; ++p) {
+        const kv::BlockId b = q.table.blocks()[static_cast<size_t>(p / bs)];
+        ASSERT_EQ(pool_.refcount(b), 1) << "write into a shared block " << b;
+        ASSERT_FALSE(cache_->is_cached(b)) << "write into a cached block " << b;
+        content_[static_cast<size_t>(q.table.slot(p))] = q.tokens[static_cast<size_t>(p)];
+      }
+    }
   }
 
   void track_oldest() {
@@ -179,7 +223,9 @@ class Sim {
   SimConfig cfg_;
   std::mt19937_64 rng_;
   kv::BlockPool pool_;
+  std::unique_ptr<kv::PrefixCache> cache_;
   Scheduler s_;
+  std::vector<int32_t> content_;  // [n_blocks * block_size]: the token each slot was last written with
   std::map<SeqId, Expected> live_;
   SeqId next_id_ = 1;
   SimStats stats_;
@@ -200,6 +246,44 @@ TEST(SchedulerSim, ThousandStepsSmallPoolKeepsInvariants) {
     EXPECT_GT(st.lengthed, 0) << seed;
     EXPECT_EQ(st.cancelled + st.stopped + st.lengthed, st.added) << seed;
   }
+}
+
+TEST(SchedulerSim, WithPrefixCacheKeepsInvariantsAndHits) {
+  for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+    SimConfig cfg;
+    cfg.seed = seed;
+    cfg.sched = {5, 12, 4};
+    cfg.n_blocks = 16;
+    cfg.prefix_cache = true;
+    const SimStats st = Sim(cfg).run();
+    if (HasFatalFailure()) return;
+    EXPECT_GT(st.preemptions, 0) << seed;
+    EXPECT_GT(st.cancelled, 0) << seed;
+    EXPECT_GT(st.hit_tokens, 0) << seed;
+    EXPECT_GT(st.evictions, 0) << seed;
+    EXPECT_EQ(st.cancelled + st.stopped + st.lengthed, st.added) << seed;
+  }
+}
+
+TEST(SchedulerSim, TenThousandLifecyclesWithPrefixCacheLeakNoBlock) {
+  SimConfig cfg;
+  cfg.seed = 77;
+  cfg.arrival_steps = 0;
+  cfg.lifecycles = 10'000;
+  cfg.sched = {8, 32, 4};
+  cfg.n_blocks = 24;
+  cfg.max_prompt = 30;
+  cfg.max_gen = 20;
+  cfg.p_arrival = 0.7;
+  cfg.p_cancel = 0.05;
+  cfg.max_waiting = 16;
+  cfg.prefix_cache = true;
+  cfg.n_families = 5;
+  const SimStats st = Sim(cfg).run();
+  EXPECT_EQ(st.added, 10'000);
+  EXPECT_EQ(st.cancelled + st.stopped + st.lengthed, st.added);
+  EXPECT_GT(st.hit_tokens, 0);
+  EXPECT_GT(st.evictions, 0);
 }
 
 TEST(SchedulerSim, TenThousandLifecyclesLeakNoBlock) {
