@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/kv_quant_flag.h"
 #include "core/status.h"
 #include "engine/generator.h"
 #include "hub/demo_model.h"
@@ -33,6 +34,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"json", "", "print one JSON object at the end instead of streaming"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"device", "DEV", kDeviceHelp},
+    {"kv-quant", "off|4|8|config", kKvQuantHelp},
     {"help", "", "show this help", "h"},
 };
 
@@ -85,6 +87,7 @@ int cmd_generate(int argc, char** argv) {
     return 0;
   }
   const Device device = parse_device(a.str("device"), "generate");
+  refuse_kv_quant_on_cuda(a.str("kv-quant"), device, "generate");
   check(a.has("prompt") != a.has("prompt-tokens"), "cli", "bunsen generate: give exactly one of --prompt or --prompt-tokens");
   const std::string dir = a.has("model") ? *a.str("model") : hub::ensure_demo_model();
   kernels::set_current_device(device);
@@ -106,6 +109,7 @@ int cmd_generate(int argc, char** argv) {
   engine::RunnerOptions ro;
   ro.max_context = static_cast<int64_t>(prompt.size()) + go.max_tokens;
   ro.max_tokens_per_step = std::min<int64_t>(512, static_cast<int64_t>(prompt.size()));
+  ro.kv_quant = resolve_kv_quant(a.str("kv-quant"), dir, cfg.n_layers, device, "generate");
   engine::Runner runner(*model, ro, kernels::Context{&pool});
 
   const bool json = a.flag("json");

@@ -33,7 +33,12 @@ const RunnerOptions& checked(const RunnerOptions& o) {
 }
 
 kv::KvStorageOptions kv_options(const RunnerOptions& o, Device dev) {
-  return {pool_blocks(o), o.block_size, o.kv_dtype.value_or(dev.is_cuda() ? DType::kBF16 : DType::kF32)};
+  bool quant = false;
+  for (const kv::KvQuantSpec& q : o.kv_quant) quant = quant || q.bits != 0;
+  check(!(quant && dev.is_cuda()), "engine",
+        "the quantized KV cache (--kv-quant 4|8|config) is CPU-only for now; use --kv-quant off on CUDA");
+  return {pool_blocks(o), o.block_size, o.kv_dtype.value_or(dev.is_cuda() ? DType::kBF16 : DType::kF32),
+          o.kv_quant};
 }
 
 kernels::DeviceMemory kv_memory(const model::Model& m, const RunnerOptions& o) {
@@ -60,7 +65,8 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
       storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(opts, device_),
                                                  kv_memory_.data(), kv_memory_.size(), device_)
                                  : kv::KvStorage(kv_shapes(model), kv_options(opts, device_))) {
-  for (const kv::KvLayerView& l : storage_.layers()) kv_views_.push_back({l.k, l.v});
+  for (const kv::KvLayerView& l : storage_.layers())
+    kv_views_.push_back({l.k, l.v, l.k_params, l.v_params, l.bits, l.group_size});
   const size_t ws_bytes = model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows);
   const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
   const size_t logit_bytes =

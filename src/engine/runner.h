@@ -31,6 +31,9 @@ struct RunnerOptions {
   int32_t block_size = 16;
   int32_t n_blocks = 0;           // 0: enough for max_seqs sequences of max_context tokens
   std::optional<DType> kv_dtype;  // default: f32 on the CPU, bf16 on CUDA
+  // Per-layer KV quantization (--kv-quant); empty = none. Quantized layers are CPU-only for now: a CUDA
+  // runner with any quantized layer throws at construction.
+  std::vector<kv::KvQuantSpec> kv_quant;
   bool cuda_graphs = true;        // capture decode steps as CUDA graphs (per batch bucket)
 };
 

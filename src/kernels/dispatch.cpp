@@ -111,11 +111,35 @@ void need_heads(const char* op, const char* name, const Tensor& t, bool gpu) {
   need_data(op, name, t);
 }
 
+// The (scale, bias) tensor of a quantized cache: f32 [n_blocks, block_size, n_kv_heads, 2 * groups].
+void need_kv_params(const char* op, const char* name, const Tensor& t, const PagedKv& c) {
+  const int64_t groups = c.head_dim() / c.group_size;
+  if (t.ndim != 4 || t.dtype != DType::kF32 || t.shape[0] != c.k.shape[0] || t.shape[1] != c.k.shape[1] ||
+      t.shape[2] != c.k.shape[2] || t.shape[3] != 2 * groups || (t.shape[3] > 1 && t.strides[3] != 1))
+    fail(op, desc(name, t) + strfmt(" must be f32 [n_blocks, block_size, n_kv_heads, %lld] to match ",
+                                    (long long)(2 * groups)) +
+                 desc("cache.k", c.k));
+  need_data(op, name, t);
+}
+
+void need_quant_cache(const char* op, const PagedKv& c) {
+  if (c.bits != 4 && c.bits != 8)
+    fail(op, strfmt("quantized KV cache: bits %d must be 4 or 8", c.bits));
+  for (const Tensor* t : {&c.k, &c.v}) need_dtype(op, t == &c.k ? "cache.k" : "cache.v", *t, DType::kU8);
+  const int64_t head_dim = c.head_dim();
+  if (c.group_size <= 0 || head_dim % c.group_size != 0 || (c.group_size * c.bits) % 8 != 0 ||
+      (c.k.shape[3] * 8) % c.bits != 0)
+    fail(op, desc("cache.k", c.k) + strfmt(": group_size %d must divide head_dim %lld (and hold whole bytes)",
+                                           c.group_size, (long long)head_dim));
+  need_kv_params(op, "cache.k_params", c.k_params, c);
+  need_kv_params(op, "cache.v_params", c.v_params, c);
+}
+
 void need_cache(const char* op, const PagedKv& c) {
   for (const Tensor* t : {&c.k, &c.v}) {
     const char* name = t == &c.k ? "cache.k" : "cache.v";
     need_ndim(op, name, *t, 4);
-    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16)
+    if (c.bits == 0 && t->dtype != DType::kF32 && t->dtype != DType::kBF16)
       fail(op, desc(name, *t) + " must be f32 or bf16");
     if (t->shape[3] > 1 && t->strides[3] != 1) fail(op, desc(name, *t) + " must have a contiguous last dim");
     need_data(op, name, *t);
@@ -123,6 +147,14 @@ void need_cache(const char* op, const PagedKv& c) {
   if (!same_shape(c.k, c.v) || c.k.dtype != c.v.dtype)
     fail(op, desc("cache.k", c.k) + " and " + desc("cache.v", c.v) + " must match");
   if (c.k.shape[1] < 1) fail(op, desc("cache.k", c.k) + " has block_size 0");
+  if (c.bits != 0) need_quant_cache(op, c);
+}
+
+// The CUDA kernels read f32/bf16 caches only: a quantized cache on the GPU is refused before any launch.
+void refuse_cuda_quant(const char* op, const PagedKv& c) {
+  if (c.bits != 0 && c.k.device.is_cuda())
+    fail(op, strfmt("the %d-bit quantized KV cache (--kv-quant) is CPU-only for now; use --kv-quant off on CUDA",
+                    c.bits));
 }
 
 }  // namespace
@@ -240,12 +272,13 @@ void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p) {
 
 void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
   const char* op = "kv_write";
-  const bool gpu = on_cuda(op, {&cache.k, &cache.v, &k, &v, &slot_mapping});
+  refuse_cuda_quant(op, cache);
+  const bool gpu = on_cuda(op, {&cache.k, &cache.v, &cache.k_params, &cache.v_params, &k, &v, &slot_mapping});
   need_cache(op, cache);
   need_heads(op, "k", k, gpu);
   need_heads(op, "v", v, gpu);
   need_same_shape(op, "k", k, "v", v);
-  if (k.shape[1] != cache.k.shape[2] || k.shape[2] != cache.k.shape[3])
+  if (k.shape[1] != cache.k.shape[2] || k.shape[2] != cache.head_dim())
     fail(op, desc("k", k) + " and " + desc("cache.k", cache.k) + " disagree on n_kv_heads or head_dim");
   need_dtype(op, "slot_mapping", slot_mapping, DType::kI64);
   need_vector(op, "slot_mapping", slot_mapping, k.shape[0]);
@@ -316,14 +349,15 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p) {
   const char* op = "paged_attention";
-  const bool gpu =
-      on_cuda(op, {&out, &q, &cache.k, &cache.v, &meta.positions, &meta.seq_index, &meta.block_tables});
+  refuse_cuda_quant(op, cache);
+  const bool gpu = on_cuda(op, {&out, &q, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &meta.positions,
+                                &meta.seq_index, &meta.block_tables});
   need_cache(op, cache);
   need_heads(op, "q", q, gpu);
   need_heads(op, "out", out, gpu);
   need_same_shape(op, "out", out, "q", q);
   if (out.data == q.data && q.numel() > 0) fail(op, desc("out", out) + " must not alias q");
-  if (q.shape[2] != cache.k.shape[3] || cache.k.shape[2] < 1 || q.shape[1] % cache.k.shape[2] != 0)
+  if (q.shape[2] != cache.head_dim() || cache.k.shape[2] < 1 || q.shape[1] % cache.k.shape[2] != 0)
     fail(op, desc("q", q) + " and " + desc("cache.k", cache.k) +
                  " disagree on head_dim or n_heads is not a multiple of n_kv_heads");
   check_attention_meta(op, q, cache, meta, p, gpu);

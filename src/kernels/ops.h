@@ -28,9 +28,26 @@ struct RopeParams {
 };
 
 // One layer's paged cache: slot s lives at block s / block_size, offset s % block_size.
+// Unquantized (bits == 0): k and v hold the rows as f32|bf16. Affine-quantized (bits 4 or 8, the
+// --kv-quant schemes; CPU only): k and v hold the codes of each row, head_dim * bits / 8 bytes (int4: two
+// codes per byte, element 2i in the low nibble), and k_params / v_params hold, per (block, offset, kv head)
+// and per group of group_size consecutive head_dim elements, the f32 pair (scale, bias): element d =
+// fmaf(scale[d / group_size], code[d], bias[d / group_size]). kv_write quantizes; attention dequantizes.
 struct PagedKv {
-  Tensor k;  // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16
-  Tensor v;  // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16
+  Tensor k;         // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16, or [..., row_bytes] u8 codes
+  Tensor v;         // same as k
+  Tensor k_params;  // [n_blocks, block_size, n_kv_heads, 2 * head_dim / group_size] f32 (scale, bias)...
+  Tensor v_params;  // same as k_params; both empty when bits == 0
+  int bits = 0;        // 0 (unquantized), 4 or 8
+  int group_size = 0;  // divides head_dim; (group_size * bits) % 8 == 0
+
+  PagedKv() = default;
+  PagedKv(Tensor k_, Tensor v_) : k(k_), v(v_) {}  // unquantized
+  PagedKv(Tensor k_, Tensor v_, Tensor k_params_, Tensor v_params_, int bits_, int group_size_)
+      : k(k_), v(v_), k_params(k_params_), v_params(v_params_), bits(bits_), group_size(group_size_) {}
+
+  bool quantized() const { return bits > 0; }
+  int64_t head_dim() const { return bits > 0 ? k.dim(3) * 8 / bits : k.dim(3); }
 };
 
 // Attention metadata shared by all layers of one step (a "varlen" batch: tokens of several sequences).

@@ -2,6 +2,8 @@
 // each, in one host allocation per layer, or laid out over caller-owned memory on any device (the engine
 // allocates CUDA memory through kernels/ and hands it in: kv itself depends on core only). Not bookkeeping
 // (BlockPool) and not kernels: contents change only inside the model's forward through the slot mapping.
+// A layer may be affine-quantized (--kv-quant): then K and V hold u8 codes and two f32 tensors hold the
+// per-group (scale, bias) pairs (layout in kernels::PagedKv, ops.h).
 // Invariant: every layer has the same n_blocks and block_size, so one block id addresses all layers.
 #pragma once
 #include <cstdint>
@@ -19,14 +21,30 @@ struct KvLayerShape {
 // One layer's cache: slot s lives at block s / block_size, offset s % block_size. The engine hands these to
 // the kernels as kernels::PagedKv (same two views); kv does not depend on kernels.
 struct KvLayerView {
-  Tensor k;  // [n_blocks, block_size, n_kv_heads, head_dim]
-  Tensor v;  // [n_blocks, block_size, n_kv_heads, head_dim]
+  Tensor k;         // [n_blocks, block_size, n_kv_heads, head_dim] dtype, or [..., head_dim * bits / 8] u8
+  Tensor v;         // same as k
+  Tensor k_params;  // quantized only: [n_blocks, block_size, n_kv_heads, 2 * head_dim / group_size] f32
+  Tensor v_params;  // quantized only: same as k_params
+  int bits = 0;        // 0: unquantized
+  int group_size = 0;  // quantized only: the effective group (see kv_effective_group)
 };
+
+// One layer's KV quantization: bits 0 (off, the storage dtype), 4 or 8 (affine, f32 scale and bias per
+// group of group_size head_dim elements).
+struct KvQuantSpec {
+  int bits = 0;
+  int group_size = 64;
+  bool operator==(const KvQuantSpec&) const = default;
+};
+
+// The group a layer really uses: group_size when it divides head_dim, else the whole head_dim.
+int kv_effective_group(int64_t head_dim, int group_size);
 
 struct KvStorageOptions {
   int32_t n_blocks = 0;
   int32_t block_size = 16;
-  DType dtype = DType::kF32;  // f32 or bf16 on CPU
+  DType dtype = DType::kF32;        // unquantized layers: f32 or bf16 on CPU
+  std::vector<KvQuantSpec> quant;   // per layer; empty (or shorter than the layers): the rest unquantized
 };
 
 class KvStorage {
@@ -46,7 +64,10 @@ class KvStorage {
   // One view per layer, in layer order; stable for the storage's lifetime.
   const std::vector<KvLayerView>& layers() const { return views_; }
   // Bytes one block occupies across all layers (K and V): memory planning.
-  static size_t bytes_per_block(const std::vector<KvLayerShape>& layers, int32_t block_size, DType dtype);
+  static size_t bytes_per_block(const std::vector<KvLayerShape>& layers, int32_t block_size, DType dtype,
+                                const std::vector<KvQuantSpec>& quant = {});
+  // True when some layer is quantized.
+  bool quantized() const;
 
  private:
   KvStorageOptions opts_;

@@ -2,12 +2,16 @@
 // of kChunk through the block table with an online (running max) softmax, so no scores array grows with
 // the context and nothing is allocated. Heads sharing a kv head are processed chunk by chunk together so
 // each K/V chunk is read from memory once and reused from L1. The per-ISA inner loops come from
-// attention_kernels.h; the baseline versions live here. Not validating. Invariant: out must not alias q.
+// attention_kernels.h; the baseline versions live here. A quantized cache (PagedKv::bits > 0) is
+// dequantized one chunk of kChunk rows at a time into thread-local scratch (never the whole cache), with
+// ref's kv_dequantize_row, so the inner loops see f32 rows. Not validating. Invariant: out must not alias q.
 #include <cmath>
 
 #include "kernels/cpu/attention_kernels.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/float_io.h"
+#include "kernels/kv_quant.h"
 #include "kernels/rows.h"
 
 namespace bunsen::kernels::cpu {
@@ -41,6 +45,21 @@ float exp_sum_scalar(float* s, int64_t n, float max) {
   return sum;
 }
 
+// Quantized cache: row (block, offset, kvh) of K and V dequantized into dst [2, head_dim] f32; the row
+// pointers are redirected there.
+void dequantize_rows(const PagedKv& cache, int64_t block, int64_t offset, int64_t kvh, float* dst,
+                     const void** k_row, const void** v_row) {
+  const int64_t head_dim = cache.head_dim();
+  kv_dequantize_row(static_cast<const uint8_t*>(*k_row),
+                    reinterpret_cast<const float*>(kv_row(cache.k_params, block, offset, kvh)), head_dim, cache.bits,
+                    cache.group_size, dst);
+  kv_dequantize_row(static_cast<const uint8_t*>(*v_row),
+                    reinterpret_cast<const float*>(kv_row(cache.v_params, block, offset, kvh)), head_dim, cache.bits,
+                    cache.group_size, dst + head_dim);
+  *k_row = dst;
+  *v_row = dst + head_dim;
+}
+
 struct Job {
   Tensor out, q;  // [n_tokens, n_heads, head_dim] f32
   const PagedKv* cache;
@@ -72,12 +91,16 @@ void attend(const Job& job, int64_t t, int64_t kvh, int64_t h0, int64_t h1) {
   const void* k_rows[kChunk];
   const void* v_rows[kChunk];
   float s[kChunk];
+  const PagedKv& cache = *job.cache;
+  float* deq = cache.quantized() ? thread_scratch(kScratchAttention, static_cast<size_t>(2 * kChunk * head_dim))
+                                 : nullptr;
   for (int64_t c = first_visible(pos, job.p->sliding_window); c <= pos; c += kChunk) {
     const int64_t n = pos + 1 - c < kChunk ? pos + 1 - c : kChunk;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t block = table[(c + j) / block_size], offset = (c + j) % block_size;
       k_rows[j] = kv_row(k_cache, block, offset, kvh);
       v_rows[j] = kv_row(v_cache, block, offset, kvh);
+      if (deq != nullptr) dequantize_rows(cache, block, offset, kvh, deq + 2 * j * head_dim, &k_rows[j], &v_rows[j]);
     }
     for (int64_t h = 0; h < nh; ++h) {
       const float* q = job.q.ptr<float>() + t * job.q.strides[0] + (h0 + h) * job.q.strides[1];

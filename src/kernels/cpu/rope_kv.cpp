@@ -1,5 +1,6 @@
 // cpu::rope and cpu::kv_write, threaded over tokens. rope computes each token's cos/sin table once
 // (thread-local scratch) and applies it to every head; kv_write converts rows to the cache dtype.
+// A quantized cache is quantized row by row with ref's kv_quantize_row (bit-identical codes).
 // Not validating. Invariants: rope uses exactly ref's float formula (angle = (float)pos * inv_freq[i]),
 // so results are bit-identical to ref; kv_write skips slots < 0.
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/float_io.h"
+#include "kernels/kv_quant.h"
 #include "kernels/rows.h"
 
 namespace bunsen::kernels::cpu {
@@ -50,6 +52,13 @@ void kv_write(ThreadPool& pool, const PagedKv& cache, Tensor k, Tensor v, Tensor
         const float* vs = v.ptr<float>() + t * v.strides[0] + h * v.strides[1];
         char* kd = kv_row(cache.k, block, offset, h);
         char* vd = kv_row(cache.v, block, offset, h);
+        if (cache.quantized()) {
+          kv_quantize_row(ks, head_dim, cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(kd),
+                          reinterpret_cast<float*>(kv_row(cache.k_params, block, offset, h)));
+          kv_quantize_row(vs, head_dim, cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(vd),
+                          reinterpret_cast<float*>(kv_row(cache.v_params, block, offset, h)));
+          continue;
+        }
         for (int64_t d = 0; d < head_dim; ++d) {
           store_f(kd, cache.k.dtype, d, ks[d]);
           store_f(vd, cache.v.dtype, d, vs[d]);

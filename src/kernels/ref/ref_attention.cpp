@@ -1,10 +1,12 @@
 // Reference rope, kv_write and paged_attention. Attention materialises every score of one (token,
 // head) in a vector, then does a max-subtracted softmax and a weighted V sum: the textbook formula.
-// Not fast and not allocation-free. Invariant: keys are read only through the block table.
+// Not fast and not allocation-free. Invariant: keys are read only through the block table; a quantized
+// cache (PagedKv::bits > 0) is quantized row by row on write and each row dequantized when read.
 #include <cmath>
 #include <vector>
 
 #include "kernels/float_io.h"
+#include "kernels/kv_quant.h"
 #include "kernels/ref/ref_ops.h"
 #include "kernels/rows.h"
 
@@ -27,6 +29,24 @@ void rope(Tensor x, Tensor positions, const RopeParams& p) {
     }
 }
 
+namespace {
+
+// Row (block, offset, h) of cache.k (or cache.v) as f32 in `out` [head_dim].
+void load_row(const PagedKv& cache, bool is_v, int64_t block, int64_t offset, int64_t h, float* out) {
+  const Tensor& c = is_v ? cache.v : cache.k;
+  const char* r = kv_row(c, block, offset, h);
+  if (cache.quantized()) {
+    const auto* params = reinterpret_cast<const float*>(kv_row(is_v ? cache.v_params : cache.k_params, block,
+                                                               offset, h));
+    kv_dequantize_row(reinterpret_cast<const uint8_t*>(r), params, cache.head_dim(), cache.bits,
+                      cache.group_size, out);
+    return;
+  }
+  for (int64_t d = 0; d < cache.head_dim(); ++d) out[d] = load_f(r, c.dtype, d);
+}
+
+}  // namespace
+
 void kv_write(const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
   const int64_t* slots = slot_mapping.ptr<int64_t>();
   const int64_t block_size = cache.k.shape[1];
@@ -37,6 +57,14 @@ void kv_write(const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
       const float* vt = v.ptr<float>() + t * v.strides[0] + h * v.strides[1];
       char* kd = kv_row(cache.k, slots[t] / block_size, slots[t] % block_size, h);
       char* vd = kv_row(cache.v, slots[t] / block_size, slots[t] % block_size, h);
+      if (cache.quantized()) {
+        const int64_t b = slots[t] / block_size, o = slots[t] % block_size;
+        kv_quantize_row(kt, k.shape[2], cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(kd),
+                        reinterpret_cast<float*>(kv_row(cache.k_params, b, o, h)));
+        kv_quantize_row(vt, v.shape[2], cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(vd),
+                        reinterpret_cast<float*>(kv_row(cache.v_params, b, o, h)));
+        continue;
+      }
       for (int64_t d = 0; d < k.shape[2]; ++d) {
         store_f(kd, cache.k.dtype, d, kt[d]);
         store_f(vd, cache.v.dtype, d, vt[d]);
@@ -52,7 +80,7 @@ void paged_attention(Tensor out, Tensor q, const PagedKv& cache, const Attention
   const int64_t block_size = cache.k.shape[1];
   const int32_t* positions = meta.positions.ptr<int32_t>();
   const int32_t* seq_index = meta.seq_index.ptr<int32_t>();
-  std::vector<float> scores;
+  std::vector<float> scores, row(static_cast<size_t>(head_dim));
   for (int64_t t = 0; t < q.shape[0]; ++t) {
     const int64_t pos = positions[t];
     const int64_t first = first_visible(pos, p.sliding_window);
@@ -63,9 +91,9 @@ void paged_attention(Tensor out, Tensor q, const PagedKv& cache, const Attention
       scores.assign(static_cast<size_t>(pos - first + 1), 0.0f);
       float mx = -INFINITY;
       for (int64_t key = first; key <= pos; ++key) {
-        const char* kr = kv_row(cache.k, table[key / block_size], key % block_size, h / group);
+        load_row(cache, false, table[key / block_size], key % block_size, h / group, row.data());
         float s = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * load_f(kr, cache.k.dtype, d);
+        for (int64_t d = 0; d < head_dim; ++d) s += qh[d] * row[d];
         s *= p.scale;
         if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[key - first] = s;
@@ -78,9 +106,9 @@ void paged_attention(Tensor out, Tensor q, const PagedKv& cache, const Attention
       }
       for (int64_t d = 0; d < head_dim; ++d) oh[d] = 0.0f;
       for (int64_t key = first; key <= pos; ++key) {
-        const char* vr = kv_row(cache.v, table[key / block_size], key % block_size, h / group);
+        load_row(cache, true, table[key / block_size], key % block_size, h / group, row.data());
         float w = scores[key - first] / sum;
-        for (int64_t d = 0; d < head_dim; ++d) oh[d] += w * load_f(vr, cache.v.dtype, d);
+        for (int64_t d = 0; d < head_dim; ++d) oh[d] += w * row[d];
       }
     }
   }

@@ -1,0 +1,35 @@
+// --kv-quant for bunsen serve and bunsen generate: off | 4 | 8 | config, resolved into one KvQuantSpec per
+// layer. `config` reads DIR/kv_config.json, [{"layer_idx": i, "bits": 4|8, "group_size": 64}] (layers not
+// listed stay unquantized), and is the default when that file exists (as in mlx-bun). Not the kernels:
+// only flag parsing, validation and the labels/namespace the CLI prints and passes on. Errors are one
+// line: Error("cli", "bunsen VERB: ...").
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kv/kv_storage.h"
+
+namespace bunsen::cli {
+
+inline constexpr const char* kKvQuantHelp =
+    "KV cache quantization: off, 4 or 8 (affine, group 64 along head_dim, f32 scale+bias; CPU only), or "
+    "config (DIR/kv_config.json per layer; the default when that file exists)";
+
+// Per-layer specs for a model with n_layers layers in model_dir ("" = none); empty = unquantized. On CUDA
+// an explicit quantized choice is an error, and the kv_config.json default falls back to off (warned).
+std::vector<kv::KvQuantSpec> resolve_kv_quant(const std::optional<std::string>& flag, const std::string& model_dir,
+                                              int64_t n_layers, Device device, const std::string& verb);
+// The CUDA refusal alone, before a model is loaded: throws when `flag` asks for quantization on CUDA.
+void refuse_kv_quant_on_cuda(const std::optional<std::string>& flag, Device device, const std::string& verb);
+// Parses a kv_config.json document (tests call this directly).
+std::vector<kv::KvQuantSpec> parse_kv_config(const std::string& json_text, int64_t n_layers, const std::string& where);
+// "f32", "int8 g64", "int4 g64 (12/28 layers, rest bf16)", ... for the card and the admin info.
+std::string kv_quant_label(const std::vector<kv::KvQuantSpec>& specs, DType base, int64_t n_layers);
+// The prefix-cache namespace: `base` (engine::cache_namespace_of) mixed with the per-layer scheme, so
+// blocks written under one scheme are never reused under another; `base` itself when nothing is quantized.
+uint64_t kv_quant_namespace(uint64_t base, const std::vector<kv::KvQuantSpec>& specs);
+
+}  // namespace bunsen::cli
