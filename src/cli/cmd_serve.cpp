@@ -17,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/kv_quant_flag.h"
 #include "cli/serve_model.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -62,7 +63,13 @@ const std::vector<OptionSpec> kSpecs = {
                            "For now only the device tier (blocks in the KV pool) exists: any GB > 0 enables it; "
                            "the host-RAM tier of GB gigabytes comes later"},
     {"no-prefix-cache", "", "disable the prefix cache (same as --prompt-cache 0)"},
+    {"ssd-cache", "DIR", "SSD tier of the prefix cache: snapshot finished prompts to DIR and restore them, also "
+                         "after a restart (off unless set)"},
+    {"ssd-cache-max", "GB", "byte cap of the SSD tier, oldest snapshots evicted first (default 32)"},
+    {"ssd-cache-verify", "", "verify every payload checksum when restoring from the SSD tier (headers and "
+                             "token ids always are)"},
     {"threads", "N", "CPU threads (default: all cores)"},
+    {"kv-quant", "off|4|8|config", kKvQuantHelp},
     {"header-timeout", "SECONDS", "time a client has to send a request head (default 10)"},
     {"read-timeout", "SECONDS", "time a client has to send a request body (default 60)"},
     {"max-connections", "N", "open connections before new ones get 503 (default 4096)"},
@@ -165,7 +172,12 @@ struct Sizing {
   int32_t n_blocks = 0, block_size = 16;
   int64_t kv_bytes = 0;
   DType kv_dtype = DType::kF32;
+  std::vector<kv::KvQuantSpec> kv_quant;  // per layer (--kv-quant); empty = none
+  std::string kv_label = "f32";           // kv_dtype or the quantization scheme, for the card and /admin
   bool prefix_cache = true;  // --prompt-cache > 0 and no --no-prefix-cache
+  std::string ssd_dir;        // --ssd-cache ("" = off)
+  uint64_t ssd_max_bytes = 32ull << 30;
+  bool ssd_verify = false;
 };
 
 constexpr int64_t kDefaultMaxCtx = 32768;
@@ -177,7 +189,8 @@ constexpr int64_t kCpuKvBudget = int64_t{4} << 30;  // CPU: KV pool bytes beyond
 // KV + workspace together. A budget that cannot hold one full --ctx sequence shrinks the default context
 // (or fails when --ctx was given).
 Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vector<model::KvLayerSpec>& kv,
-                   Device device, int64_t weight_bytes, int64_t workspace_bytes) {
+                   Device device, int64_t weight_bytes, int64_t workspace_bytes,
+                   const std::vector<kv::KvQuantSpec>& kv_quant) {
   Sizing s;
   const bool cuda = device.is_cuda();
   s.batch = a.has("batch") ? a.integer("batch", 8) : a.integer("decode-concurrency", cuda ? 64 : 8);
@@ -191,9 +204,17 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   const double cache_gb = a.number("prompt-cache", 2.0);
   check(cache_gb >= 0 && cache_gb <= 1e6, "cli", "bunsen serve: --prompt-cache must be a size in GB >= 0");
   s.prefix_cache = cache_gb > 0 && !a.flag("no-prefix-cache");
-  int64_t per_token = 0;  // K and V of every layer
-  for (const model::KvLayerSpec& l : kv)
-    per_token += 2 * l.n_kv_heads * l.head_dim * static_cast<int64_t>(dtype_size(s.kv_dtype));
+  s.ssd_dir = a.str("ssd-cache", "");
+  const double ssd_gb = a.number("ssd-cache-max", 32.0);
+  check(ssd_gb > 0 && ssd_gb <= 1e6, "cli", "bunsen serve: --ssd-cache-max must be a size in GB > 0");
+  s.ssd_max_bytes = static_cast<uint64_t>(ssd_gb * 1073741824.0);
+  s.ssd_verify = a.flag("ssd-cache-verify");
+  s.kv_quant = kv_quant;
+  s.kv_label = kv_quant_label(kv_quant, s.kv_dtype, static_cast<int64_t>(kv.size()));
+  std::vector<kv::KvLayerShape> shapes;
+  for (const model::KvLayerSpec& l : kv) shapes.push_back({l.n_kv_heads, l.head_dim});
+  // K and V of every layer (codes + scale/bias for quantized layers)
+  const auto per_token = static_cast<int64_t>(kv::KvStorage::bytes_per_block(shapes, 1, s.kv_dtype, kv_quant));
   int64_t tokens = std::max(s.ctx, s.batch * std::min(s.ctx, kTypicalSeqTokens));
   if (per_token > 0) {
     int64_t kv_budget = 0;
@@ -272,7 +293,7 @@ void print_card(const CardInfo& c) {
   const Sizing& s = *c.sizing;
   const std::string kv = s.kv_bytes == 0 ? std::string("none (no model forward)")
                                          : strfmt("%s (%s): %d blocks x %d tokens", human_bytes(static_cast<double>(s.kv_bytes)).c_str(),
-                                                  dtype_name(s.kv_dtype), s.n_blocks, s.block_size) +
+                                                  s.kv_label.c_str(), s.n_blocks, s.block_size) +
                                               (s.prefix_cache ? ", prefix cache on" : ", prefix cache off");
   std::fprintf(stderr,
                "bunsen %s serve\n"
@@ -338,6 +359,7 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   ro.block_size = sz.block_size;
   ro.n_blocks = sz.n_blocks;
   ro.kv_dtype = sz.kv_dtype;
+  ro.kv_quant = sz.kv_quant;
   runner = std::make_unique<engine::Runner>(model, ro, kernels::Context{&pool});
   engine::EngineOptions eo;
   eo.max_batch = sz.batch;
@@ -345,6 +367,12 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   eo.default_eos = eos;
   eo.xtc_exempt = xtc_exempt_ids(eos, tok);
   eo.prefix_cache = sz.prefix_cache;
+  if (!sz.kv_quant.empty())  // the KV scheme is part of the prefix-cache namespace
+    eo.cache_namespace = kv_quant_namespace(engine::cache_namespace_of(model.config(), sz.kv_dtype, sz.block_size),
+                                            sz.kv_quant);
+  eo.ssd_cache_dir = sz.ssd_dir;
+  eo.ssd_cache_max_bytes = sz.ssd_max_bytes;
+  eo.ssd_cache_verify = sz.ssd_verify;
   return std::make_unique<engine::Engine>(*runner, eo);
 }
 
@@ -356,7 +384,7 @@ server::AdminInfo admin_info(const Sizing& sz, bool replay, int64_t weights_byte
   info.max_batch = sz.batch;
   info.max_num_batched_tokens = sz.step_tokens;
   info.kv_pool_bytes = sz.kv_bytes;
-  info.kv_dtype = dtype_name(sz.kv_dtype);
+  info.kv_dtype = sz.kv_label;
   info.weights_bytes = weights_bytes;
   return info;
 }
@@ -393,6 +421,7 @@ int cmd_serve(int argc, char** argv) {
   check(a.positional().size() <= 1, "cli", "bunsen serve: at most one positional MODEL");
   if (a.has("log-level")) log::set_level(parse_log_level(*a.str("log-level")));
   const Device device = parse_device(a.str("device"), "serve");
+  refuse_kv_quant_on_cuda(a.str("kv-quant"), device, "serve");
   const http::ServerOptions http_opts = http_options(a);
   std::optional<std::string> positional;
   if (!a.positional().empty()) positional = a.positional()[0];
@@ -422,8 +451,10 @@ int cmd_serve(int argc, char** argv) {
   std::optional<text::ChatTemplate> tpl;
   if (!sm.dir.empty() && text::ChatTemplate::available(sm.dir)) tpl = text::ChatTemplate::load(sm.dir);
   const int64_t weight_bytes = model ? static_cast<int64_t>(model->weight_bytes_per_token()) : 0;
+  const std::vector<kv::KvQuantSpec> kv_quant =
+      model ? resolve_kv_quant(a.str("kv-quant"), sm.dir, cfg.n_layers, device, "serve") : std::vector<kv::KvQuantSpec>{};
   const Sizing sz = plan_sizing(a, cfg, model ? model->kv_layout() : std::vector<model::KvLayerSpec>{}, device,
-                                weight_bytes, workspace_estimate(model.get(), a, device));
+                                weight_bytes, workspace_estimate(model.get(), a, device), kv_quant);
   ThreadPool pool(static_cast<int>(a.integer("threads", 0)));
   std::unique_ptr<engine::Runner> runner;
   std::unique_ptr<engine::Backend> backend =

@@ -4,7 +4,8 @@
 // and not text handling. Invariants: the Scheduler, the Runner and live_ are touched only by the loop
 // thread; mu_ guards only the inbox, the cancel list and the stats snapshot, and is never held while a
 // forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
-// The prefix cache (when on) is owned here and used by the Scheduler only, on the loop thread.
+// The prefix cache (when on) is owned here and used by the Scheduler only, on the loop thread; its SSD tier
+// (engine_ssd.cpp) snapshots finished requests and restores waiting prompts, also on the loop thread.
 #include <algorithm>
 #include <chrono>
 
@@ -137,6 +138,7 @@ Engine::Engine(Runner& runner, EngineOptions options)
   if (opts_.cache_namespace == 0)
     opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size());
   counters_.prefix_cache_enabled = cache_ != nullptr;
+  ssd_open();
   counters_.max_batch = opts_.max_batch;
   counters_.max_num_batched_tokens = opts_.max_num_batched_tokens;
   counters_.kv_blocks_total = runner_.pool().n_blocks();
@@ -193,6 +195,7 @@ EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   EngineStats s = stats_;
   s.waiting += static_cast<int64_t>(inbox_.size());
+  fill_ssd_stats(s);  // live: the writer thread finishes snapshots while the engine loop sleeps
   return s;
 }
 
@@ -233,6 +236,7 @@ void Engine::loop() {
 }
 
 void Engine::cancel_everything() {
+  ssd_snapshots_ = false;  // shutting down: cancelled requests are not snapshotted
   {
     std::lock_guard<std::mutex> lk(mu_);
     while (!inbox_.empty()) {
@@ -305,6 +309,7 @@ bool Engine::step_once() {
     refresh_stats();
     return true;
   }
+  ssd_restore_waiting();
   const SchedulerOutput& out = scheduler_.schedule();
   counters_.preemptions += static_cast<int64_t>(out.preempted.size());
   chunks_.clear();
@@ -475,11 +480,13 @@ void Engine::end_request(RequestId id, EngineEvent::Kind kind, FinishReason why,
   if (it == live_.end()) return;
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
+  ssd_probed_.erase(id);
   EngineEvent ev = finish_event(why, live->n_prompt, live->emitted);
   ev.kind = kind;
   if (const Sequence* s = scheduler_.find(id)) {
     ev.usage.cached_tokens = std::max<int64_t>(s->num_cached_tokens, 0);
-    if (!is_finished(s->status)) scheduler_.cancel(id);
+    if (!is_finished(s->status)) scheduler_.cancel(id);  // its blocks go to the prefix cache
+    if (kind == EngineEvent::Kind::kFinish) ssd_snapshot(*s);
     scheduler_.remove(id);
   }
   if (kind == EngineEvent::Kind::kError) ev.error = error;

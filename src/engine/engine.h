@@ -18,12 +18,14 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/generator.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "core/thread_pool.h"
+#include "kv/ssd_tier.h"
 #include "sampling/sampler.h"
 
 namespace bunsen::engine {
@@ -94,6 +96,19 @@ struct EngineStats {
   int64_t prefix_cache_miss_tokens = 0;
   int64_t prefix_cache_evictions = 0;
   double prefix_cache_hit_ratio = 0;
+  // SSD tier (--ssd-cache): entries/bytes on disk; hits/misses count lookups of prompts the device cache
+  // did not fully cover (a hit restored at least one block); writes count snapshot files written.
+  bool ssd_cache_enabled = false;
+  int64_t ssd_cache_entries = 0;
+  int64_t ssd_cache_bytes = 0;
+  int64_t ssd_cache_hits = 0;
+  int64_t ssd_cache_misses = 0;
+  int64_t ssd_cache_hit_tokens = 0;
+  int64_t ssd_cache_writes = 0;
+  int64_t ssd_cache_write_failures = 0;
+  int64_t ssd_cache_quarantined = 0;
+  int64_t ssd_cache_evictions = 0;
+  int64_t ssd_cache_dropped = 0;  // snapshots skipped because the write queue was full
 };
 
 class Backend {
@@ -125,6 +140,12 @@ struct EngineOptions {
   // runner's model config, KV dtype, block size). Callers that know more (tokenizer hash, adapter set,
   // weights fingerprint) pass their own hash of all of it.
   uint64_t cache_namespace = 0;
+  // SSD tier of the prefix cache (needs prefix_cache): "" disables it. Finished requests' prefixes are
+  // snapshotted to this directory by a background thread; prompts the device cache misses are restored
+  // from it (on the engine thread, see engine_ssd.cpp for the cost). Survives restarts.
+  std::string ssd_cache_dir;
+  uint64_t ssd_cache_max_bytes = 32ull << 30;
+  bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
 };
 
 // The namespace the Engine derives from what it has: the model config's architecture fields (type,
@@ -161,6 +182,13 @@ class Engine final : public Backend {
   void fail_step(const SchedulerOutput& out, const std::string& error);  // the step's requests: kError
   void cancel_everything();                  // shutdown: queued and live requests end kCancelled
   void refresh_stats();
+  // SSD tier (engine_ssd.cpp), engine thread only.
+  void ssd_open();
+  void ssd_snapshot(const Sequence& s);  // a finished sequence's cached prefix -> the writer queue
+  void ssd_restore_waiting();            // restores the waiting sequences about to be admitted
+  void ssd_restore(const Sequence& s);
+  kv::SsdLayout ssd_layout() const;      // tensor_bytes per block
+  void fill_ssd_stats(EngineStats& s) const;  // any thread
 
   Runner& runner_;
   EngineOptions opts_;
@@ -186,6 +214,11 @@ class Engine final : public Backend {
   std::vector<std::string> row_error_;             // per row: what sampling threw ("" = fine)
   std::vector<const ScheduledChunk*> row_chunks_;  // the chunk of each logits row
   std::unique_ptr<ThreadPool> sample_pool_;        // samples a step's rows side by side
+  std::unique_ptr<kv::SsdTier> ssd_;               // null when the SSD tier is off
+  std::vector<const Tensor*> ssd_tensors_;         // per-block KV tensors in snapshot order (K, V[, params])
+  std::vector<size_t> ssd_block_bytes_;            // bytes of one block of each of them
+  std::unordered_set<SeqId> ssd_probed_;           // waiting sequences already looked up on disk
+  bool ssd_snapshots_ = true;                      // off while shutting down
   EngineStats counters_;                       // engine thread's totals; copied into stats_ each step
   std::thread thread_;
 };

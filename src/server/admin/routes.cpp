@@ -12,9 +12,15 @@ namespace {
 double ratio(int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0; }
 
 // One Prometheus gauge: HELP, TYPE and the sample line.
-std::string gauge(const std::string& name, const std::string& help, double value) {
-  return "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+std::string metric(const char* type, const std::string& name, const std::string& help, double value) {
+  return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
          strfmt("%.15g", value) + "\n";
+}
+std::string gauge(const std::string& name, const std::string& help, double value) {
+  return metric("gauge", name, help, value);
+}
+std::string counter(const std::string& name, const std::string& help, int64_t value) {
+  return metric("counter", name, help, static_cast<double>(value));
 }
 
 http::Response json_response(const nlohmann::json& body) {
@@ -65,6 +71,18 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                               {"hits", es.prefix_cache_hits},
                                               {"misses", es.prefix_cache_misses},
                                               {"hit_ratio", es.prefix_cache_hit_ratio}}}}}};
+  // SSD tier: hits/misses count lookups of prompts the device tier did not fully cover.
+  j["ssd"] = {{"enabled", es.ssd_cache_enabled},
+              {"entries", es.ssd_cache_entries},
+              {"bytes", es.ssd_cache_bytes},
+              {"hits", es.ssd_cache_hits},
+              {"misses", es.ssd_cache_misses},
+              {"hit_tokens", es.ssd_cache_hit_tokens},
+              {"writes", es.ssd_cache_writes},
+              {"write_failures", es.ssd_cache_write_failures},
+              {"quarantined", es.ssd_cache_quarantined},
+              {"evictions", es.ssd_cache_evictions},
+              {"dropped", es.ssd_cache_dropped}};
   j["admission"] = {{"max_request_tokens", service.backend().max_request_tokens()},
                     {"max_context", info.max_context}};
   j["batch"] = {{"max_batch", es.max_batch > 0 ? es.max_batch : info.max_batch},
@@ -103,6 +121,19 @@ std::string metrics_text(ModelService& service) {
                static_cast<double>(es.prefix_cache_hits));
   out += gauge("bunsen_prefix_cache_misses", "Full KV blocks looked up at admission and not found.",
                static_cast<double>(es.prefix_cache_misses));
+  out += gauge("bunsen_ssd_cache_enabled", "1 while the SSD tier of the prefix cache is on.",
+               es.ssd_cache_enabled ? 1.0 : 0.0);
+  out += gauge("bunsen_ssd_cache_entries", "Prefix snapshots on disk.", static_cast<double>(es.ssd_cache_entries));
+  out += gauge("bunsen_ssd_cache_bytes", "Bytes of the prefix snapshots on disk.",
+               static_cast<double>(es.ssd_cache_bytes));
+  out += counter("bunsen_ssd_cache_hits_total", "Prompts restored (partly) from the SSD tier.", es.ssd_cache_hits);
+  out += counter("bunsen_ssd_cache_misses_total", "SSD tier lookups that found nothing usable.",
+                 es.ssd_cache_misses);
+  out += counter("bunsen_ssd_cache_writes_total", "Prefix snapshots written to disk.", es.ssd_cache_writes);
+  out += counter("bunsen_ssd_cache_write_failures_total", "Failed snapshot writes.", es.ssd_cache_write_failures);
+  out += counter("bunsen_ssd_cache_quarantined_total", "Damaged snapshots moved to quarantine/.",
+                 es.ssd_cache_quarantined);
+  out += counter("bunsen_ssd_cache_evictions_total", "Snapshots evicted by the byte cap.", es.ssd_cache_evictions);
   out += gauge("bunsen_engine_steps", "Forward passes run by the engine.", static_cast<double>(es.steps));
   return out;
 }
