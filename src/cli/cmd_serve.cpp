@@ -367,9 +367,7 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   eo.default_eos = eos;
   eo.xtc_exempt = xtc_exempt_ids(eos, tok);
   eo.prefix_cache = sz.prefix_cache;
-  if (!sz.kv_quant.empty())  // the KV scheme is part of the prefix-cache namespace
-    eo.cache_namespace = kv_quant_namespace(engine::cache_namespace_of(model.config(), sz.kv_dtype, sz.block_size),
-                                            sz.kv_quant);
+  // The KV scheme is part of the prefix-cache namespace: the Engine mixes in the runner's kv_quant itself.
   eo.ssd_cache_dir = sz.ssd_dir;
   eo.ssd_cache_max_bytes = sz.ssd_max_bytes;
   eo.ssd_cache_verify = sz.ssd_verify;

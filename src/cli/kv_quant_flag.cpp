@@ -111,18 +111,4 @@ std::string kv_quant_label(const std::vector<kv::KvQuantSpec>& specs, DType base
   return label;
 }
 
-uint64_t kv_quant_namespace(uint64_t base, const std::vector<kv::KvQuantSpec>& specs) {
-  if (specs.empty()) return base;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over base, then (bits, group) of every layer
-  auto mix = [&](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  };
-  mix(base);
-  for (const kv::KvQuantSpec& s : specs) mix(static_cast<uint64_t>(s.bits) << 32 | static_cast<uint32_t>(s.group_size));
-  return h == 0 ? 1 : h;
-}
-
 }  // namespace bunsen::cli

@@ -28,8 +28,5 @@ void refuse_kv_quant_on_cuda(const std::optional<std::string>& flag, Device devi
 std::vector<kv::KvQuantSpec> parse_kv_config(const std::string& json_text, int64_t n_layers, const std::string& where);
 // "f32", "int8 g64", "int4 g64 (12/28 layers, rest bf16)", ... for the card and the admin info.
 std::string kv_quant_label(const std::vector<kv::KvQuantSpec>& specs, DType base, int64_t n_layers);
-// The prefix-cache namespace: `base` (engine::cache_namespace_of) mixed with the per-layer scheme, so
-// blocks written under one scheme are never reused under another; `base` itself when nothing is quantized.
-uint64_t kv_quant_namespace(uint64_t base, const std::vector<kv::KvQuantSpec>& specs);
 
 }  // namespace bunsen::cli

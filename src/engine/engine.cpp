@@ -110,6 +110,24 @@ uint64_t cache_namespace_of(const model::ModelConfig& c, DType kv_dtype, int32_t
   return hash_text(t);
 }
 
+uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size,
+                            const std::vector<kv::KvQuantSpec>& kv_quant) {
+  const uint64_t base = cache_namespace_of(cfg, kv_dtype, block_size);
+  bool any = false;
+  for (const kv::KvQuantSpec& s : kv_quant) any = any || s.bits != 0;
+  if (!any) return base;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over base, then (bits, group) of every layer
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(base);
+  for (const kv::KvQuantSpec& s : kv_quant) mix(static_cast<uint64_t>(s.bits) << 32 | static_cast<uint32_t>(s.group_size));
+  return h == 0 ? 1 : h;
+}
+
 void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_request_tokens) {
   check(!req.prompt.empty(), "engine", "prompt is empty: at least one token is needed");
   for (size_t i = 0; i < req.prompt.size(); ++i)
@@ -136,7 +154,8 @@ Engine::Engine(Runner& runner, EngineOptions options)
       cache_(make_cache(runner, opts_)),
       scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get()) {
   if (opts_.cache_namespace == 0)
-    opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size());
+    opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size(),
+                                               runner.options().kv_quant);
   counters_.prefix_cache_enabled = cache_ != nullptr;
   ssd_open();
   counters_.max_batch = opts_.max_batch;

@@ -153,6 +153,10 @@ struct EngineOptions {
 // dtype and the block size. Two models that differ in any of them never share cached blocks. Not yet
 // covered (callers add them through EngineOptions::cache_namespace): weights, tokenizer, adapters.
 uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size);
+// The same mixed with a per-layer quantized-KV scheme (the base value when nothing is quantized), so blocks
+// written under one KV scheme are never reused under another. The Engine's default uses the runner's scheme.
+uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size,
+                            const std::vector<kv::KvQuantSpec>& kv_quant);
 
 class Engine final : public Backend {
  public:

@@ -138,6 +138,12 @@ TEST(EnginePrefixCache, OtherNamespaceMisses) {
   EXPECT_EQ(base, cache_namespace_of(cfg, DType::kF32, 16));
   EXPECT_NE(base, cache_namespace_of(cfg, DType::kBF16, 16));
   EXPECT_NE(base, cache_namespace_of(cfg, DType::kF32, 32));
+  // The quantized-KV scheme is part of it: off == base; int8 != int4 != base.
+  const std::vector<kv::KvQuantSpec> off(static_cast<size_t>(cfg.n_layers)), int8(off.size(), kv::KvQuantSpec{8, 64}),
+      int4(off.size(), kv::KvQuantSpec{4, 64});
+  EXPECT_EQ(base, cache_namespace_of(cfg, DType::kF32, 16, off));
+  EXPECT_NE(base, cache_namespace_of(cfg, DType::kF32, 16, int8));
+  EXPECT_NE(cache_namespace_of(cfg, DType::kF32, 16, int8), cache_namespace_of(cfg, DType::kF32, 16, int4));
   model::ModelConfig other = cfg;
   other.rope.theta *= 2;
   EXPECT_NE(base, cache_namespace_of(other, DType::kF32, 16));
