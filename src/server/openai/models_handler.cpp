@@ -13,11 +13,15 @@
 namespace bunsen::server::openai {
 namespace {
 
-Json model_json(const ModelService& service) {
+// The OpenAI fields plus vLLM's max_model_len (what one request may hold: prompt + max_tokens) and the
+// vocabulary size, which clients such as benchmark drivers use to build token-id prompts.
+Json model_json(ModelService& service) {
   return Json{{"id", service.model_id()},
               {"object", "model"},
               {"created", service.config().created},
-              {"owned_by", "bunsen"}};
+              {"owned_by", "bunsen"},
+              {"max_model_len", service.backend().max_request_tokens()},
+              {"vocab_size", service.backend().vocab_size()}};
 }
 
 }  // namespace

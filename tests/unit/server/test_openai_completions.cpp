@@ -106,6 +106,8 @@ TEST(OpenAiModels, ListAndLookup) {
   EXPECT_EQ(list["data"][0]["object"], "model");
   EXPECT_TRUE(list["data"][0]["created"].is_number_integer());
   EXPECT_TRUE(list["data"][0]["owned_by"].is_string());
+  EXPECT_EQ(list["data"][0]["max_model_len"], rig.service().backend().max_request_tokens());
+  EXPECT_EQ(list["data"][0]["vocab_size"], rig.service().backend().vocab_size());
   auto one = rig.get(std::string("/v1/models/") + kModelId);
   ASSERT_TRUE(one.has_value());
   EXPECT_EQ(one->status, 200);
