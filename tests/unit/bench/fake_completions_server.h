@@ -165,12 +165,20 @@ class FakeCompletionsServer {
     const int now = ++in_flight;
     for (int m = max_in_flight.load(); now > m && !max_in_flight.compare_exchange_weak(m, now);) {
     }
+    // Leaves the count before the last bytes go out: a client that has read them may start its next request
+    // at once, and must not be counted twice.
+    bool counted = true;
+    auto leave = [&] {
+      if (counted) --in_flight;
+      counted = false;
+    };
     stream(c, req, cfg_.drop_every && k % cfg_.drop_every == cfg_.drop_every - 1,
-           cfg_.no_done_every && k % cfg_.no_done_every == cfg_.no_done_every - 1);
-    --in_flight;
+           cfg_.no_done_every && k % cfg_.no_done_every == cfg_.no_done_every - 1, leave);
+    leave();
   }
 
-  void stream(int c, const nlohmann::json& req, bool drop, bool no_done) {
+  template <typename Leave>
+  void stream(int c, const nlohmann::json& req, bool drop, bool no_done, Leave&& leave) {
     const int64_t gen = req.at("max_tokens").get<int64_t>();
     const int64_t chunks = gen / cfg_.tokens_per_chunk;
     if (!send_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")) return;
@@ -186,7 +194,10 @@ class FakeCompletionsServer {
       pending += R"(data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"t)" +
                  std::to_string(i) + R"(","finish_reason":null}]})" + "\n\n";
       if (!flush(static_cast<size_t>(i % 7))) return;  // keep a few bytes back: the next chunk completes them
-      if (drop && i == chunks / 2) return;
+      if (drop && i == chunks / 2) {
+        leave();
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(cfg_.delay_us));
     }
     const int64_t prompt = static_cast<int64_t>(req.at("prompt").size());
@@ -194,6 +205,7 @@ class FakeCompletionsServer {
     pending += R"(data: {"id":"cmpl-1","choices":[],"usage":{"prompt_tokens":)" + std::to_string(prompt) +
                R"(,"completion_tokens":)" + std::to_string(chunks * cfg_.tokens_per_chunk) + "}}\n\n";
     if (!no_done) pending += "data: [DONE]\n\n";
+    leave();
     flush(0);
     send_all(c, "0\r\n\r\n");
   }
