@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"  // plain C++: limits only
 #include "kernels/dispatch_cuda.h"
+#include "kernels/dispatch_util.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "kernels/rows.h"
@@ -20,25 +21,10 @@
 namespace bunsen::kernels {
 namespace {
 
-bool use_ref() {
-  static const bool ref = [] {
-    const char* v = std::getenv("BUNSEN_KERNELS");
-    return v != nullptr && std::string_view(v) == "ref";
-  }();
-  return ref;
-}
-
-ThreadPool& pool_of(Context& ctx) {
-  return ctx.pool ? *ctx.pool : ThreadPool::global();
-}
-
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw Error("kernels", std::string(op) + ": " + msg);
-}
-
-std::string desc(const char* name, const Tensor& t) {
-  return std::string(name) + " " + t.shape_str();
-}
+using detail::desc;
+using detail::fail;
+using detail::pool_of;
+using detail::use_ref;
 
 // True when the (non-empty) tensors are all on one CUDA device, false when all are on the CPU; throws
 // for a mix, or for CUDA tensors in a build without the CUDA backend.

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/dispatch_util.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "kernels/rows.h"
@@ -16,25 +17,10 @@
 namespace bunsen::kernels {
 namespace {
 
-bool use_ref() {
-  static const bool ref = [] {
-    const char* v = std::getenv("BUNSEN_KERNELS");
-    return v != nullptr && std::string_view(v) == "ref";
-  }();
-  return ref;
-}
-
-ThreadPool& pool_of(Context& ctx) {
-  return ctx.pool ? *ctx.pool : ThreadPool::global();
-}
-
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw Error("kernels", std::string(op) + ": " + msg);
-}
-
-std::string desc(const char* name, const Tensor& t) {
-  return std::string(name) + " " + t.shape_str();
-}
+using detail::desc;
+using detail::fail;
+using detail::pool_of;
+using detail::use_ref;
 
 void need_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
