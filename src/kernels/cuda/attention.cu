@@ -38,23 +38,10 @@ bool flash_decode_enabled() {
   return v == 1;
 }
 
-struct AttnArgs {
-  const void* q = nullptr;
-  void* out = nullptr;
-  DType q_dtype = DType::kF32, out_dtype = DType::kF32;
-  int64_t q_ts = 0, q_hs = 0, o_ts = 0, o_hs = 0;  // token / head strides, elements
-  const void* k_cache = nullptr;
-  const void* v_cache = nullptr;
-  int64_t k_s0 = 0, k_s1 = 0, k_s2 = 0, v_s0 = 0, v_s1 = 0, v_s2 = 0;
-  int64_t n_blocks = 0, table_stride = 0;
-  int block_size = 1, max_blocks = 0, n_seqs = 0;
-  const int32_t* positions = nullptr;
-  const int32_t* seq_index = nullptr;
-  const int32_t* block_tables = nullptr;
-  int n_tokens = 0, n_heads = 0, head_dim = 0, group = 1;
-  int heads_per_tile = 1, tokens_per_tile = 1, head_chunks = 1;
-  float scale = 1.0f, softcap = 0.0f;
-  int window = 0;
+// The shared arguments (attention_prefill.cuh) plus what the SIMT and flash-decoding kernels add.
+struct AttnArgs : PagedArgs {
+  DType q_dtype = DType::kF32;
+  int n_heads = 0, head_dim = 0;
   int n_splits = 1, split_len = 0;
   float* partials = nullptr;  // [n_tokens, n_heads, n_splits, head_dim + 2] f32: max, sum, acc
 };
@@ -499,38 +486,11 @@ void paged_attention(void* stream, const DevAttention& at) {
   if (q.head_dim < 1 || q.head_dim > kMaxHeadDim)
     throw Error("cuda", std::string(op) + ": unsupported " + detail());
   AttnArgs a;
-  a.q = q.data;
-  a.out = at.out.data;
+  static_cast<PagedArgs&>(a) = paged_args(at);
   a.q_dtype = q.dtype;
-  a.out_dtype = at.out.dtype;
-  a.q_ts = q.token_stride;
-  a.q_hs = q.head_stride;
-  a.o_ts = at.out.token_stride;
-  a.o_hs = at.out.head_stride;
-  a.k_cache = at.cache.k;
-  a.v_cache = at.cache.v;
-  a.k_s0 = at.cache.k_strides[0];
-  a.k_s1 = at.cache.k_strides[1];
-  a.k_s2 = at.cache.k_strides[2];
-  a.v_s0 = at.cache.v_strides[0];
-  a.v_s1 = at.cache.v_strides[1];
-  a.v_s2 = at.cache.v_strides[2];
-  a.n_blocks = at.cache.n_blocks;
-  a.block_size = static_cast<int>(at.cache.block_size);
-  a.max_blocks = static_cast<int>(at.meta.max_blocks);
-  a.n_seqs = static_cast<int>(at.meta.n_seqs);
-  a.table_stride = at.meta.table_stride;
-  a.positions = at.meta.positions;
-  a.seq_index = at.meta.seq_index;
-  a.block_tables = at.meta.block_tables;
-  a.n_tokens = static_cast<int>(q.n_tokens);
   a.n_heads = static_cast<int>(q.n_heads);
   a.head_dim = static_cast<int>(q.head_dim);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
-  a.group = a.n_heads / n_kv_heads;
-  a.scale = at.scale;
-  a.softcap = at.softcap;
-  a.window = at.sliding_window;
   // Decode rows: flash-decoding (split-KV). With BUNSEN_FLASH_DECODE=1 (or the testing switch), large
   // decode batches (rows x kv heads fill the GPU) take the tensor-core kernel with one sequence per block
   // instead; it is not the default until it has been measured on the GPU.

@@ -242,36 +242,8 @@ bool flash_prefill_ok(const DevAttention& at) {
 }
 
 void flash_prefill(void* stream, const DevAttention& at) {
-  FlashArgs a;
-  a.q = at.q.data;
-  a.out = at.out.data;
-  a.out_dtype = at.out.dtype;
-  a.q_ts = at.q.token_stride;
-  a.q_hs = at.q.head_stride;
-  a.o_ts = at.out.token_stride;
-  a.o_hs = at.out.head_stride;
-  a.k_cache = at.cache.k;
-  a.v_cache = at.cache.v;
-  a.k_s0 = at.cache.k_strides[0];
-  a.k_s1 = at.cache.k_strides[1];
-  a.k_s2 = at.cache.k_strides[2];
-  a.v_s0 = at.cache.v_strides[0];
-  a.v_s1 = at.cache.v_strides[1];
-  a.v_s2 = at.cache.v_strides[2];
-  a.n_blocks = at.cache.n_blocks;
-  a.block_size = static_cast<int>(at.cache.block_size);
-  a.max_blocks = static_cast<int>(at.meta.max_blocks);
-  a.n_seqs = static_cast<int>(at.meta.n_seqs);
-  a.table_stride = at.meta.table_stride;
-  a.positions = at.meta.positions;
-  a.seq_index = at.meta.seq_index;
-  a.block_tables = at.meta.block_tables;
-  a.n_tokens = static_cast<int>(at.q.n_tokens);
+  FlashArgs a = paged_args(at);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
-  a.group = static_cast<int>(at.q.n_heads) / n_kv_heads;
-  a.scale = at.scale;
-  a.softcap = at.softcap;
-  a.window = at.sliding_window;
   a.heads_per_tile = a.group < kRows ? a.group : kRows;
   a.head_chunks = (a.group + a.heads_per_tile - 1) / a.heads_per_tile;
   // Decode rows (no more tokens than sequences) each belong to another sequence: one token per tile, so a

@@ -1,6 +1,7 @@
-// The tensor-core prefill attention kernel's entry points (attention_prefill.cu), called by
-// cuda::paged_attention (attention.cu) when a step's cache and queries are bf16 with head_dim 64 or 128.
-// Not a public op: ops.h's paged_attention picks it. Invariant: FlashArgs holds device pointers only.
+// The launch arguments every paged-attention kernel shares (PagedArgs, filled once from a DevAttention) and
+// the tensor-core prefill kernel's entry points (attention_prefill.cu), called by cuda::paged_attention
+// (attention.cu) when a step's cache and queries are bf16 with head_dim 64 or 128. Not a public op: ops.h's
+// paged_attention picks it. Invariant: the argument structs hold device pointers only.
 #pragma once
 #include <cstdint>
 
@@ -9,7 +10,7 @@
 
 namespace bunsen::kernels::cuda {
 
-struct FlashArgs {
+struct PagedArgs {
   const void* q = nullptr;  // [n_tokens, n_heads, head_dim] bf16
   void* out = nullptr;      // same shape, out_dtype
   DType out_dtype = DType::kF32;
@@ -26,6 +27,41 @@ struct FlashArgs {
   float scale = 1.0f, softcap = 0.0f;
   int window = 0;
 };
+using FlashArgs = PagedArgs;  // the tensor-core kernel needs nothing more
+
+// Everything but the tiling (heads_per_tile, tokens_per_tile, head_chunks), which each kernel chooses.
+inline PagedArgs paged_args(const DevAttention& at) {
+  PagedArgs a;
+  a.q = at.q.data;
+  a.out = at.out.data;
+  a.out_dtype = at.out.dtype;
+  a.q_ts = at.q.token_stride;
+  a.q_hs = at.q.head_stride;
+  a.o_ts = at.out.token_stride;
+  a.o_hs = at.out.head_stride;
+  a.k_cache = at.cache.k;
+  a.v_cache = at.cache.v;
+  a.k_s0 = at.cache.k_strides[0];
+  a.k_s1 = at.cache.k_strides[1];
+  a.k_s2 = at.cache.k_strides[2];
+  a.v_s0 = at.cache.v_strides[0];
+  a.v_s1 = at.cache.v_strides[1];
+  a.v_s2 = at.cache.v_strides[2];
+  a.n_blocks = at.cache.n_blocks;
+  a.block_size = static_cast<int>(at.cache.block_size);
+  a.max_blocks = static_cast<int>(at.meta.max_blocks);
+  a.n_seqs = static_cast<int>(at.meta.n_seqs);
+  a.table_stride = at.meta.table_stride;
+  a.positions = at.meta.positions;
+  a.seq_index = at.meta.seq_index;
+  a.block_tables = at.meta.block_tables;
+  a.n_tokens = static_cast<int>(at.q.n_tokens);
+  a.group = static_cast<int>(at.q.n_heads / at.cache.n_kv_heads);
+  a.scale = at.scale;
+  a.softcap = at.softcap;
+  a.window = at.sliding_window;
+  return a;
+}
 
 // True when flash_prefill() handles `at` (bf16 q and cache, head_dim 64 or 128, 16-byte aligned rows). Steps
 // of decode rows (n_tokens <= n_seqs) run one token per block; many of them beat flash-decoding's splits.
