@@ -87,6 +87,42 @@ FIXTURES = {
         rope_parameters=rope(partial_rotary_factor=0.5))),
 }
 
+
+def _load_family_fixtures():
+    """Fixture tables of the other families: scripts/golden/fixtures_<family>.py, each defining FIXTURES with
+    entries (config class, model class, seed, kwargs[, opts]). opts (all optional): "t_prompt": prompt length
+    (default T_PROMPT); "drop_common": COMMON keys
+    that do not apply; "inner": model -> the decoder module holding embed_tokens / layers / norm (default
+    model.model); "inv_freq": model -> rotary inv_freq tensor or None (default inner.rotary_emb.inv_freq when
+    present); "meta": config -> extra metadata dict."""
+    import glob
+    import importlib
+    for path in sorted(glob.glob(os.path.join(HERE, "fixtures_*.py"))):
+        mod = importlib.import_module(os.path.basename(path)[:-3])
+        for name, spec in mod.FIXTURES.items():
+            if name in FIXTURES:
+                raise RuntimeError(f"fixture {name} defined twice ({path})")
+            FIXTURES[name] = spec
+
+
+_load_family_fixtures()
+
+
+def fixture_opts(spec):
+    return spec[4] if len(spec) > 4 else {}
+
+
+def inner_of(model, opts):
+    return opts["inner"](model) if "inner" in opts else model.model
+
+
+def inv_freq_of(model, opts):
+    if "inv_freq" in opts:
+        return opts["inv_freq"](model)
+    rot = getattr(inner_of(model, opts), "rotary_emb", None)
+    return None if rot is None or not hasattr(rot, "inv_freq") else rot.inv_freq
+
+
 # Rope table cases: name -> (config class, rotary class, config kwargs, seq_len or None)
 _RT_BASE = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=64,
                 num_hidden_layers=1, vocab_size=64, max_position_embeddings=256, pad_token_id=None)
@@ -175,7 +211,10 @@ def build_config(cfg_name, kwargs):
     for k, v in kwargs.items():
         if k == "rope_parameters":
             continue
-        got = getattr(cfg, k, "<missing>")
+        try:
+            got = getattr(cfg, k, "<missing>")
+        except Exception as e:  # noqa: BLE001 - per-layer attributes (Gemma 4) refuse global reads
+            got = f"<{type(e).__name__}>"
         if got != v:
             log(f"  CONFIG NOTE {cfg_name}.{k}: asked {v!r}, config has {got!r}")
     return cfg
@@ -222,7 +261,7 @@ def load_synthetic(model, seed):
     return saved, ties
 
 
-def capture_forward(model, ids):
+def capture_forward(model, ids, opts=None):
     """One forward over ids [T]; returns {capture name: [T, ...] tensor} and logits [T, V]."""
     import torch
     caps = {}
@@ -238,7 +277,7 @@ def capture_forward(model, ids):
         h = args[0] if args else kwargs["hidden_states"]
         caps["decoder_in"] = h.detach()[0].float().clone()
 
-    inner = model.model
+    inner = inner_of(model, opts or {})
     handles.append(inner.embed_tokens.register_forward_hook(out_hook("embed")))
     handles.append(inner.layers[0].register_forward_pre_hook(pre_hook, with_kwargs=True))
     for i, layer in enumerate(inner.layers):
@@ -272,8 +311,9 @@ def greedy(model, prompt):
 def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     import torch
     import transformers
-    cfg_name, model_name, _, kw = spec
-    kwargs = dict(COMMON)
+    cfg_name, model_name, _, kw = spec[:4]
+    opts = fixture_opts(spec)
+    kwargs = {k: v for k, v in COMMON.items() if k not in opts.get("drop_common", ())}
     kwargs.update(kw)
     cfg = build_config(cfg_name, kwargs)
     fx_dir = os.path.join(out_dir, name)
@@ -296,8 +336,9 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     saved, ties = load_synthetic(model, seed)
 
     vocab = cfg.vocab_size
-    prompt = synth.prompt_ids(seed, vocab, T_PROMPT)
-    caps, logits = capture_forward(model, prompt)
+    t_prompt = opts.get("t_prompt", T_PROMPT)  # longer for windows / DeltaNet chunks
+    prompt = synth.prompt_ids(seed, vocab, t_prompt)
+    caps, logits = capture_forward(model, prompt, opts)
     toks, margins, last_rows = greedy(model, prompt)
     if not torch.allclose(last_rows[0], logits[-1], rtol=1e-5, atol=1e-5):
         raise RuntimeError("greedy step 0 disagrees with the captured prompt forward")
@@ -306,14 +347,16 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     if min_margin < MIN_MARGIN:
         return None
 
-    rot = model.model.rotary_emb
-    inv_freq = rot.inv_freq.detach().float()
+    rot = getattr(inner_of(model, opts), "rotary_emb", None)
+    inv = inv_freq_of(model, opts)
+    inv_freq = inv.detach().float() if inv is not None else None
     att = float(getattr(rot, "attention_scaling", 1.0))
     n_layers = cfg.num_hidden_layers
-    tensors = {"input_ids": ("I32", [T_PROMPT], i32_bytes(prompt)),
+    tensors = {"input_ids": ("I32", [t_prompt], i32_bytes(prompt)),
                "greedy": ("I32", [N_GREEDY], i32_bytes(toks)),
-               "greedy_margins": ("F32", [N_GREEDY], st_io.pack_f32(margins)),
-               "rope_inv_freq": ("F32", list(inv_freq.shape), f32_bytes(inv_freq))}
+               "greedy_margins": ("F32", [N_GREEDY], st_io.pack_f32(margins))}
+    if inv_freq is not None:
+        tensors["rope_inv_freq"] = ("F32", list(inv_freq.shape), f32_bytes(inv_freq))
     for key in ["embed", "decoder_in", "final_norm"] + [f"layer.{i}" for i in range(n_layers)]:
         t = caps[key]
         tensors[key] = ("F32", list(t.shape), f32_bytes(t))
@@ -322,7 +365,7 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
         sub = logits[:, cols]
         tensors["logits_cols"] = ("F32", list(sub.shape), f32_bytes(sub))
         tensors["logit_col_ids"] = ("I32", [len(cols)], i32_bytes(cols))
-        tensors["logits_argmax"] = ("I32", [T_PROMPT], i32_bytes(torch.argmax(logits, dim=-1).tolist()))
+        tensors["logits_argmax"] = ("I32", [t_prompt], i32_bytes(torch.argmax(logits, dim=-1).tolist()))
         gcols = cols[::DEMO_GREEDY_COL_STEP]
         gsub = torch.stack(last_rows)[:, gcols]
         tensors["greedy_logits_cols"] = ("F32", list(gsub.shape), f32_bytes(gsub))
@@ -345,6 +388,8 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
                     "layer.i = decoder layer i output; final_norm = final norm output; logits = model logits "
                     "(after any logits scaling); greedy_logits[s] = last-row logits at greedy step s",
     })
+    if "meta" in opts:
+        meta.update({k: str(v) for k, v in opts["meta"](cfg).items()})
     if hasattr(cfg, "no_rope_layers"):
         meta["no_rope_layers"] = json.dumps(list(cfg.no_rope_layers))
     if "logits_cols" in tensors:
@@ -360,7 +405,8 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     with open(os.path.join(fx_dir, "config.json")) as f:
         log("  config.json:", json.dumps(json.load(f), sort_keys=True))
     size = os.path.getsize(os.path.join(fx_dir, "golden.safetensors"))
-    log(f"  wrote {name}/golden.safetensors ({size} bytes), attention_scaling {att}, inv_freq {inv_freq.tolist()}")
+    log(f"  wrote {name}/golden.safetensors ({size} bytes), attention_scaling {att}, "
+        f"inv_freq {None if inv_freq is None else inv_freq.tolist()}")
     return {"seed": seed, "min_margin": min_margin, "bytes": size}
 
 

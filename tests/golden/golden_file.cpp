@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/status.h"
+#include "model/registry.h"
 #include "model/synthetic.h"
 
 namespace bunsen::golden {
@@ -19,12 +20,25 @@ namespace fs = std::filesystem;
 
 std::string data_dir() { return std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data"; }
 
-std::vector<std::string> fixture_names() {
+std::vector<std::string> all_fixture_names() {
   std::vector<std::string> out;
   if (!fs::exists(data_dir())) return out;
   for (const auto& e : fs::directory_iterator(data_dir()))
     if (fs::exists(e.path() / "golden.safetensors")) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string fixture_model_type(const std::string& name) {
+  std::ifstream in(data_dir() + "/" + name + "/config.json");
+  return nlohmann::json::parse(in).at("model_type").get<std::string>();
+}
+
+std::vector<std::string> fixture_names() {
+  const std::vector<std::string> types = model::supported_model_types();
+  std::vector<std::string> out;
+  for (const auto& n : all_fixture_names())
+    if (std::find(types.begin(), types.end(), fixture_model_type(n)) != types.end()) out.push_back(n);
   return out;
 }
 

@@ -23,7 +23,11 @@ struct Fixture {
 
 std::string data_dir();
 // Fixture names (directories of data_dir() holding golden.safetensors), sorted.
+// Fixtures whose family this build supports (model_type in model::supported_model_types()); fixtures of
+// families still being written are listed by all_fixture_names() and reported by GoldenData tests.
 std::vector<std::string> fixture_names();
+std::vector<std::string> all_fixture_names();
+std::string fixture_model_type(const std::string& name);
 Fixture load_fixture(const std::string& name);
 // Writes the fixture's weights (regenerated in `dtype`) + config.json into a fresh directory under the
 // test temp dir named "<tag>_<fixture>_<dtype>" (distinct tags keep test binaries that run at the same
