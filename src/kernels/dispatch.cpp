@@ -4,6 +4,7 @@
 // every error is Error("kernels", "<op>: ...") naming the op and the offending tensors' shapes; CPU
 // kernels never see an index that is out of range; on CUDA, where index tensors live on the device,
 // only their dtypes and shapes are checked (the CUDA kernels never dereference a bad index).
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -364,6 +365,27 @@ void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
   need_same_shape(op, "out", out, "gate", gate);
   if (gpu) return cuda_route::silu_mul(ctx, out, gate, up);
   use_ref() ? ref::silu_mul(out, gate, up) : cpu::silu_mul(pool_of(ctx), out, gate, up);
+}
+
+void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
+  const char* op = "gelu_tanh_mul";
+  const bool gpu = on_cuda(op, {&out, &gate, &up});
+  need_rows(op, "out", out, gpu);
+  need_rows(op, "gate", gate, gpu);
+  need_rows(op, "up", up, gpu);
+  need_same_shape(op, "gate", gate, "up", up);
+  need_same_shape(op, "out", out, "gate", gate);
+  if (gpu) return cuda_route::gelu_tanh_mul(ctx, out, gate, up);
+  use_ref() ? ref::gelu_tanh_mul(out, gate, up) : cpu::gelu_tanh_mul(pool_of(ctx), out, gate, up);
+}
+
+void softcap(Context& ctx, Tensor x, float cap) {
+  const char* op = "softcap";
+  const bool gpu = on_cuda(op, {&x});
+  need_rows(op, "x", x, gpu);
+  if (!(cap > 0.0f) || !std::isfinite(cap)) fail(op, strfmt("cap %g must be finite and > 0", cap));
+  if (gpu) return cuda_route::softcap(ctx, x, cap);
+  use_ref() ? ref::softcap(x, cap) : cpu::softcap(pool_of(ctx), x, cap);
 }
 
 void softmax(Context& ctx, Tensor x) {

@@ -115,6 +115,16 @@ void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
   cuda::silu_mul(ctx.cuda_stream, rows(out), rows(gate), rows(up));
 }
 
+void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
+  need_current_device("gelu_tanh_mul", out);
+  cuda::gelu_tanh_mul(ctx.cuda_stream, rows(out), rows(gate), rows(up));
+}
+
+void softcap(Context& ctx, Tensor x, float cap) {
+  need_current_device("softcap", x);
+  cuda::softcap(ctx.cuda_stream, rows(x), cap);
+}
+
 void softmax(Context& ctx, Tensor x) {
   need_current_device("softmax", x);
   cuda::softmax(ctx.cuda_stream, rows(x));
@@ -167,6 +177,12 @@ void paged_attention(Context&, Tensor, Tensor, const PagedKv&, const AttentionMe
 }
 void silu_mul(Context&, Tensor, Tensor, Tensor) {
   not_built("silu_mul");
+}
+void gelu_tanh_mul(Context&, Tensor, Tensor, Tensor) {
+  not_built("gelu_tanh_mul");
+}
+void softcap(Context&, Tensor, float) {
+  not_built("softcap");
 }
 void softmax(Context&, Tensor) {
   not_built("softmax");

@@ -18,6 +18,8 @@ void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slo
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p);
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
+void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
+void softcap(Context& ctx, Tensor x, float cap);
 void softmax(Context& ctx, Tensor x);
 void argmax(Context& ctx, Tensor out, Tensor x);
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);

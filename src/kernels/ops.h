@@ -6,6 +6,7 @@
 // A 2-D "rows" tensor may have any row stride but its last dim must be contiguous.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -88,8 +89,8 @@ struct QuantWeight {
 // out[i, :] = table[ids[i], :] * scale.   out [n, d] f32; table [vocab, d] f32|f16|bf16; ids [n] i32.
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale = 1.0f);
 
-// embedding with a quantized table: out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32;
-// table [vocab, d] quantized; ids [n] i32. CPU only.
+// embedding with a quantized table: out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32 (f32|bf16
+// on CUDA); table [vocab, d] quantized; ids [n] i32.
 void embedding_q(Context& ctx, Tensor out, const QuantWeight& table, Tensor ids, float scale = 1.0f);
 
 // out = x / sqrt(mean(x^2) + eps) * (w + w_offset).   out, x [n, d] f32 (out may alias x); w [d] any float.
@@ -112,11 +113,13 @@ void scale(Context& ctx, Tensor x, float s);
 void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias = {});
 
 // linear with a quantized weight: out = x · dequant(w)ᵀ (+ bias), dequantized inside the dot product with
-// f32 accumulation.   out [m, n] f32; x [m, k] f32; w [n, k] quantized; bias [n] any float or empty.
-// Batch invariant like linear: a row's result does not depend on m. CPU only (CUDA: an Error).
+// f32 accumulation.   out [m, n] f32; x [m, k] f32 (out, x f32|bf16 on CUDA); w [n, k] quantized; bias [n]
+// any float or empty. Batch invariant like linear on the CPU (a row's result does not depend on m); on CUDA
+// m <= 8 runs a GEMV on the exact codes (f32 accuracy) and larger m dequantizes chunks of w to bf16 for
+// cuBLASLt (bf16-GEMM accuracy).
 void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias = {});
 
-// out = dequant(w).   out [n, k] f32 (tests, tools; the hot paths never materialize it).
+// out = dequant(w).   out [n, k] f32 (f32|bf16 on CUDA; tests, tools; the hot paths never materialize it).
 void dequantize(Context& ctx, Tensor out, const QuantWeight& w);
 
 // In-place rotary embedding.   x [n_tokens, n_heads, head_dim] f32 (row-contiguous per token);
@@ -134,6 +137,13 @@ void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, c
 // out = silu(gate) * up.   out, gate, up [m, f] f32 (gate/up may be column slices of one fused tensor).
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 
+// out = gelu_tanh(gate) * up (GeGLU), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))): PyTorch's
+// gelu(approximate="tanh") = HF "gelu_pytorch_tanh".   out, gate, up [m, f] f32 (gate/up may be column slices).
+void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
+
+// x = cap * tanh(x / cap) in place (the final logit soft-cap of Gemma).   x [m, n] f32; cap > 0.
+void softcap(Context& ctx, Tensor x, float cap);
+
 // Row-wise softmax in place.   x [m, n] f32.
 void softmax(Context& ctx, Tensor x);
 
@@ -144,6 +154,147 @@ void argmax(Context& ctx, Tensor out, Tensor x);
 // out[r, :] = x[rows[r], :] (the rows whose logits a step wants).   out [n_out, d], x [n, d] f32 (f32|bf16
 // on CUDA; dtypes may differ there); rows [n_out] i32 on the tensors' device, each in [0, n).
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
+
+// ---- fused decode ops (issue 4; dispatch_fused.cpp): each equals the unfused sequence it names on the
+// CPU (the same calls, bit for bit) and saves launches on CUDA ----
+
+// Steps of at most this many tokens take the fused GEMV paths on CUDA (= the GEMV's row limit).
+constexpr int64_t kFusedDecodeMaxTokens = 8;
+
+// One matrix of linear_multi.
+struct LinearPart {
+  Tensor out;   // [m, n] f32 (f32|bf16 on CUDA)
+  Tensor w;     // [n, k] f32|f16|bf16
+  Tensor bias;  // [n] any float, or empty
+};
+
+// parts[i].out = x · parts[i].wᵀ (+ parts[i].bias) for 1..4 parts sharing x [m, k]. CPU: linear() per
+// part. CUDA: one GEMV launch over all parts' rows when m <= kFusedDecodeMaxTokens (batch invariant like
+// linear; the k split may differ from a lone linear's, so equal to it up to f32 summation order), else
+// linear() per part.
+void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
+
+// out = silu(x · w_gateᵀ + b_gate) * (x · w_upᵀ + b_up).   out [m, f]; x [m, k]; w_gate, w_up [f, k] (one
+// dtype); biases [f] or empty. CPU: linear, linear, silu_mul through f32 temporaries (allocated per call).
+// CUDA: one GEMV launch per 8 rows of x that keeps gate and up in f32 (made for decode-sized m).
+void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate = {},
+                   Tensor b_up = {});
+
+// rope(q), rope(k) (skipped when p.rotary_dim is 0), then kv_write(cache, k, v, slot_mapping): q and k are
+// rotated in place.   q [n_tokens, n_heads, head_dim]; k, v [n_tokens, n_kv_heads, head_dim]; positions
+// [n_tokens] i32; slot_mapping [n_tokens] i64. CPU: exactly those calls. CUDA: one launch (unquantized
+// cache, q and k of one dtype; otherwise the three calls).
+void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& cache, Tensor positions,
+                   Tensor slot_mapping, const RopeParams& p);
+
+// ---- mixture of experts (issue 9; dispatch_moe.cpp; model/moe.h builds the MoE block on these) ----
+
+// How router logits become expert scores.
+enum class MoeScoring : uint8_t {
+  kSoftmax,  // softmax over all experts (Qwen3-MoE, Qwen3-Next, Gemma 4), then top-k of the probabilities
+  kSigmoid,  // sigmoid per expert, then top-k
+};
+
+struct MoeRouteParams {
+  int top_k = 1;                              // 1 <= top_k <= n_experts
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  bool norm_topk = false;    // divide the k chosen scores by their sum (HF norm_topk_prob)
+  float scale = 1.0f;        // then multiply every weight by this (routed_scaling_factor)
+  Tensor expert_scale;       // [n_experts] any float, or empty: then weight *= expert_scale[id] (Gemma 4's
+                             // per_expert_scale); on the weights' device
+};
+
+// Per token: scores = scoring(logits), the top_k largest (descending; ties -> the lower expert index first,
+// a NaN score never wins), weights = scores of those, optionally renormalized and scaled, all in f32.
+//   ids [n, top_k] i32; weights [n, top_k] f32; logits [n, n_experts] f32 (f32|bf16 on CUDA).
+// Stays on the device (no host sync): the expert ops read ids/weights where they are.
+void moe_route(Context& ctx, Tensor ids, Tensor weights, Tensor logits, const MoeRouteParams& p);
+
+// Activation of a gated expert FFN: act(gate) * up.
+enum class MoeActivation : uint8_t { kSilu, kGeluTanh };
+
+// One projection of every expert: expert e's weight is a [rows, cols] row-major matrix (row stride cols)
+// starting at address ptrs[e]. A table of addresses (not a stacked tensor) so that stacked checkpoints
+// (views at base + e * stride) and per-expert checkpoints (separate tensors) both run without a copy.
+// Float: ptrs only. MLX affine-quantized (bits > 0): ptrs -> packed u32 [rows, cols * bits / 32],
+// scale_ptrs / bias_ptrs -> [rows, cols / group_size] of dtype `dtype` (same layout as QuantWeight).
+// The tables live on the weights' device (model/moe.h builds them at load).
+struct ExpertWeights {
+  Tensor ptrs;        // [n_experts] i64 addresses
+  Tensor scale_ptrs;  // [n_experts] i64 addresses (quantized only)
+  Tensor bias_ptrs;   // [n_experts] i64 addresses (quantized only)
+  DType dtype = DType::kBF16;  // weight dtype (float), or scales/biases dtype (quantized)
+  int64_t rows = 0, cols = 0;
+  int bits = 0, group_size = 0;  // bits 0 = float
+  bool quantized() const { return bits > 0; }
+  int64_t n_experts() const { return ptrs.numel(); }
+};
+
+// The routed experts of one MoE layer: y_e(x) = down_e(act(gate_e(x)) * up_e(x)).
+struct MoeExperts {
+  ExpertWeights gate;  // rows d_expert, cols d_model
+  ExpertWeights up;    // rows d_expert, cols d_model
+  ExpertWeights down;  // rows d_model, cols d_expert
+  MoeActivation act = MoeActivation::kSilu;
+};
+
+// out[t] = sum_{j < top_k} weights[t, j] * y_{ids[t, j]}(x[t]), summed in j order (so a token's result
+// does not depend on the other tokens of the step: batch invariant on the CPU like linear). Overwrites out.
+// An id outside [0, n_experts) is an Error on the CPU; on CUDA that pair contributes nothing.
+//   out [n, d_model] f32 (f32|bf16 on CUDA); x [n, d_model] like out; ids [n, top_k] i32;
+//   weights [n, top_k] f32. CPU: per expert, its tokens gathered through linear/linear_q. CUDA: one launch
+//   per projection over all (token, expert) pairs (grouped GEMV for small n, expert-sorted tiles otherwise),
+//   intermediates in the stream's scratch arena; no host sync (graph-capturable).
+void moe_experts(Context& ctx, Tensor out, Tensor x, Tensor ids, Tensor weights, const MoeExperts& e);
+
+// ---- linear attention (gated DeltaNet: qwen3.5 / qwen3-next; dispatch_linear_attn.cpp) ----
+
+// One layer's per-sequence state slots (a linear-attention layer keeps these instead of paged KV).
+struct LinearState {
+  Tensor conv;       // [n_slots, channels, kernel - 1] f32: the last kernel-1 conv inputs, oldest first
+  Tensor recurrent;  // [n_slots, n_v_heads, k_head_dim, v_head_dim] f32: the delta-rule state S
+};
+
+// Which sequence each token of a varlen step belongs to, for the ops that carry per-sequence state.
+// A sequence whose first token in the step is at position 0 starts from a zero state (new, or recomputed
+// after a preemption); otherwise it continues from its slot. Both ops leave the slot holding the state
+// after the sequence's last token in the step.
+struct StateMeta {
+  Tensor seq_starts;   // [n_seqs + 1] i32: sequence s owns tokens [seq_starts[s], seq_starts[s + 1])
+  Tensor state_slots;  // [n_seqs] i32: its slot; < 0 = none (bucket padding): zero output, no state touched
+  Tensor positions;    // [n_tokens] i32
+};
+
+// Causal depthwise conv1d over time, per sequence, from and into its conv state, then SiLU:
+//   out[t, c] = silu(sum_j w[c, j] * xx[t + j, c]),  xx = the sequence's state rows ++ its x rows.
+//   out, x [n_tokens, channels] (rows; out must not alias x); w [channels, kernel] any float;
+//   state [n_slots, channels, kernel - 1] f32 (LinearState::conv). kernel >= 2.
+void causal_conv1d(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor state, const StateMeta& meta);
+
+// The inputs of gated_delta_rule. v-head h reads k-head h / (n_v_heads / n_k_heads) (HF repeat_interleave).
+struct DeltaRuleInputs {
+  Tensor q, k;     // [n_tokens, n_k_heads, k_head_dim] (last dim contiguous; other strides free)
+  Tensor v;        // [n_tokens, n_v_heads, v_head_dim] (same)
+  Tensor a, b;     // [n_tokens, n_v_heads] rows: the decay and beta pre-activations
+  Tensor a_log;    // [n_v_heads] any float
+  Tensor dt_bias;  // [n_v_heads] any float
+};
+
+// The gated delta rule (recurrent form), per sequence and v-head, from and into its state S [k, v]:
+//   q, k l2-normalised (x / sqrt(sum x^2 + 1e-6)), q *= q_scale; g = -exp(a_log) * softplus(a + dt_bias);
+//   beta = sigmoid(b);  S *= exp(g);  S += k (beta (v - S^T k))^T;  out = S^T q.
+//   out [n_tokens, n_v_heads, v_head_dim] (contiguous rows); state [n_slots, n_v_heads, k_head_dim,
+//   v_head_dim] f32 (LinearState::recurrent). Everything is computed in f32.
+void gated_delta_rule(Context& ctx, Tensor out, const DeltaRuleInputs& in, Tensor state, const StateMeta& meta,
+                      float q_scale);
+
+// Gated RMSNorm: out = x / sqrt(mean(x^2) + eps) * w * silu(z).   out, x, z [..., d] rows (out may alias x);
+// w [d] any float.
+void rms_norm_gated(Context& ctx, Tensor out, Tensor x, Tensor z, Tensor w, float eps);
+
+// out = x * sigmoid(gate).   out, x [..., d] rows, one shape (out may alias x); gate [..., d] rows, or
+// [..., 1] (one gate per row, broadcast: Qwen3-Next's shared-expert gate).
+void sigmoid_mul(Context& ctx, Tensor out, Tensor x, Tensor gate);
 
 // Which implementation CPU calls go to: "cpu-avx512", "cpu-avx2", "cpu-scalar" or "ref".
 const char* cpu_backend_name();

@@ -28,11 +28,15 @@ void kv_write(ThreadPool& pool, const PagedKv& cache, Tensor k, Tensor v, Tensor
 void paged_attention(ThreadPool& pool, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p);
 void silu_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up);
+void gelu_tanh_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up);
+void softcap(ThreadPool& pool, Tensor x, float cap);
 void softmax(ThreadPool& pool, Tensor x);
 void argmax(ThreadPool& pool, Tensor out, Tensor x);
 void gather_rows(ThreadPool& pool, Tensor out, Tensor x, Tensor rows);
 void dequantize(ThreadPool& pool, Tensor out, const QuantWeight& w);
 void embedding_q(ThreadPool& pool, Tensor out, const QuantWeight& table, Tensor ids, float scale);
 void linear_q(ThreadPool& pool, Tensor out, Tensor x, const QuantWeight& w, Tensor bias);
+void moe_route(ThreadPool& pool, Tensor ids, Tensor weights, Tensor logits, const MoeRouteParams& p);
+void moe_experts(ThreadPool& pool, Tensor out, Tensor x, Tensor ids, Tensor weights, const MoeExperts& e);
 
 }  // namespace bunsen::kernels::cpu

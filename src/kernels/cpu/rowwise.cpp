@@ -1,4 +1,5 @@
-// Fast row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows.
+// Fast row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, gelu_tanh_mul, softcap, softmax, argmax,
+// gather_rows.
 // Threaded over rows; inner loops are plain code for the compiler to vectorise (baseline ISA). Not
 // validating. Invariants: same math as ref/ in f32 (rms_norm's sum of squares uses 8 f32 partial sums
 // instead of a double); argmax keeps ref's tie and NaN rules.
@@ -87,6 +88,28 @@ void silu_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up) {
     const float* gi = g.row<float>(i);
     const float* ui = u.row<float>(i);
     for (int64_t j = 0; j < o.n_cols; ++j) oi[j] = gi[j] / (1.0f + std::exp(-gi[j])) * ui[j];
+  });
+}
+
+void gelu_tanh_mul(ThreadPool& pool, Tensor out, Tensor gate, Tensor up) {
+  const Rows o = as_rows(out), g = as_rows(gate), u = as_rows(up);
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;  // PyTorch's constants
+  for_rows(pool, o.n_rows, o.n_cols, [&](int64_t i) {
+    float* oi = o.row<float>(i);
+    const float* gi = g.row<float>(i);
+    const float* ui = u.row<float>(i);
+    for (int64_t j = 0; j < o.n_cols; ++j) {
+      const float x = gi[j], inner = beta * (x + kappa * (x * x * x));
+      oi[j] = 0.5f * x * (1.0f + std::tanh(inner)) * ui[j];
+    }
+  });
+}
+
+void softcap(ThreadPool& pool, Tensor x, float cap) {
+  const Rows xr = as_rows(x);
+  for_rows(pool, xr.n_rows, xr.n_cols, [&](int64_t i) {
+    float* r = xr.row<float>(i);
+    for (int64_t j = 0; j < xr.n_cols; ++j) r[j] = cap * std::tanh(r[j] / cap);
   });
 }
 

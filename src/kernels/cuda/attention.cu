@@ -1,11 +1,12 @@
-// CUDA paged attention: one tiled online-softmax kernel for prefill and decode, split-KV for decode.
+// CUDA paged attention: the routing between its kernels, and the general tiled SIMT kernel with split-KV.
 // A block owns up to 32 query rows that share one kv head (GQA: the group's heads of one or more
 // tokens), walks their keys in tiles of 32 through the block table (K/V staged in shared memory as
 // f32, reused by every row), and keeps a running max/sum per row. Rows of several sequences in one tile
 // are handled in passes, one sequence per pass, so any varlen batch is correct. With n_splits > 1 each
 // block covers one slice of the key range and writes (max, sum, acc) partials to the stream's scratch
-// arena; a combine kernel merges them. Pure decode steps (one token per sequence, bf16 cache) take a
-// flash-decoding kernel instead (decode_attention_kernel). Not on tensor cores yet (SIMT f32).
+// arena; a combine kernel merges them. This file also routes: pure decode steps on a bf16 cache go to
+// flash-decoding (attention_decode.cu), other bf16 steps with head_dim 64/128 to the tensor-core kernel
+// (attention_prefill.cu); this SIMT kernel is the general fallback (f32 caches, odd head dims).
 // Invariants: masks as ref (causal, sliding window); a visible key whose sequence or block id is
 // invalid is read as a NaN score (poisoning that row) and never dereferenced.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -257,170 +259,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const AttnArgs a) {
   }
 }
 
-// ---- decode: one query token per sequence (flash-decoding) ----
-// A block owns one (token, kv head, key slice): its warps take chunks of kDecodeChunk keys in turn, each
-// lane holding kE dims of every K/V row (one coalesced row load per warp), and keep an online softmax for
-// all `group` query heads of the kv head at once; the warps' states meet in shared memory at the end.
-// Used when every sequence of the step contributes one token (pure decode steps, e.g. CUDA graphs) and the
-// cache is bf16; other steps take the tiled kernel above.
-constexpr int kDecodeChunk = 8;
-constexpr int kDecodeMaxGroup = 8;
-
-template <int kE>
-__device__ __forceinline__ void load_row(const Bf16* p, float (&f)[kE]) {
-  if constexpr (kE == 2) {
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
-    f[0] = __uint_as_float(w << 16);
-    f[1] = __uint_as_float(w & 0xffff0000u);
-  } else if constexpr (kE == 4) {
-    const uint2 w = *reinterpret_cast<const uint2*>(p);
-    f[0] = __uint_as_float(w.x << 16);
-    f[1] = __uint_as_float(w.x & 0xffff0000u);
-    f[2] = __uint_as_float(w.y << 16);
-    f[3] = __uint_as_float(w.y & 0xffff0000u);
-  } else {
-    const uint4 w = *reinterpret_cast<const uint4*>(p);
-    const uint32_t v[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(v[i] << 16);
-      f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
-    }
-  }
-}
-
-template <int kE>
-__global__ void __launch_bounds__(kThreads) decode_attention_kernel(const AttnArgs a) {
-  constexpr int kG = kDecodeMaxGroup, kD = 32 * kE;
-  __shared__ float red[kWarps][kG][kD + 2];
-  const int g = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, G = a.group;
-  const int pos = a.positions[t], seq = a.seq_index[t];
-  const int lo = first_visible(pos, a.window);
-  const int k0 = max(lo, split * a.split_len);
-  const int k1 = split == a.n_splits - 1 ? pos + 1 : min(pos + 1, (split + 1) * a.split_len);
-  float q[kG][kE], acc[kG][kE], m[kG], l[kG];
-#pragma unroll
-  for (int h = 0; h < kG; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      acc[h][e] = 0.0f;
-      q[h][e] = h < G ? load_any(a.q, a.q_dtype, t * a.q_ts + (g * G + h) * a.q_hs + lane * kE + e) : 0.0f;
-    }
-  }
-  const Bf16* kc = static_cast<const Bf16*>(a.k_cache);
-  const Bf16* vc = static_cast<const Bf16*>(a.v_cache);
-  const bool seq_ok = seq >= 0 && seq < a.n_seqs;
-  for (int base = k0 + warp * kDecodeChunk; base < k1; base += kWarps * kDecodeChunk) {
-    float kr[kDecodeChunk][kE], vr[kDecodeChunk][kE];
-    bool bad[kDecodeChunk];
-#pragma unroll
-    for (int j = 0; j < kDecodeChunk; ++j) {
-      const int key = base + j;
-      int blk = -1;
-      if (key < k1 && seq_ok && key / a.block_size < a.max_blocks) {
-        const int b = a.block_tables[seq * a.table_stride + key / a.block_size];
-        blk = b >= 0 && b < a.n_blocks ? b : -1;
-      }
-      bad[j] = key < k1 && blk < 0;
-      if (blk >= 0) {
-        const int64_t off = key % a.block_size;
-        load_row<kE>(kc + blk * a.k_s0 + off * a.k_s1 + g * a.k_s2 + lane * kE, kr[j]);
-        load_row<kE>(vc + blk * a.v_s0 + off * a.v_s1 + g * a.v_s2 + lane * kE, vr[j]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kE; ++e) kr[j][e] = vr[j][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < kG; ++h) {
-      if (h >= G) break;
-      float sc[kDecodeChunk];
-      float cmax = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kDecodeChunk; ++j) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kE; ++e) d = fmaf(q[h][e], kr[j][e], d);
-        d = warp_sum(d) * a.scale;
-        if (a.softcap > 0.0f) d = a.softcap * tanhf(d / a.softcap);
-        sc[j] = base + j < k1 ? (bad[j] ? NAN : d) : -INFINITY;
-        cmax = fmaxf(cmax, sc[j]);
-      }
-      const float m_new = fmaxf(m[h], cmax);
-      const float alpha = m_new == -INFINITY ? 1.0f : __expf(m[h] - m_new);
-      float psum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) acc[h][e] *= alpha;
-#pragma unroll
-      for (int j = 0; j < kDecodeChunk; ++j) {
-        const float p = m_new == -INFINITY ? 0.0f : __expf(sc[j] - m_new);
-        psum += p;
-#pragma unroll
-        for (int e = 0; e < kE; ++e) acc[h][e] = fmaf(p, vr[j][e], acc[h][e]);
-      }
-      l[h] = l[h] * alpha + psum;
-      m[h] = m_new;
-    }
-  }
-  // Merge the warps' (m, l, acc) per head.
-#pragma unroll
-  for (int h = 0; h < kG; ++h) {
-    if (h >= G) break;
-    if (lane == 0) {
-      red[warp][h][0] = m[h];
-      red[warp][h][1] = l[h];
-    }
-#pragma unroll
-    for (int e = 0; e < kE; ++e) red[warp][h][2 + lane * kE + e] = acc[h][e];
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < G * kD; idx += kThreads) {
-    const int h = idx / kD, d = idx - h * kD;
-    float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red[w][h][0]);
-    float den = 0.0f, num = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = red[w][h][0];
-      const float f = mw == -INFINITY ? 0.0f : __expf(mw - mx);
-      den += f * red[w][h][1];
-      num += f * red[w][h][2 + d];
-    }
-    const int head = g * G + h;
-    if (a.n_splits == 1) {
-      store_any(a.out, a.out_dtype, t * a.o_ts + head * a.o_hs + d, num / den);
-    } else {
-      float* part = a.partials + ((static_cast<int64_t>(t) * a.n_heads + head) * a.n_splits + split) * (a.head_dim + 2);
-      if (d == 0) {
-        part[0] = mx;
-        part[1] = den;
-      }
-      part[2 + d] = num;
-    }
-  }
-}
-
-bool decode_path_ok(const DevAttention& at) {
-  const int64_t hd = at.q.head_dim, group = at.q.n_heads / at.cache.n_kv_heads;
-  return at.cache.dtype == DType::kBF16 && at.q.n_tokens <= at.meta.n_seqs && (hd == 64 || hd == 128 || hd == 256) &&
-         group >= 1 && group <= kDecodeMaxGroup && at.cache.k_strides[2] % 8 == 0 && at.cache.v_strides[2] % 8 == 0 &&
-         at.cache.k_strides[1] % 8 == 0 && at.cache.v_strides[1] % 8 == 0 && at.cache.k_strides[0] % 8 == 0 &&
-         at.cache.v_strides[0] % 8 == 0 && reinterpret_cast<uintptr_t>(at.cache.k) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(at.cache.v) % 16 == 0;
-}
-
-void launch_decode(cudaStream_t s, const AttnArgs& a, int n_kv_heads) {
-  const dim3 grid(n_kv_heads, a.n_tokens, a.n_splits);
-  if (a.head_dim == 64)
-    decode_attention_kernel<2><<<grid, kThreads, 0, s>>>(a);
-  else if (a.head_dim == 128)
-    decode_attention_kernel<4><<<grid, kThreads, 0, s>>>(a);
-  else
-    decode_attention_kernel<8><<<grid, kThreads, 0, s>>>(a);
-}
-
 template <typename CT, int kDpl>
 void launch(cudaStream_t stream, const AttnArgs& a, int row_tiles, int n_kv_heads) {
   constexpr int kRpw = kDpl <= 8 ? 8 : 4;
@@ -450,9 +288,10 @@ int ceil_div(int64_t a, int64_t b) {
 }
 
 // Key slices per query row: enough blocks to fill the GPU `fill` times over, slices of >= `min_keys` keys
-// rounded up to `align` (the tiled kernel's tile; the decode kernel's key chunk). The range is the block
+// rounded up to `align` (the kernel's key tile). The range is the block
 // table's width, not the live lengths, so a captured CUDA graph stays valid as sequences grow.
-void choose_splits(AttnArgs& a, int64_t max_ctx, int64_t blocks_without_split, int fill, int min_keys, int align) {
+void choose_splits(AttnArgs& a, int64_t max_ctx, int64_t blocks_without_split, int fill, int min_keys,
+                   int align) {
   int splits = std::min(g_forced_splits.load(), kMaxSplits);
   if (splits <= 0) {
     splits = ceil_div(static_cast<int64_t>(fill) * sm_count(), blocks_without_split);
@@ -491,13 +330,16 @@ void paged_attention(void* stream, const DevAttention& at) {
   a.n_heads = static_cast<int>(q.n_heads);
   a.head_dim = static_cast<int>(q.head_dim);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
-  // Decode rows: flash-decoding (split-KV). With BUNSEN_FLASH_DECODE=1 (or the testing switch), large
-  // decode batches (rows x kv heads fill the GPU) take the tensor-core kernel with one sequence per block
-  // instead; it is not the default until it has been measured on the GPU.
+  // Decode rows: flash-decoding (split-KV, attention_decode.cu). With BUNSEN_FLASH_DECODE=1 (or the testing
+  // switch), large decode batches (rows x kv heads fill the GPU) take the tensor-core kernel with one
+  // sequence per block instead; it is not the default until it has been measured on the GPU.
   const bool flash_decode = flash_decode_enabled() && flash_prefill_ok(at) &&
                             q.n_tokens * at.cache.n_kv_heads >= 2 * static_cast<int64_t>(sm_count());
-  const bool decode = decode_path_ok(at) && !flash_decode;
-  if (!decode && flash_prefill_ok(at)) {  // tensor cores (attention_prefill.cu); no split-KV needed
+  if (!flash_decode && decode_attention_ok(at)) {
+    decode_attention(stream, at, g_forced_splits.load());
+    return;
+  }
+  if (flash_prefill_ok(at)) {  // tensor cores (attention_prefill.cu); no split-KV needed
     flash_prefill(stream, at);
     check_launch(op, detail);
     return;
@@ -507,25 +349,18 @@ void paged_attention(void* stream, const DevAttention& at) {
   a.head_chunks = ceil_div(a.group, a.heads_per_tile);
   a.tokens_per_tile = rows_per_tile / a.heads_per_tile;
   const int row_tiles = ceil_div(a.n_tokens, a.tokens_per_tile) * a.head_chunks;
-  const int64_t blocks_without_split =
-      decode ? static_cast<int64_t>(a.n_tokens) * n_kv_heads : static_cast<int64_t>(row_tiles) * n_kv_heads;
-  if (decode)  // many small slices: each block's work is one latency-bound chain, so overlap many
-    choose_splits(a, at.meta.max_blocks * at.cache.block_size, blocks_without_split, 8, 32, kDecodeChunk);
-  else
-    choose_splits(a, at.meta.max_blocks * at.cache.block_size, blocks_without_split, 2, kMinSplitKeys, kTileKeys);
+  const int64_t blocks_without_split = static_cast<int64_t>(row_tiles) * n_kv_heads;
+  choose_splits(a, at.meta.max_blocks * at.cache.block_size, blocks_without_split, 2, kMinSplitKeys,
+                kTileKeys);
   cudaStream_t s = as_stream(stream);
   if (a.n_splits > 1) {
     const size_t bytes =
         static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
   }
-  if (decode) {
-    launch_decode(s, a, n_kv_heads);
-  } else {
-    with_act_type(at.cache.dtype, [&](auto ct) {
-      launch_for_head_dim<typename decltype(ct)::type>(s, a, row_tiles, n_kv_heads);
-    });
-  }
+  with_act_type(at.cache.dtype, [&](auto ct) {
+    launch_for_head_dim<typename decltype(ct)::type>(s, a, row_tiles, n_kv_heads);
+  });
   check_launch(op, detail);
   if (a.n_splits > 1) {
     combine_kernel<<<static_cast<unsigned>(q.n_tokens * q.n_heads), kThreads, 0, s>>>(a);

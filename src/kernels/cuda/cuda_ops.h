@@ -69,6 +69,9 @@ class PinnedBuffer {
 // Enqueues a copy of `bytes` bytes on `stream` and returns without waiting; the direction follows from
 // the pointers (unified addressing). Host memory must stay untouched until the stream has passed the copy.
 void copy_async(void* dst, const void* src, size_t bytes, void* stream);
+// `height` rows of `width` bytes, row r at src + r * spitch -> dst + r * dpitch (cudaMemcpy2DAsync).
+void copy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                   void* stream);
 // Enqueues a zero fill of device memory on `stream`.
 void fill_zero_async(void* dst, size_t bytes, void* stream);
 
@@ -173,12 +176,46 @@ void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_f
 void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const int64_t* slot_mapping);
 void paged_attention(void* stream, const DevAttention& a);
 void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up);
+void gelu_tanh_mul(void* stream, DevRows out, DevRows gate, DevRows up);  // activation.cu
+void softcap(void* stream, DevRows x, float cap);                          // activation.cu
 void softmax(void* stream, DevRows x);
 void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
 // out[r, :] = x[rows[r], :]; rows [out.n_rows] i32 on the device (a row outside x gives a NaN row).
 void gather_rows(void* stream, DevRows out, DevRows x, const int32_t* rows);
 
 constexpr int64_t kGemvMaxM = 8;
+
+// ---- fused decode ops (issue 4; semantics as in ops.h, rope_kv.cu and linear_fused.cu) ----
+struct DevLinearPart {
+  DevRows out;                 // [m, n] f32|bf16 (unused by linear_swiglu)
+  DevRows w;                   // [n, k] f32|f16|bf16
+  const void* bias = nullptr;  // [n] or null
+  DType bias_dtype = DType::kF32;
+};
+// parts[i].out = x · parts[i].wᵀ (+ bias) for 1 <= n_parts <= kMaxLinearParts: one GEMV launch over all
+// parts' rows per kGemvMaxM rows of x when m <= kGemvMaxM (or the GEMV path is forced) and the parts share
+// weight, output and bias dtypes; otherwise linear() per part.
+constexpr int kMaxLinearParts = 4;
+void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts);
+// out = silu(x · gateᵀ + b_gate) * (x · upᵀ + b_up) with gate and up kept in f32: one GEMV launch per
+// kGemvMaxM rows of x, whatever m. gate.w and up.w share a dtype, their biases too.
+void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up);
+// rope(q), rope(k) (none when rotary_dim is 0), then kv_write(cache, k, v, slots), in one launch; q and
+// k are rotated in place. q and k share a dtype.
+struct DevRopeKv {
+  DevHeads q;  // [n_tokens, n_heads, head_dim] f32|bf16
+  DevHeads k;  // [n_tokens, n_kv_heads, head_dim], q's dtype
+  DevHeads v;  // [n_tokens, n_kv_heads, head_dim] f32|bf16
+  DevCache cache;
+  const int32_t* positions = nullptr;     // [n_tokens] i32, device
+  const int64_t* slot_mapping = nullptr;  // [n_tokens] i64, device
+  const float* inv_freq_host = nullptr;   // [rotary_dim / 2] f32, host
+  int rotary_dim = 0;
+  float attention_scaling = 1.0f;
+};
+void rope_kv_write(void* stream, const DevRopeKv& a);
+// Test/bench hook (process-wide): the GEMV's k split (1, 2, 4 or 8 warps per row group; 0 = from the shapes).
+void set_gemv_split_for_testing(int split);
 
 // ---- test hooks (process-wide) ----
 enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };

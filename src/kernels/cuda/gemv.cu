@@ -1,22 +1,33 @@
-// cuda::linear's entry point and its small-m path: a bandwidth-bound GEMV. A warp (or a group of warps
-// splitting k, for matrices with few rows) owns 2-4 weight rows and streams them with 16-byte
-// non-allocating loads (several chunks per lane in flight), reusing every loaded weight chunk for all
-// (<= 8) rows of x; f32 accumulation, warp-shuffle (and shared-memory) reduction, bias and output
-// conversion fused into the store. Rows or pointers that are not 16-byte aligned go to a
-// generic element-wise kernel with the same structure. Not a GEMM: m > kGemvMaxM goes to cuBLASLt
-// (gemm.cu) unless forced for tests. Invariant: every output element is written by exactly one lane.
+// cuda::linear's small-m path and the fused decode projections (linear_multi, linear_swiglu): a
+// bandwidth-bound GEMV. A warp (or a group of warps splitting k, for launches with few rows) owns a few
+// weight rows of one matrix and streams them with 16-byte non-allocating loads, two iterations of 8
+// chunks per lane in flight (double buffered; the first issued before the programmatic-dependent-launch
+// wait), reusing every loaded chunk for all (<= 8) rows of x; f32 accumulation, warp-shuffle (and
+// shared-memory) reduction, bias, SiLU-gating and output conversion fused into the store. One launch
+// covers up to kGemvMaxParts matrices that share x (q/k/v, gate/up): each warp group picks its matrix
+// by row range. Unaligned rows go to a generic element-wise kernel with the same structure.
+// Not a GEMM: m > kGemvMaxM goes to cuBLASLt (gemm.cu) unless forced. Invariants: every output element
+// is written by exactly one lane; the rows per warp, chunks in flight and k split depend on the launch's
+// (n, k, dtypes), never on m, so a row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
 
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kMinWarpsPerSm = 64;  // split k over warps until this many are in flight
+// Weight rows per warp group and 16-byte chunks per lane and row in flight (per buffer). One kU for every
+// launch: with the same k split, a lane then sums the same chunks in the same order whatever the rows per
+// warp, so m <= 2 (4 rows: longer-lived warps) and m >= 3 (2 rows: fewer registers for 8 x-rows) agree.
+constexpr int kUnroll = 2;
+constexpr int kRowsFew = 4, kRowsMany = 2;  // plain launches with m <= 2 / m >= 3
+constexpr int kRowsGlu = 4;                 // 2 gate rows + the 2 up rows of the same outputs
 
 std::atomic<LinearPath> g_path{LinearPath::kAuto};
+std::atomic<int> g_split{0};  // test hook: 0 = choose from the shapes
 
 // 16 bytes of weights, read once: bypass L1 (nothing else reads them in this kernel).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
@@ -54,7 +65,7 @@ __device__ __forceinline__ void unpack(uint4 v, float (&f)[4], float) {
   f[3] = __uint_as_float(v.w);
 }
 
-// kE consecutive activations starting at a 16-byte aligned address, as floats.
+// kE consecutive activations starting at a 16-byte (f32) or 8-byte (bf16, kE 4) aligned address.
 template <int kE>
 __device__ __forceinline__ void load_x(const float* p, float (&f)[kE]) {
 #pragma unroll
@@ -80,144 +91,273 @@ __device__ __forceinline__ void load_x(const Bf16* p, float (&f)[kE]) {
   }
 }
 
-// Writes the warp-reduced acc[i][r] (every lane holds all of them) from lane (i * kR + r) % 32.
-template <int kM, int kR>
-__device__ __forceinline__ void store_results(const GemvArgs& a, float (&acc)[kM][kR], int64_t n0, int lane) {
+// Warp group g's rows: plain launches walk the parts (ceil(n / kRows) groups each) and give kRows
+// consecutive rows of one part; gated launches give kRows / 2 gate rows then the same up rows. A row
+// past its part's end is null. False when g is past the last group.
+template <typename WT, int kRows, bool kGlu>
+__device__ __forceinline__ bool locate(const GemvMultiArgs& a, int64_t g, int& part, int64_t& n0,
+                                       const WT* (&rows)[kRows]) {
+  if constexpr (kGlu) {
+    constexpr int kHalf = kRows / 2;
+    const GemvPart &gate = a.part[0], &up = a.part[1];
+    part = 0;
+    n0 = g * kHalf;
+    if (n0 >= gate.n) return false;
+#pragma unroll
+    for (int r = 0; r < kHalf; ++r) {
+      const bool ok = n0 + r < gate.n;
+      rows[r] = ok ? static_cast<const WT*>(gate.w) + (n0 + r) * gate.w_stride : nullptr;
+      rows[kHalf + r] = ok ? static_cast<const WT*>(up.w) + (n0 + r) * up.w_stride : nullptr;
+    }
+    return true;
+  } else {
+    int p = 0;
+    for (; p < a.n_parts; ++p) {
+      const int64_t groups = (a.part[p].n + kRows - 1) / kRows;
+      if (g < groups) break;
+      g -= groups;
+    }
+    if (p >= a.n_parts) return false;
+    const GemvPart& w = a.part[p];
+    part = p;
+    n0 = g * kRows;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+      rows[r] = n0 + r < w.n ? static_cast<const WT*>(w.w) + (n0 + r) * w.w_stride : nullptr;
+    return true;
+  }
+}
+
+__device__ __forceinline__ float bias_of(const GemvPart& p, DType t, int64_t j) {
+  return p.bias != nullptr ? load_any(p.bias, t, j) : 0.0f;
+}
+
+// tot[i][r] holds the complete sums in every lane of the calling warp; lane (i * kOut + r) % 32 adds
+// the bias (and for gated launches applies silu(gate) * up) and stores output (i, n0 + r).
+template <int kM, int kRows, bool kGlu>
+__device__ __forceinline__ void store_outputs(const GemvMultiArgs& a, const float (&tot)[kM][kRows], int part,
+                                              int64_t n0, int lane) {
+  constexpr int kOut = kGlu ? kRows / 2 : kRows;
+  const GemvPart& p = a.part[part];
 #pragma unroll
   for (int i = 0; i < kM; ++i)
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float v = warp_sum(acc[i][r]);
-      if (i < a.m && n0 + r < a.n && lane == (i * kR + r) % 32) {
-        const float b = a.bias != nullptr ? load_any(a.bias, a.bias_dtype, n0 + r) : 0.0f;
-        store_any(a.out, a.out_dtype, i * a.out_stride + n0 + r, v + b);
+    for (int r = 0; r < kOut; ++r) {
+      if (i >= a.m || n0 + r >= p.n || lane != (i * kOut + r) % 32) continue;
+      float v = tot[i][r] + bias_of(p, a.bias_dtype, n0 + r);
+      if constexpr (kGlu) {
+        const float up = tot[i][kOut + r] + bias_of(a.part[1], a.bias_dtype, n0 + r);
+        v = v / (1.0f + expf(-v)) * up;  // silu_mul's formula
       }
+      store_any(p.out, a.out_dtype, i * p.out_stride + n0 + r, v);
     }
 }
 
-// Warps of a block form groups of `split` warps (1, 2, 4 or 8); a group owns kR weight rows and its
-// warps take interleaved slices of k, so matrices with few rows still put enough loads in flight. The
-// group's partial sums meet in shared memory.
-template <typename WT, typename XT, int kM, int kR, int kU>
-__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const GemvArgs a, int split) {
+// kU chunks of each of the kRows rows, starting at chunk c0 + lane (zeros past the row or for a null row).
+template <typename WT, int kRows, int kU>
+__device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* const (&rows)[kRows], int64_t c0,
+                                            int64_t n_chunks, int lane) {
   constexpr int kE = 16 / sizeof(WT);
-  __shared__ float partial[kWarps][kM][kR];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int group = warp / split, part = warp % split;
-  const int64_t n0 = (blockIdx.x * static_cast<int64_t>(kWarps / split) + group) * kR;
-  const WT* w = static_cast<const WT*>(a.w);
-  const XT* x = static_cast<const XT*>(a.x);
-  const int64_t n_chunks = a.k / kE;
-  float acc[kM][kR] = {};
-  if (n0 < a.n) {
-    for (int64_t c0 = part * 32 * kU; c0 < n_chunks; c0 += static_cast<int64_t>(split) * 32 * kU) {
-      uint4 wv[kU][kR];
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
+  for (int u = 0; u < kU; ++u)
 #pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          const int64_t c = c0 + u * 32 + lane;
-          wv[u][r] = c < n_chunks && n0 + r < a.n ? load_stream(w + (n0 + r) * a.w_stride + c * kE)
-                                                  : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int64_t c = c0 + u * 32 + lane;
-        if (c >= n_chunks) break;
-        float wf[kR][kE];
-#pragma unroll
-        for (int r = 0; r < kR; ++r) unpack(wv[u][r], wf[r], WT{});
-#pragma unroll
-        for (int i = 0; i < kM; ++i) {
-          if (i >= a.m) break;
-          float xf[kE];
-          load_x<kE>(x + i * a.x_stride + c * kE, xf);
-#pragma unroll
-          for (int r = 0; r < kR; ++r)
-#pragma unroll
-            for (int e = 0; e < kE; ++e) acc[i][r] = fmaf(wf[r][e], xf[e], acc[i][r]);
-        }
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t c = c0 + u * 32 + lane;
+      wv[u][r] = c < n_chunks && rows[r] != nullptr ? load_stream(rows[r] + c * kE) : make_uint4(0, 0, 0, 0);
     }
-  }
-  if (split == 1) {  // uniform over the block: no barrier needed
-    store_results<kM, kR>(a, acc, n0, lane);
-    return;
-  }
+}
+
+// acc[i][r] += the chunks loaded by load_chunks(c0) times x row i, in chunk order.
+template <typename WT, typename XT, int kM, int kRows, int kU>
+__device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 (&wv)[kU][kRows], const XT* x,
+                                           int64_t x_stride, int64_t m, int64_t c0, int64_t n_chunks, int lane) {
+  constexpr int kE = 16 / sizeof(WT);
 #pragma unroll
-  for (int i = 0; i < kM; ++i)
+  for (int u = 0; u < kU; ++u) {
+    const int64_t c = c0 + u * 32 + lane;
+    if (c >= n_chunks) break;
+    float wf[kRows][kE];
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float v = warp_sum(acc[i][r]);
-      if (lane == 0) partial[warp][i][r] = v;
+    for (int r = 0; r < kRows; ++r) unpack(wv[u][r], wf[r], WT{});
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      if (i >= m) break;
+      float xf[kE];
+      load_x<kE>(x + i * x_stride + c * kE, xf);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int e = 0; e < kE; ++e) acc[i][r] = fmaf(wf[r][e], xf[e], acc[i][r]);
     }
-  __syncthreads();
-  if (part != 0) return;
-  for (int idx = lane; idx < kM * kR; idx += 32) {
-    const int i = idx / kR, r = idx % kR;
-    if (i >= a.m || n0 + r >= a.n) continue;
-    float v = 0.0f;
-    for (int p = 0; p < split; ++p) v += partial[warp + p][i][r];
-    const float b = a.bias != nullptr ? load_any(a.bias, a.bias_dtype, n0 + r) : 0.0f;
-    store_any(a.out, a.out_dtype, i * a.out_stride + n0 + r, v + b);
   }
 }
 
-// Any alignment: one weight row per warp, element loads strided by 32 (coalesced).
-template <typename WT, typename XT>
-__global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const GemvArgs a) {
-  const int lane = threadIdx.x & 31;
-  const int64_t n0 = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) >> 5;
-  if (n0 >= a.n) return;
-  const WT* w = static_cast<const WT*>(a.w) + n0 * a.w_stride;
+// Warps of a block form groups of `split` warps (1, 2, 4 or 8); a group owns kRows weight rows and its
+// warps take interleaved slices of k, so launches with few rows still put enough loads in flight. Each
+// warp keeps two iterations of loads in flight (double buffering); the first is issued before pdl_wait()
+// (weights depend on no earlier kernel). The group's partial sums meet in shared memory, always summed in
+// slice order.
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu>
+__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constant__ GemvMultiArgs a, int split) {
+  constexpr int kE = 16 / sizeof(WT);
+  __shared__ float partial[kWarps][kM][kRows];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp / split, slice = warp % split;
+  const WT* rows[kRows];
+  int part = 0;
+  int64_t n0 = 0;
+  const bool active =
+      locate<WT, kRows, kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + group, part, n0, rows);
   const XT* x = static_cast<const XT*>(a.x);
-  float acc[kGemvMaxM][1] = {};
+  const int64_t n_chunks = a.k / kE, step = static_cast<int64_t>(split) * 32 * kU;
+  float acc[kM][kRows] = {};
+  uint4 wa[kU][kRows], wb[kU][kRows];
+  int64_t c0 = slice * 32 * kU;
+  if (active) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
+  pdl_wait();
+  for (; active && c0 < n_chunks; c0 += 2 * step) {
+    load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
+    fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
+    load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
+    fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+  }
+  float tot[kM][kRows];
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) tot[i][r] = warp_sum(acc[i][r]);
+  if (split > 1) {  // uniform over the block
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kM; ++i)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) partial[warp][i][r] = tot[i][r];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int i = 0; i < kM; ++i)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float v = 0.0f;
+        for (int p = 0; p < split; ++p) v += partial[warp + p][i][r];
+        tot[i][r] = v;
+      }
+  }
+  if (active) store_outputs<kM, kRows, kGlu>(a, tot, part, n0, lane);
+}
+
+// Any alignment: one weight row (gated: one gate and one up row) per warp, element loads strided by 32.
+template <typename WT, typename XT, bool kGlu>
+__global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const __grid_constant__ GemvMultiArgs a) {
+  constexpr int kRows = kGlu ? 2 : 1;
+  const int lane = threadIdx.x & 31;
+  const WT* rows[kRows];
+  int part = 0;
+  int64_t n0 = 0;
+  const int64_t g = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) >> 5;
+  pdl_wait();  // a no-op unless launched with launch_pdl
+  if (!locate<WT, kRows, kGlu>(a, g, part, n0, rows)) return;  // uniform over the warp
+  const XT* x = static_cast<const XT*>(a.x);
+  float acc[kGemvMaxM][kRows] = {};
   for (int64_t k = lane; k < a.k; k += 32) {
-    const float wk = to_f32(w[k]);
+    float wk[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wk[r] = to_f32(rows[r][k]);  // never null: one row per group
 #pragma unroll
     for (int i = 0; i < kGemvMaxM; ++i) {
       if (i >= a.m) break;
-      acc[i][0] = fmaf(wk, to_f32(x[i * a.x_stride + k]), acc[i][0]);
+      const float xk = to_f32(x[i * a.x_stride + k]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[i][r] = fmaf(wk[r], xk, acc[i][r]);
     }
   }
-  store_results<kGemvMaxM, 1>(a, acc, n0, lane);
+  float tot[kGemvMaxM][kRows];
+#pragma unroll
+  for (int i = 0; i < kGemvMaxM; ++i)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) tot[i][r] = warp_sum(acc[i][r]);
+  store_outputs<kGemvMaxM, kRows, kGlu>(a, tot, part, n0, lane);
 }
 
 bool aligned16(const void* p, int64_t stride_bytes) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_bytes % 16 == 0;
 }
 
-// Launches the vectorised kernel with kR weight rows per warp group and kU chunks per lane in flight,
-// splitting k over as many warps per group as fill the GPU while each warp keeps a full iteration.
-template <typename WT, typename XT, int kM, int kR, int kU>
-void launch_vec(cudaStream_t stream, const GemvArgs& a) {
-  constexpr int kE = 16 / sizeof(WT);
-  const int64_t groups = (a.n + kR - 1) / kR, iters = (a.k / kE + 32 * kU - 1) / (32 * kU);
-  const int64_t target = static_cast<int64_t>(sm_count()) * kMinWarpsPerSm;
-  int split = 1;
-  while (split < kWarps && groups * split < target && iters >= 2 * split) split *= 2;
-  const int64_t groups_per_block = kWarps / split;
-  const unsigned blocks = static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block);
-  gemv_vec_kernel<WT, XT, kM, kR, kU><<<blocks, kThreads, 0, stream>>>(a, split);
+// Warp groups of kRows rows over all parts (gated: over the gate rows, kRows / 2 outputs each).
+int64_t total_groups(const GemvMultiArgs& a, int rows) {
+  if (a.glu) return (a.part[0].n + rows / 2 - 1) / (rows / 2);
+  int64_t g = 0;
+  for (int p = 0; p < a.n_parts; ++p) g += (a.part[p].n + rows - 1) / rows;
+  return g;
 }
 
-template <typename WT, typename XT>
-void launch_gemv(cudaStream_t stream, const GemvArgs& a) {
-  constexpr int kE = 16 / sizeof(WT);
-  const bool vec = aligned16(a.w, a.w_stride * static_cast<int64_t>(sizeof(WT))) &&
-                   aligned16(a.x, a.x_stride * static_cast<int64_t>(sizeof(XT))) && a.k % kE == 0;
-  if (!vec) {
-    const unsigned blocks = static_cast<unsigned>((a.n + kWarps - 1) / kWarps);
-    gemv_generic_kernel<WT, XT><<<blocks, kThreads, 0, stream>>>(a);
-  } else if (a.m == 1) {
-    launch_vec<WT, XT, 1, 2, 4>(stream, a);
-  } else if (a.m == 2) {
-    launch_vec<WT, XT, 2, 2, 4>(stream, a);
-  } else if (a.m <= 4) {  // more rows per warp: each x chunk loaded is reused over 4 weight rows
-    launch_vec<WT, XT, 4, 4, 2>(stream, a);
-  } else {
-    launch_vec<WT, XT, 8, 4, 2>(stream, a);
+// Blocks of `kernel` one SM holds at once.
+template <typename Kernel>
+int occupancy(Kernel kernel) {
+  int b = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess) b = 1;
+  return b < 1 ? 1 : b;
+}
+
+// The k split (1, 2, 4 or 8 warps per row group) with the least modelled time: the warp groups run in
+// ceil(groups * split / resident) rounds of the GPU's resident warp slots, each round costing a warp's
+// iterations plus a fixed per-task overhead (launch, reduction, pipeline fill) of about 1.5 iterations.
+// Ties go to the smaller split. Depends on the launch's rows and k and on the m = 1 kernel's occupancy,
+// never on m itself.
+int choose_split(int64_t groups, int64_t iters, int64_t resident) {
+  int best = 1;
+  double best_cost = 0.0;
+  for (int split = 1; split <= kWarps && (split == 1 || iters >= split); split *= 2) {
+    const int64_t rounds = (groups * split + resident - 1) / resident;
+    const double cost = static_cast<double>(rounds) * (static_cast<double>((iters + split - 1) / split) + 1.5);
+    if (split == 1 || cost < best_cost) {
+      best = split;
+      best_cost = cost;
+    }
   }
+  return best;
+}
+
+// Launches the vectorised kernel with the given k split.
+template <typename WT, typename XT, int kM, int kRows, bool kGlu>
+cudaError_t launch_vec(cudaStream_t stream, const GemvMultiArgs& a, int split) {
+  const int64_t groups = total_groups(a, kRows), groups_per_block = kWarps / split;
+  const unsigned blocks = static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block);
+  return launch_pdl(gemv_vec_kernel<WT, XT, kM, kRows, kUnroll, kGlu>, dim3(blocks), dim3(kThreads), 0, stream, a,
+                    split);
+}
+
+// choose_split for the launch (or the test hook's split), from the m = 1 configuration whatever m is.
+template <typename WT, typename XT, bool kGlu>
+int launch_split(const GemvMultiArgs& a) {
+  constexpr int kE = 16 / sizeof(WT), kRows = kGlu ? kRowsGlu : kRowsFew;
+  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRows, kUnroll, kGlu>);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * blocks_per_sm;
+  const int64_t iters = (a.k / kE + 32 * kUnroll - 1) / (32 * kUnroll);
+  const int forced = g_split.load();
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
+  return choose_split(total_groups(a, kRows), iters, resident);
+}
+
+template <typename WT, typename XT, bool kGlu>
+cudaError_t launch_gemv(cudaStream_t stream, const GemvMultiArgs& a) {
+  constexpr int kE = 16 / sizeof(WT);
+  bool vec = aligned16(a.x, a.x_stride * static_cast<int64_t>(sizeof(XT))) && a.k % kE == 0;
+  for (int p = 0; p < a.n_parts; ++p)
+    vec = vec && aligned16(a.part[p].w, a.part[p].w_stride * static_cast<int64_t>(sizeof(WT)));
+  if (!vec) {
+    const int64_t groups = total_groups(a, kGlu ? 2 : 1);
+    const unsigned blocks = static_cast<unsigned>((groups + kWarps - 1) / kWarps);
+    gemv_generic_kernel<WT, XT, kGlu><<<blocks, kThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+  const int split = launch_split<WT, XT, kGlu>(a);
+  constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew, kR2 = kGlu ? kRowsGlu : kRowsMany;
+  if (a.m == 1) return launch_vec<WT, XT, 1, kR1, kGlu>(stream, a, split);
+  if (a.m == 2) return launch_vec<WT, XT, 2, kR1, kGlu>(stream, a, split);
+  if (a.m <= 4) return launch_vec<WT, XT, 4, kR2, kGlu>(stream, a, split);
+  return launch_vec<WT, XT, 8, kR2, kGlu>(stream, a, split);
 }
 
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
@@ -226,30 +366,59 @@ std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) 
 
 }  // namespace
 
-void gemv(cudaStream_t stream, GemvArgs a) {
-  const int64_t m = a.m;
-  for (int64_t i0 = 0; i0 < m; i0 += kGemvMaxM) {
-    GemvArgs part = a;
-    part.m = m - i0 < kGemvMaxM ? m - i0 : kGemvMaxM;
-    part.x = static_cast<const char*>(a.x) + i0 * a.x_stride * static_cast<int64_t>(dtype_size(a.x_dtype));
-    part.out = static_cast<char*>(a.out) + i0 * a.out_stride * static_cast<int64_t>(dtype_size(a.out_dtype));
+void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
+  if (a.m == 0 || total_groups(a, 2) == 0) return;
+  const int64_t x_elem = dtype_size(a.x_dtype), out_elem = dtype_size(a.out_dtype);
+  for (int64_t i0 = 0; i0 < a.m; i0 += kGemvMaxM) {
+    GemvMultiArgs part = a;
+    part.m = a.m - i0 < kGemvMaxM ? a.m - i0 : kGemvMaxM;
+    part.x = static_cast<const char*>(a.x) + i0 * a.x_stride * x_elem;
+    for (int p = 0; p < a.n_parts; ++p)
+      part.part[p].out = static_cast<char*>(a.part[p].out) + i0 * a.part[p].out_stride * out_elem;
     with_float_type(a.w_dtype, [&](auto wt) {
       with_act_type(a.x_dtype, [&](auto xt) {
-        launch_gemv<typename decltype(wt)::type, typename decltype(xt)::type>(stream, part);
+        using WT = typename decltype(wt)::type;
+        using XT = typename decltype(xt)::type;
+        const cudaError_t e = a.glu ? launch_gemv<WT, XT, true>(stream, part) : launch_gemv<WT, XT, false>(stream, part);
+        check_cuda(e, "gemv", [&] {
+          return strfmt("m %lld k %lld parts %d glu %d", (long long)a.m, (long long)a.k, a.n_parts, (int)a.glu);
+        });
       });
     });
   }
+}
+
+void set_gemv_split_for_testing(int split) {
+  g_split.store(split);
+}
+
+void gemv(cudaStream_t stream, GemvArgs a) {
+  GemvMultiArgs m;
+  m.part[0] = {a.w, a.out, a.bias, a.n, a.w_stride, a.out_stride};
+  m.n_parts = 1;
+  m.x = a.x;
+  m.x_stride = a.x_stride;
+  m.m = a.m;
+  m.k = a.k;
+  m.w_dtype = a.w_dtype;
+  m.x_dtype = a.x_dtype;
+  m.out_dtype = a.out_dtype;
+  m.bias_dtype = a.bias_dtype;
+  gemv_multi(stream, m);
 }
 
 void set_linear_path_for_testing(LinearPath path) {
   g_path.store(path);
 }
 
+LinearPath linear_path() {
+  return g_path.load();
+}
+
 void linear(void* stream, DevRows out, DevRows x, DevRows w, const void* bias, DType bias_dtype) {
   const int64_t m = x.n_rows, n = w.n_rows, k = x.n_cols;
   if (m == 0 || n == 0) return;
   cudaStream_t s = as_stream(stream);
-  const char* op = "linear";
   if (k == 0) {
     linear_epilogue(s, out, nullptr, 0, bias, bias_dtype);
     return;
@@ -257,23 +426,9 @@ void linear(void* stream, DevRows out, DevRows x, DevRows w, const void* bias, D
   const LinearPath path = g_path.load();
   const bool use_gemm = path == LinearPath::kGemm || (path == LinearPath::kAuto && m > kGemvMaxM);
   if (use_gemm && gemm_cublaslt(s, out, x, w, bias, bias_dtype)) return;
-  GemvArgs a;
-  a.w = w.data;
-  a.x = x.data;
-  a.out = out.data;
-  a.bias = bias;
-  a.w_stride = w.stride;
-  a.x_stride = x.stride;
-  a.out_stride = out.stride;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.w_dtype = w.dtype;
-  a.x_dtype = x.dtype;
-  a.out_dtype = out.dtype;
-  a.bias_dtype = bias_dtype;
-  gemv(s, a);
-  check_launch(op, [&] { return linear_desc(out, x, w); });
+  gemv(s, GemvArgs{w.data, x.data, out.data, bias, w.stride, x.stride, out.stride, m, n, k, w.dtype, x.dtype,
+                   out.dtype, bias_dtype});
+  check_launch("linear", [&] { return linear_desc(out, x, w); });
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -1,7 +1,8 @@
 // Internal interface between the two halves of cuda::linear: the hand-written GEMV (gemv.cu, small m,
 // also the fallback for any m) and the cuBLASLt GEMM (gemm.cu, larger m), plus the shared epilogue.
-// Not public: cuda_ops.h's linear() (in gemv.cu) chooses the path. Invariant: out = x · wᵀ (+ bias)
-// with f32 accumulation on both paths; x, w, out are row-major with contiguous rows.
+// Not public: cuda_ops.h's linear() / linear_multi() / linear_swiglu() (in gemv.cu) choose the path.
+// Invariants: out = x · wᵀ (+ bias) with f32 accumulation on both paths; x, w, out are row-major with
+// contiguous rows; a GEMV output's summation order depends on (n, k, dtypes) only, never on m.
 #pragma once
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -20,6 +21,34 @@ struct GemvArgs {
 
 // Runs the GEMV kernels over all rows of x (chunks of kGemvMaxM rows).
 void gemv(cudaStream_t stream, GemvArgs a);
+
+// One matrix of a multi-matrix GEMV: its weights, output and bias.
+struct GemvPart {
+  const void* w = nullptr;     // [n, k], row stride w_stride (elements)
+  void* out = nullptr;         // [m, n], row stride out_stride (elements)
+  const void* bias = nullptr;  // [n] or null
+  int64_t n = 0, w_stride = 0, out_stride = 0;
+};
+
+constexpr int kGemvMaxParts = 4;
+
+// Several matrices sharing x and all dtypes, computed by one launch over their concatenated rows (each
+// warp group works inside one part). glu: exactly two parts (gate, up) of the same n, and the launch
+// writes out = silu(gate · x + b_gate) * (up · x + b_up) into part[0].out (part[1].out is unused).
+struct GemvMultiArgs {
+  GemvPart part[kGemvMaxParts];
+  int n_parts = 0;
+  bool glu = false;
+  const void* x = nullptr;  // [m, k] f32|bf16, row stride x_stride
+  int64_t x_stride = 0, m = 0, k = 0;
+  DType w_dtype = DType::kBF16, x_dtype = DType::kF32, out_dtype = DType::kF32, bias_dtype = DType::kF32;
+};
+
+// Runs one launch per kGemvMaxM rows of x.
+void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a);
+
+// The path set by set_linear_path_for_testing (kAuto unless a test forces one).
+LinearPath linear_path();
 
 // out[i, j] = src[i, j] (0 when src is null) + bias[j] (when bias is not null), converted to out's
 // dtype. src may be out itself (same dtype f32 and stride).

@@ -1,10 +1,12 @@
-// CUDA rope (in place, HF rotate_half on the first rotary_dim dims) and kv_write (rows into the paged
-// cache through slot_mapping). One block per (token, head) row. Not fused with each other yet (the
-// Runner issue fuses RoPE with the K write). Invariants: rope uses ref's formula with angle =
+// CUDA rope (in place, HF rotate_half on the first rotary_dim dims), kv_write (rows into the paged
+// cache through slot_mapping) and rope_kv_write (both ropes and the write in one launch, the decode
+// path). One block per (token, head) row. Not attention. Invariants: rope uses ref's formula with angle =
 // (float)pos * inv_freq[i] and full-precision sincosf; inv_freq travels by value in the launch
 // parameters (so graph replays keep the values captured); kv_write skips slots < 0 and slots past the
-// cache, rounding to the cache dtype to nearest-even exactly as ref's f32_to_bf16.
+// cache, rounding to the cache dtype to nearest-even exactly as ref's f32_to_bf16; the fused kernel writes
+// the cache from k as stored (rounded to k's dtype), as rope followed by kv_write would.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -50,6 +52,58 @@ __global__ void kv_write_kernel(DevCache cache, const KT* k, const VT* v, DevHea
   }
 }
 
+
+// Rotates the pair (i, i + half) of one head row in place; returns the values as stored.
+template <typename XT>
+__device__ __forceinline__ float2 rotate_pair(XT* xh, int i, int half, float pos, float inv_freq, float scaling) {
+  float s, c;
+  sincosf(pos * inv_freq, &s, &c);
+  c *= scaling;
+  s *= scaling;
+  const float x1 = to_f32(xh[i]), x2 = to_f32(xh[i + half]);
+  const XT y1 = from_f32<XT>(x1 * c - x2 * s), y2 = from_f32<XT>(x2 * c + x1 * s);
+  xh[i] = y1;
+  xh[i + half] = y2;
+  return make_float2(to_f32(y1), to_f32(y2));
+}
+
+// Blocks [0, n_tokens * n_heads) rotate one q head row; blocks past that take one kv head row: rotate k,
+// then write k and v to the slot (skipped for slots < 0 or past the cache; k is still rotated).
+template <typename XT, typename VT, typename CT>
+__global__ void rope_kv_write_kernel(const DevRopeKv a, const __grid_constant__ RopeTable table, int half) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const int64_t q_rows = a.q.n_tokens * a.q.n_heads;
+  const float scaling = a.attention_scaling;
+  if (blockIdx.x < q_rows) {
+    const int64_t t = blockIdx.x / a.q.n_heads, h = blockIdx.x % a.q.n_heads;
+    XT* qh = static_cast<XT*>(a.q.data) + t * a.q.token_stride + h * a.q.head_stride;
+    const float pos = static_cast<float>(a.positions[t]);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(qh, i, half, pos, table.inv_freq[i], scaling);
+    return;
+  }
+  const int64_t row = blockIdx.x - q_rows, t = row / a.k.n_heads, h = row % a.k.n_heads;
+  XT* kh = static_cast<XT*>(a.k.data) + t * a.k.token_stride + h * a.k.head_stride;
+  const VT* vh = static_cast<const VT*>(a.v.data) + t * a.v.token_stride + h * a.v.head_stride;
+  const DevCache& c = a.cache;
+  const int64_t slot = a.slot_mapping[t];
+  const bool write = slot >= 0 && slot < c.n_blocks * c.block_size;
+  const int64_t block = write ? slot / c.block_size : 0, offset = write ? slot % c.block_size : 0;
+  CT* kd = static_cast<CT*>(c.k) + block * c.k_strides[0] + offset * c.k_strides[1] + h * c.k_strides[2];
+  CT* vd = static_cast<CT*>(c.v) + block * c.v_strides[0] + offset * c.v_strides[1] + h * c.v_strides[2];
+  const float pos = static_cast<float>(a.positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float2 y = rotate_pair(kh, i, half, pos, table.inv_freq[i], scaling);
+    if (write) {
+      kd[i] = from_f32<CT>(y.x);
+      kd[i + half] = from_f32<CT>(y.y);
+    }
+  }
+  if (!write) return;
+  for (int64_t d = 2 * half + threadIdx.x; d < a.k.head_dim; d += blockDim.x) kd[d] = from_f32<CT>(to_f32(kh[d]));
+  for (int64_t d = threadIdx.x; d < a.v.head_dim; d += blockDim.x) vd[d] = from_f32<CT>(to_f32(vh[d]));
+}
+
 }  // namespace
 
 void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_freq_host, int rotary_dim,
@@ -89,6 +143,34 @@ void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const
     return heads_desc("k", k) + strfmt(", cache [%lld, %lld, %lld, %lld] %s", (long long)cache.n_blocks,
                                        (long long)cache.block_size, (long long)cache.n_kv_heads,
                                        (long long)cache.head_dim, dtype_name(cache.dtype));
+  });
+}
+
+void rope_kv_write(void* stream, const DevRopeKv& a) {
+  const int64_t rows = a.q.n_tokens * a.q.n_heads + a.k.n_tokens * a.k.n_heads;
+  if (rows == 0) return;
+  const int rotary_dim = a.rotary_dim;
+  if (rotary_dim > kMaxRotaryDim || rotary_dim < 0 || rotary_dim % 2 != 0 || a.q.dtype != a.k.dtype)
+    throw Error("cuda", strfmt("rope_kv_write: rotary_dim %d must be even and in [0, %d], q and k one dtype",
+                               rotary_dim, kMaxRotaryDim));
+  RopeTable table{};
+  const int half = rotary_dim / 2;
+  for (int i = 0; i < half; ++i) table.inv_freq[i] = a.inv_freq_host[i];
+  const int threads = row_threads(a.k.head_dim > half ? a.k.head_dim : half);
+  with_act_type(a.q.dtype, [&](auto xt) {
+    with_act_type(a.v.dtype, [&](auto vt) {
+      with_act_type(a.cache.dtype, [&](auto ct) {
+        using XT = typename decltype(xt)::type;
+        using VT = typename decltype(vt)::type;
+        using CT = typename decltype(ct)::type;
+        check_cuda(launch_pdl(rope_kv_write_kernel<XT, VT, CT>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
+                              as_stream(stream), a, table, half),
+                   "rope_kv_write", [&] { return heads_desc("q", a.q); });
+      });
+    });
+  });
+  check_launch("rope_kv_write", [&] {
+    return heads_desc("q", a.q) + ", " + heads_desc("k", a.k) + strfmt(", rotary_dim %d", rotary_dim);
   });
 }
 

@@ -1,4 +1,5 @@
-// Reference row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows.
+// Reference row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, gelu_tanh_mul, softcap, softmax,
+// argmax, gather_rows.
 // Not fast: one element at a time, single-threaded. Invariants: f32 math except rms_norm's sum of
 // squares (double); argmax returns the first maximum and ranks NaN below every number (-1 for a row
 // that is all NaN, so callers can tell a broken row from a real token 0).
@@ -49,6 +50,23 @@ void silu_mul(Tensor out, Tensor gate, Tensor up) {
       float gv = g.row<float>(i)[j];
       o.row<float>(i)[j] = gv / (1.0f + std::exp(-gv)) * u.row<float>(i)[j];
     }
+}
+
+void gelu_tanh_mul(Tensor out, Tensor gate, Tensor up) {
+  Rows o = as_rows(out), g = as_rows(gate), u = as_rows(up);
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+  for (int64_t i = 0; i < o.n_rows; ++i)
+    for (int64_t j = 0; j < o.n_cols; ++j) {
+      const float x = g.row<float>(i)[j];
+      const float gelu = 0.5f * x * (1.0f + std::tanh(beta * (x + kappa * (x * x * x))));
+      o.row<float>(i)[j] = gelu * u.row<float>(i)[j];
+    }
+}
+
+void softcap(Tensor x, float cap) {
+  Rows xr = as_rows(x);
+  for (int64_t i = 0; i < xr.n_rows; ++i)
+    for (int64_t j = 0; j < xr.n_cols; ++j) xr.row<float>(i)[j] = cap * std::tanh(xr.row<float>(i)[j] / cap);
 }
 
 void softmax(Tensor x) {

@@ -17,11 +17,15 @@ void kv_write(const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping);
 void paged_attention(Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p);
 void silu_mul(Tensor out, Tensor gate, Tensor up);
+void gelu_tanh_mul(Tensor out, Tensor gate, Tensor up);
+void softcap(Tensor x, float cap);
 void softmax(Tensor x);
 void argmax(Tensor out, Tensor x);
 void gather_rows(Tensor out, Tensor x, Tensor rows);
 void dequantize(Tensor out, const QuantWeight& w);
 void embedding_q(Tensor out, const QuantWeight& table, Tensor ids, float scale);
 void linear_q(Tensor out, Tensor x, const QuantWeight& w, Tensor bias);
+void moe_route(Tensor ids, Tensor weights, Tensor logits, const MoeRouteParams& p);
+void moe_experts(Tensor out, Tensor x, Tensor ids, Tensor weights, const MoeExperts& e);
 
 }  // namespace bunsen::kernels::ref

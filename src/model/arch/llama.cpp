@@ -2,7 +2,8 @@
 //   x += attn(rms_norm(x)) * residual_multiplier;  x += mlp(rms_norm(x)) * residual_multiplier
 // with GQA attention over the paged KV cache and a SwiGLU MLP. Checkpoint quirks are resolved at load:
 // phi3's fused qkv_proj / gate_up_proj become row-slice views (no copy), tied heads reuse embed_tokens.
-// MLX affine-quantized checkpoints (every Linear, the embedding, lm_head; per-module bits) load on the CPU.
+// MLX affine-quantized checkpoints (every Linear, the embedding, lm_head; per-module bits) run on the CPU
+// and on CUDA (the packed weights are uploaded as they are; the kernels dequantize).
 // Runs wherever its weights live: on the CPU every activation is f32; on CUDA the residual stream (x, the
 // gathered logit rows) stays f32 and the other activations are bf16 (kernels accumulate in f32).
 #include "model/arch/llama.h"
@@ -97,9 +98,6 @@ class LlamaLike final : public Model {
 void LlamaLike::load() {
   const ModelConfig& c = cfg_;
   const int64_t d = c.d_model, hd = c.head_dim, q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
-  check(!c.quantization.enabled || weights_.device().is_cpu(), "model",
-        "quantized (MLX affine) checkpoints are not supported on " + weights_.device().str() +
-            " yet; load the model on the CPU");
   embed_ = load_embedding(weights_, c, "model.embed_tokens", c.vocab_size, d);
   final_norm_ = float_weight(weights_, "model.norm.weight", {d});
   if (c.tie_word_embeddings) lm_head_ = embed_.as_linear();
@@ -155,9 +153,14 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
-  l.q(ctx, q_, h);
-  l.k(ctx, k_, h);
-  l.v(ctx, v_, h);
+  if (l.q.quantized() || l.k.quantized() || l.v.quantized()) {
+    l.q(ctx, q_, h);
+    l.k(ctx, k_, h);
+    l.v(ctx, v_, h);
+  } else {  // one GEMV launch for the three on CUDA decode steps; the same three linears elsewhere
+    const kernels::LinearPart qkv[] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
+    kernels::linear_multi(ctx, h, qkv);
+  }
   if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
     Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
     kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
@@ -165,11 +168,7 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   }
   Tensor q3 = q_.reshape({n, cfg_.n_heads, hd}), k3 = k_.reshape({n, cfg_.n_kv_heads, hd});
   Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
-  if (l.rope.rotary_dim > 0) {
-    kernels::rope(ctx, q3, b.positions, l.rope);
-    kernels::rope(ctx, k3, b.positions, l.rope);
-  }
-  kernels::kv_write(ctx, kv, k3, v3, b.slot_mapping);
+  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slot_mapping, l.rope);  // rotary_dim 0: write only
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {
     // A mixed step on CUDA: decode rows and prefill chunks take different kernels (flash-decoding and
@@ -189,6 +188,13 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
 }
 
 void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
+  const bool fused = device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && !l.gate.quantized() &&
+                     !l.up.quantized() && l.gate.w.dtype == l.up.w.dtype;
+  if (fused) {  // decode-sized CUDA step: gate, up and silu_mul in one GEMV launch
+    kernels::linear_swiglu(ctx, act_, h, l.gate.w, l.up.w, l.gate.b, l.up.b);
+    l.down(ctx, out, act_);
+    return;
+  }
   l.gate(ctx, gate_, h);
   l.up(ctx, up_, h);
   kernels::silu_mul(ctx, act_, gate_, up_);

@@ -1,0 +1,380 @@
+// Flash-decoding over a paged bf16 cache: one block per (query row, kv head, key slice). This file holds
+// the SIMT slice kernel (any head_dim % 8 == 0 up to 256, any q dtype), the combine kernel and the host
+// side; attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128 with bf16 q. SIMT:
+// each warp reads kUnroll x (32 / kL) key rows at a time, kL lanes per row with kE dims (16 or 8 bytes) per
+// lane, scores them against all query heads of the GQA group (each K/V row is read once for the group)
+// and keeps an online softmax per lane group in f32; groups and warps merge at the end. A row uses
+// min(n_splits, ceil(visible keys / min_keys)) slices, decided on the device from its position, so the
+// grid (fixed by host scalars) fits any context within the block table and CUDA-graph replays stay valid;
+// surplus slice blocks exit at once. combine_kernel merges a row's slices with log-sum-exp weights.
+// Invariants: masks as ref; a visible key whose sequence or block id is invalid makes its row NaN and is
+// never dereferenced; no allocation but the stream's scratch arena (partials), sized by the eager step.
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/attention_decode_common.cuh"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+using namespace decode;
+
+constexpr int kSimtBlocksPerSm = 4;  // the SIMT kernel's residency (128 registers x 128 threads)
+
+std::atomic<int> g_variant{0};  // 0: tensor cores where they apply, else SIMT; 1: SIMT always
+
+// kE bf16 of a row as kE / 2 words (one 16- or 8-byte load), and their f32 values.
+template <int kE>
+__device__ __forceinline__ void load_words(const Bf16* p, uint32_t (&w)[kE / 2]) {
+  if constexpr (kE == 8) {
+    const uint4 x = __ldg(reinterpret_cast<const uint4*>(p));
+    w[0] = x.x;
+    w[1] = x.y;
+    w[2] = x.z;
+    w[3] = x.w;
+  } else {
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = x.x;
+    w[1] = x.y;
+  }
+}
+
+template <int kE>
+__device__ __forceinline__ void unpack(const uint32_t (&w)[kE / 2], float (&f)[kE]) {
+#pragma unroll
+  for (int i = 0; i < kE / 2; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Compile-time layout of one kernel instance.
+template <int kE, int kL, int kG>
+struct Shape {
+  static constexpr int kKw = 32 / kL;                    // key rows a warp reads at once (one per lane group)
+  static constexpr int kUnroll = kG * kE >= 64 ? 2 : 4;  // rows per lane group per iteration (registers)
+  static constexpr int kStep = kKw * kUnroll;            // keys per warp per iteration
+  static constexpr int kD = kE * kL;                     // dims one lane group covers (>= head_dim)
+  static constexpr int kWords = kE / 2;                  // 32-bit words per lane per row
+  static constexpr size_t kRed = size_t{kWarps} * kG * (kD + 2) * sizeof(float);
+};
+
+// The per-lane online-softmax state for all kG query heads of the group, over this lane's kE dims.
+template <int kE, int kG>
+struct RowState {
+  float q[kG][kE], acc[kG][kE], m[kG], l[kG];
+};
+
+// This lane's place in the SIMT kernel: lane group grp (one key row), dims [d0, d0 + kE).
+struct LaneAt {
+  int warp, lane, grp, d0;
+  bool dims;
+};
+
+template <int kE, int kL>
+__device__ __forceinline__ LaneAt lane_at(const DecodeArgs& a) {
+  LaneAt l;
+  l.warp = threadIdx.x >> 5;
+  l.lane = threadIdx.x & 31;
+  l.grp = l.lane / kL;
+  l.d0 = (l.lane % kL) * kE;
+  l.dims = l.d0 < a.head_dim;  // head_dim % kE == 0
+  return l;
+}
+
+template <int kE, int kG>
+__device__ __forceinline__ void init_state(const DecodeArgs& a, const Where& w, const LaneAt& ln,
+                                           RowState<kE, kG>& st) {
+  const float qmul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
+  const int G = a.group;
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    st.m[h] = -INFINITY;
+    st.l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      st.acc[h][e] = 0.0f;
+      st.q[h][e] = h < G && ln.dims
+                       ? load_any(a.q, a.q_dtype, w.t * a.q_ts + (w.g * G + h) * a.q_hs + ln.d0 + e) * qmul
+                       : 0.0f;
+    }
+  }
+}
+
+// One iteration: kU rows per lane group, scored against all heads (a kL-lane reduction each), then
+// the online softmax (log2 domain) and P·V. Rows with !in are masked; rows with bad score NaN.
+template <int kE, int kL, int kG, int kU>
+__device__ __forceinline__ void consume(const DecodeArgs& a, RowState<kE, kG>& st,
+                                        const uint32_t (&kw)[kU][kE / 2], const uint32_t (&vw)[kU][kE / 2],
+                                        const bool (&in)[kU], const bool (&bad)[kU]) {
+  float s[kU][kG];  // scores, then probabilities
+#pragma unroll
+  for (int j = 0; j < kU; ++j) {
+    float kf[kE];
+    unpack<kE>(kw[j], kf);
+#pragma unroll
+    for (int h = 0; h < kG; ++h) {
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) d = fmaf(st.q[h][e], kf[e], d);
+#pragma unroll
+      for (int o = kL / 2; o > 0; o >>= 1) d += __shfl_xor_sync(kFull, d, o);
+      if (a.softcap > 0.0f) d = a.softcap * tanhf(d * a.scale / a.softcap) * kLog2e;
+      s[j][h] = in[j] ? (bad[j] ? NAN : d) : -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    float mx = st.m[h];
+#pragma unroll
+    for (int j = 0; j < kU; ++j) mx = fmaxf(mx, s[j][h]);  // ignores NaN: it poisons l, not m
+    const float alpha = rescale(st.m[h], mx);
+    st.l[h] *= alpha;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) st.acc[h][e] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      s[j][h] = s[j][h] == -INFINITY ? 0.0f : exp2f(s[j][h] - mx);
+      st.l[h] += s[j][h];
+    }
+    st.m[h] = mx;
+  }
+#pragma unroll
+  for (int j = 0; j < kU; ++j) {
+    float vf[kE];
+    unpack<kE>(vw[j], vf);
+#pragma unroll
+    for (int h = 0; h < kG; ++h)
+#pragma unroll
+      for (int e = 0; e < kE; ++e) st.acc[h][e] = fmaf(s[j][h], vf[e], st.acc[h][e]);
+  }
+}
+
+// Merges the lane groups of each warp (same dims, other keys) with shuffles, then the warps through
+// shared memory (write_block), which writes the output row or this slice's partial.
+template <int kE, int kL, int kG>
+__device__ __forceinline__ void finish(const DecodeArgs& a, RowState<kE, kG>& st, float* red, const Where& w,
+                                       const LaneAt& ln) {
+  constexpr int kD = Shape<kE, kL, kG>::kD;
+#pragma unroll
+  for (int o = kL; o < 32; o <<= 1)
+#pragma unroll
+    for (int h = 0; h < kG; ++h) {
+      const float mo = __shfl_xor_sync(kFull, st.m[h], o), lo = __shfl_xor_sync(kFull, st.l[h], o);
+      const float mx = fmaxf(st.m[h], mo), wa = rescale(st.m[h], mx), wb = rescale(mo, mx);
+      st.l[h] = st.l[h] * wa + lo * wb;
+#pragma unroll
+      for (int e = 0; e < kE; ++e)
+        st.acc[h][e] = st.acc[h][e] * wa + __shfl_xor_sync(kFull, st.acc[h][e], o) * wb;
+      st.m[h] = mx;
+    }
+  if (ln.grp == 0)
+#pragma unroll
+    for (int h = 0; h < kG; ++h) {
+      float* r = red + (ln.warp * kG + h) * (kD + 2);
+      if (ln.lane == 0) {
+        r[0] = st.m[h];
+        r[1] = st.l[h];
+      }
+#pragma unroll
+      for (int e = 0; e < kE; ++e) r[2 + ln.d0 + e] = st.acc[h][e];
+    }
+  write_block<kG, kD>(a, red, w);
+}
+
+// The SIMT slice kernel: each warp loads its rows straight into registers, kUnroll per lane group.
+template <int kE, int kL, int kG>
+__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
+  using S = Shape<kE, kL, kG>;
+  constexpr int kU = S::kUnroll;
+  __shared__ float red[S::kRed / sizeof(float)];
+  const Where w = where_am_i(a);
+  allow_combine_launch();
+  if (!w.live) return;  // uniform over the block
+  const LaneAt ln = lane_at<kE, kL>(a);
+  RowState<kE, kG> st;
+  init_state<kE, kG>(a, w, ln, st);
+  const Bf16* kc = static_cast<const Bf16*>(a.k_cache) + w.g * a.k_s2 + ln.d0;
+  const Bf16* vc = static_cast<const Bf16*>(a.v_cache) + w.g * a.v_s2 + ln.d0;
+  const bool seq_ok = w.seq >= 0 && w.seq < a.n_seqs;
+  const int32_t* table = a.block_tables + (seq_ok ? static_cast<int64_t>(w.seq) * a.table_stride : 0);
+  for (int base = w.k0 + ln.warp * S::kStep; base < w.k1; base += kWarps * S::kStep) {  // warp-uniform
+    uint32_t kw[kU][S::kWords], vw[kU][S::kWords];
+    bool in[kU], bad[kU];
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const int key = base + j * S::kKw + ln.grp;
+      int off = 0;
+      in[j] = key < w.k1;
+      const int blk = in[j] ? block_of(a, table, seq_ok, key, off) : -1;
+      bad[j] = in[j] && blk < 0;
+      if (blk >= 0 && ln.dims) {
+        load_words<kE>(kc + blk * a.k_s0 + off * a.k_s1, kw[j]);
+        load_words<kE>(vc + blk * a.v_s0 + off * a.v_s1, vw[j]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < S::kWords; ++i) kw[j][i] = vw[j][i] = 0u;
+      }
+    }
+    consume<kE, kL, kG, kU>(a, st, kw, vw, in, bad);
+  }
+  finish<kE, kL, kG>(a, st, red, w, ln);
+}
+
+// out[t, h] = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m), over the row's n_act slices. Rows
+// with one slice were written by the slice kernel.
+__global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
+  __shared__ float w[kMaxSplits];
+  __shared__ float inv_den;
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row / a.n_heads), h = static_cast<int>(row % a.n_heads), D = a.head_dim;
+  const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
+  if (sl.n_act <= 1) return;
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
+  const float* part = a.partials + row * a.n_splits * (D + 2);
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < sl.n_act; s += 32) mx = fmaxf(mx, part[s * (D + 2)]);
+    mx = warp_max(mx);
+    float den = 0.0f;
+    for (int s = threadIdx.x; s < sl.n_act; s += 32) {
+      const float ws = rescale(part[s * (D + 2)], mx);
+      w[s] = ws;
+      den += ws * part[s * (D + 2) + 1];
+    }
+    den = warp_sum(den);
+    if (threadIdx.x == 0) inv_den = 1.0f / den;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float num[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // independent chains: many loads in flight
+    int s = 0;
+    for (; s + 4 <= sl.n_act; s += 4)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) num[i] = fmaf(w[s + i], part[(s + i) * (D + 2) + 2 + d], num[i]);
+    for (; s < sl.n_act; ++s) num[0] = fmaf(w[s], part[s * (D + 2) + 2 + d], num[0]);
+    store_any(a.out, a.out_dtype, t * a.o_ts + h * a.o_hs + d, (num[0] + num[1] + num[2] + num[3]) * inv_den);
+  }
+}
+
+int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// The kernel's tiling for a head_dim and GQA group: kG = group rounded up to a power of two, kE dims per
+// lane (8 = 16-byte loads; 4 for 8-head groups, which would not fit the registers otherwise), kL lanes.
+struct Tiling {
+  int e, l, g;
+};
+
+Tiling tiling_for(int64_t head_dim, int64_t group) {
+  Tiling t;
+  t.g = pow2_at_least(group);
+  t.e = t.g == 8 && head_dim <= 128 ? 4 : 8;
+  t.l = std::max(8, pow2_at_least(head_dim / t.e));
+  return t;
+}
+
+template <int kE, int kL, int kG>
+void launch(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+  decode_kernel<kE, kL, kG><<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, 0, s>>>(a);
+}
+
+template <int kE, int kG>
+void launch_lanes(cudaStream_t s, const DecodeArgs& a, int lanes, int n_kv_heads) {
+  if (lanes == 8)
+    launch<kE, 8, kG>(s, a, n_kv_heads);
+  else if (lanes == 16)
+    launch<kE, 16, kG>(s, a, n_kv_heads);
+  else
+    launch<kE, 32, kG>(s, a, n_kv_heads);
+}
+
+void launch_tiling(cudaStream_t s, const DecodeArgs& a, Tiling ti, int n_kv_heads) {
+  if (ti.g == 8 && ti.e == 4)
+    launch_lanes<4, 8>(s, a, ti.l, n_kv_heads);
+  else if (ti.g == 8)  // head_dim > 128: 32 lanes
+    launch<8, 32, 8>(s, a, n_kv_heads);
+  else if (ti.g == 4)
+    launch_lanes<8, 4>(s, a, ti.l, n_kv_heads);
+  else if (ti.g == 2)
+    launch_lanes<8, 2>(s, a, ti.l, n_kv_heads);
+  else
+    launch_lanes<8, 1>(s, a, ti.l, n_kv_heads);
+}
+
+// Slices per row: enough blocks for one full wave (`fill` resident blocks per SM; more would mostly add
+// surplus blocks that still occupy a slot to exit), no slice shorter than min_keys over the block table's
+// width. Host scalars only, so a captured graph keeps its grid for longer contexts.
+int choose_splits(const DevAttention& at, int min_keys, int fill, int forced) {
+  if (forced > 0) return std::min(forced, kMaxSplits);
+  const int64_t rows = std::max<int64_t>(1, at.q.n_tokens * at.cache.n_kv_heads);
+  const int64_t max_ctx = at.meta.max_blocks * at.cache.block_size;
+  int64_t s = (static_cast<int64_t>(fill) * sm_count() + rows - 1) / rows;
+  s = std::min<int64_t>({s, (max_ctx + min_keys - 1) / min_keys, kMaxSplits});
+  return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+}  // namespace
+
+void set_attention_decode_variant_for_testing(int variant) {
+  g_variant.store(variant);
+}
+
+bool decode_attention_ok(const DevAttention& at) {
+  const DevCache& c = at.cache;
+  const int64_t hd = at.q.head_dim;
+  if (c.n_kv_heads <= 0 || at.q.n_heads % c.n_kv_heads != 0) return false;
+  const int64_t group = at.q.n_heads / c.n_kv_heads;
+  bool aligned = reinterpret_cast<uintptr_t>(c.k) % 16 == 0 && reinterpret_cast<uintptr_t>(c.v) % 16 == 0;
+  for (int i = 0; i < 3; ++i) aligned = aligned && c.k_strides[i] % 8 == 0 && c.v_strides[i] % 8 == 0;
+  return c.dtype == DType::kBF16 && at.q.n_tokens <= at.meta.n_seqs && hd % 8 == 0 && hd >= 8 && hd <= 256 &&
+         group >= 1 && group <= 8 && aligned && at.q.n_tokens < (int64_t{1} << 31) && c.n_kv_heads <= 65535;
+}
+
+void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
+  const char* op = "paged_attention";
+  auto detail = [&] { return heads_desc("q", at.q) + " (flash-decoding)"; };
+  DecodeArgs a;
+  static_cast<PagedArgs&>(a) = paged_args(at);
+  a.q_dtype = at.q.dtype;
+  a.n_heads = static_cast<int>(at.q.n_heads);
+  a.head_dim = static_cast<int>(at.q.head_dim);
+  const bool mma =
+      g_variant.load() == 0 && at.q.dtype == DType::kBF16 && (a.head_dim == 64 || a.head_dim == 128);
+  const Tiling ti = tiling_for(at.q.head_dim, a.group);
+  const int unroll = ti.g * ti.e >= 64 ? 2 : 4;  // as Shape::kUnroll
+  a.min_keys = mma ? kMmaMinKeys : std::max(32, kWarps * (32 / ti.l) * unroll);
+  a.n_splits =
+      choose_splits(at, a.min_keys, mma ? mma_blocks_per_sm(a.head_dim) : kSimtBlocksPerSm, forced_splits);
+  const int bs = a.block_size;
+  a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
+  cudaStream_t s = as_stream(stream);
+  if (a.n_splits > 1) {
+    const size_t bytes =
+        static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
+    a.partials = static_cast<float*>(scratch(stream, bytes, op));
+  }
+  if (mma)
+    launch_decode_mma(s, a, static_cast<int>(at.cache.n_kv_heads));
+  else
+    launch_tiling(s, a, ti, static_cast<int>(at.cache.n_kv_heads));
+  check_launch(op, detail);
+  if (a.n_splits > 1) {  // launched early (programmatic dependent launch); it waits for the partials
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(at.q.n_tokens * at.q.n_heads));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel, a), op, detail);
+  }
+}
+
+}  // namespace bunsen::kernels::cuda

@@ -1,0 +1,82 @@
+// Host entry points of the fused decode projections: linear_multi (q/k/v or any matrices sharing x in one
+// GEMV launch) and linear_swiglu (gate/up GEMV with silu(gate) * up in the store). Not kernels (gemv.cu)
+// and not validation (dispatch_fused.cpp). Invariants: linear_multi runs the GEMV kernel linear() runs
+// (f32 accumulation, batch invariant) and falls back to one linear() per part whenever the parts cannot
+// share a launch or m is GEMM-sized; linear_swiglu never rounds gate or up before the gating.
+#include "kernels/cuda/linear.cuh"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+std::string parts_desc(DevRows x, const DevLinearPart* parts, int n_parts) {
+  std::string s = rows_desc("x", x);
+  for (int p = 0; p < n_parts; ++p) s += ", " + rows_desc("w", parts[p].w);
+  return s;
+}
+
+GemvMultiArgs multi_args(DevRows x, DType w_dtype, DType out_dtype, DType bias_dtype) {
+  GemvMultiArgs a;
+  a.x = x.data;
+  a.x_stride = x.stride;
+  a.m = x.n_rows;
+  a.k = x.n_cols;
+  a.w_dtype = w_dtype;
+  a.x_dtype = x.dtype;
+  a.out_dtype = out_dtype;
+  a.bias_dtype = bias_dtype;
+  return a;
+}
+
+GemvPart gemv_part(const DevLinearPart& p) {
+  return {p.w.data, p.out.data, p.bias, p.w.n_rows, p.w.stride, p.out.stride};
+}
+
+}  // namespace
+
+void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts) {
+  if (n_parts < 1 || n_parts > kMaxLinearParts)
+    throw Error("cuda", strfmt("linear_multi: %d parts (1..%d)", n_parts, kMaxLinearParts));
+  const LinearPath path = linear_path();
+  bool fused = x.n_cols > 0 && path != LinearPath::kGemm && (path == LinearPath::kGemv || x.n_rows <= kGemvMaxM);
+  DType bias_dtype = DType::kF32;
+  bool have_bias_dtype = false;
+  for (int p = 0; p < n_parts; ++p) {
+    fused = fused && parts[p].w.dtype == parts[0].w.dtype && parts[p].out.dtype == parts[0].out.dtype;
+    if (parts[p].bias == nullptr) continue;
+    fused = fused && (!have_bias_dtype || parts[p].bias_dtype == bias_dtype);
+    bias_dtype = parts[p].bias_dtype;
+    have_bias_dtype = true;
+  }
+  if (!fused) {
+    for (int p = 0; p < n_parts; ++p)
+      linear(stream, parts[p].out, x, parts[p].w, parts[p].bias, parts[p].bias_dtype);
+    return;
+  }
+  GemvMultiArgs a = multi_args(x, parts[0].w.dtype, parts[0].out.dtype, bias_dtype);
+  for (int p = 0; p < n_parts; ++p) a.part[p] = gemv_part(parts[p]);
+  a.n_parts = n_parts;
+  gemv_multi(as_stream(stream), a);
+  check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
+}
+
+void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up) {
+  if (x.n_rows == 0 || gate.w.n_rows == 0) return;
+  if (gate.w.dtype != up.w.dtype || gate.w.n_rows != up.w.n_rows ||
+      (gate.bias != nullptr && up.bias != nullptr && gate.bias_dtype != up.bias_dtype))
+    throw Error("cuda", "linear_swiglu: gate and up must share shape and dtypes: " + rows_desc("gate", gate.w) +
+                            ", " + rows_desc("up", up.w));
+  GemvMultiArgs a = multi_args(x, gate.w.dtype, out.dtype, gate.bias != nullptr ? gate.bias_dtype : up.bias_dtype);
+  a.part[0] = gemv_part(gate);
+  a.part[0].out = out.data;
+  a.part[0].out_stride = out.stride;
+  a.part[1] = gemv_part(up);
+  a.part[1].out = out.data;  // unused by the gated store; keeps the per-chunk offsets in range
+  a.part[1].out_stride = out.stride;
+  a.n_parts = 2;
+  a.glu = true;
+  gemv_multi(as_stream(stream), a);
+  check_launch("linear_swiglu", [&] { return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " +
+                                             rows_desc("gate", gate.w); });
+}
+
+}  // namespace bunsen::kernels::cuda

@@ -1,0 +1,23 @@
+// pdl_enabled(): whether launch_pdl asks for programmatic dependent launch (pdl.cuh). Not a launcher.
+// Invariant: the environment and the device's compute capability are read once per process (the
+// backend assumes one GPU model per process).
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/cuda/pdl.cuh"
+
+namespace bunsen::kernels::cuda {
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("BUNSEN_PDL");
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return enabled;
+}
+
+}  // namespace bunsen::kernels::cuda

@@ -1,0 +1,219 @@
+// ops.h entry points of the fused decode ops (linear_multi, linear_swiglu, rope_kv_write). On the CPU each
+// is the unfused op sequence it replaces (those ops validate and compute, so results are bit-identical);
+// on CUDA it checks dtypes, shapes and devices, then launches the fused kernels (cuda/linear_fused.cu,
+// cuda/rope_kv.cu), or runs the unfused ops where a fused kernel does not apply. Not a kernel.
+// Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
+// for dtype and shape only (their contents live on the device, as in dispatch.cpp).
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/dispatch_util.h"
+#include "kernels/ops.h"
+#include "kernels/rows.h"
+#ifdef BUNSEN_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace bunsen::kernels {
+namespace {
+
+using detail::desc;
+using detail::fail;
+
+#ifdef BUNSEN_HAVE_CUDA
+static_assert(kFusedDecodeMaxTokens == cuda::kGemvMaxM, "the fused decode limit is the GEMV's row limit");
+#endif
+
+// True when any (non-empty) tensor is on CUDA; then all must be on the current CUDA device.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
+  bool cuda = false;
+  for (const Tensor* t : ts) cuda = cuda || (!t->empty() && t->device.is_cuda());
+  if (!cuda) return false;
+#ifdef BUNSEN_HAVE_CUDA
+  const int dev = cuda::current_device();
+  for (const Tensor* t : ts)
+    if (!t->empty() && (!t->device.is_cuda() || t->device.index != dev))
+      fail(op, desc("a tensor", *t) + " is on " + t->device.str() +
+                   strfmt(", not on the current CUDA device cuda:%d with the others", dev));
+  return true;
+#else
+  fail(op, "CUDA backend not built");
+#endif
+}
+
+void need(bool ok, const char* op, const std::string& what) {
+  if (!ok) fail(op, what);
+}
+
+bool is_act(const Tensor& t) { return t.dtype == DType::kF32 || t.dtype == DType::kBF16; }
+
+// A CUDA activation walked as rows: f32|bf16, contiguous last dim, collapsible leading dims, data.
+void need_act_rows(const char* op, const char* name, const Tensor& t) {
+  need(is_act(t) && t.ndim >= 1 && rows_ok(t) && (t.data != nullptr || t.numel() == 0), op,
+       desc(name, t) + " must be an f32 or bf16 tensor with a contiguous last dim and row-strided leading dims");
+}
+
+void need_weight(const char* op, const char* name, const Tensor& w) {
+  need(is_float(w.dtype) && w.ndim == 2 && rows_ok(w) && (w.data != nullptr || w.numel() == 0), op,
+       desc(name, w) + " must be a 2-D f32, f16 or bf16 tensor with a contiguous last dim");
+}
+
+void need_bias(const char* op, const char* name, const Tensor& b, int64_t n) {
+  if (b.empty()) return;
+  need(is_float(b.dtype) && b.ndim == 1 && b.shape[0] == n && (n <= 1 || b.strides[0] == 1), op,
+       desc(name, b) + strfmt(" must be a contiguous float vector of %lld elements", (long long)n));
+}
+
+// out [m, n] = x [m, k] · w [n, k]ᵀ shapes (CUDA side of linear's checks).
+void need_linear_shapes(const char* op, const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& bias) {
+  need_act_rows(op, "x", x);
+  need_act_rows(op, "out", out);
+  need_weight(op, "w", w);
+  need(x.dim(-1) == w.shape[1], op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
+  need(out.dim(-1) == w.shape[0], op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
+  need(as_rows(out).n_rows == as_rows(x).n_rows, op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
+  need_bias(op, "bias", bias, w.shape[0]);
+}
+
+// [n_tokens, heads, head_dim], f32|bf16, contiguous last dim.
+void need_heads(const char* op, const char* name, const Tensor& t) {
+  need(is_act(t) && t.ndim == 3 && (t.shape[2] <= 1 || t.strides[2] == 1) && (t.data != nullptr || t.numel() == 0),
+       op, desc(name, t) + " must be an f32 or bf16 [n_tokens, heads, head_dim] tensor with a contiguous last dim");
+}
+
+void need_index(const char* op, const char* name, const Tensor& t, DType dtype, int64_t n) {
+  need(t.dtype == dtype && t.ndim == 1 && t.shape[0] == n && (n <= 1 || t.strides[0] == 1) &&
+           (t.data != nullptr || n == 0),
+       op, desc(name, t) + strfmt(" must be a contiguous %s vector of %lld elements", dtype_name(dtype), (long long)n));
+}
+
+#ifdef BUNSEN_HAVE_CUDA
+cuda::DevRows dev_rows(const Tensor& t) {
+  const Rows r = as_rows(t);
+  return {t.data, t.dtype, r.n_rows, r.n_cols, r.stride};
+}
+
+cuda::DevHeads dev_heads(const Tensor& t) {
+  return {t.data, t.dtype, t.shape[0], t.shape[1], t.shape[2], t.strides[0], t.strides[1]};
+}
+
+cuda::DevLinearPart dev_part(const Tensor& out, const Tensor& w, const Tensor& bias) {
+  return {dev_rows(out), dev_rows(w), bias.empty() ? nullptr : bias.data, bias.empty() ? DType::kF32 : bias.dtype};
+}
+
+cuda::DevCache dev_cache(const PagedKv& c) {
+  cuda::DevCache d;
+  d.k = c.k.data;
+  d.v = c.v.data;
+  d.dtype = c.k.dtype;
+  d.n_blocks = c.k.shape[0];
+  d.block_size = c.k.shape[1];
+  d.n_kv_heads = c.k.shape[2];
+  d.head_dim = c.k.shape[3];
+  for (int i = 0; i < 3; ++i) {
+    d.k_strides[i] = c.k.strides[i];
+    d.v_strides[i] = c.v.strides[i];
+  }
+  return d;
+}
+#endif
+
+}  // namespace
+
+void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts) {
+  const char* op = "linear_multi";
+  need(!parts.empty() && parts.size() <= 4, op, strfmt("%zu parts (1..4)", parts.size()));
+  std::vector<const Tensor*> ts{&x};
+  for (const LinearPart& p : parts) ts.insert(ts.end(), {&p.out, &p.w, &p.bias});
+  bool gpu = false;
+  for (const Tensor* t : ts) gpu = on_cuda(op, {&x, t}) || gpu;
+  if (!gpu) {
+    for (const LinearPart& p : parts) linear(ctx, p.out, x, p.w, p.bias);
+    return;
+  }
+#ifdef BUNSEN_HAVE_CUDA
+  cuda::DevLinearPart dev[4];
+  for (size_t i = 0; i < parts.size(); ++i) {
+    need_linear_shapes(op, parts[i].out, x, parts[i].w, parts[i].bias);
+    dev[i] = dev_part(parts[i].out, parts[i].w, parts[i].bias);
+  }
+  cuda::linear_multi(ctx.cuda_stream, dev_rows(x), dev, static_cast<int>(parts.size()));
+#endif
+}
+
+void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate, Tensor b_up) {
+  const char* op = "linear_swiglu";
+  const bool gpu = on_cuda(op, {&out, &x, &w_gate, &w_up, &b_gate, &b_up});
+  need(x.ndim >= 1 && rows_ok(x) && w_gate.ndim == 2, op,
+       desc("x", x) + " must be row-strided and " + desc("w_gate", w_gate) + " 2-D");
+  const int64_t m = as_rows(x).n_rows, f = w_gate.shape[0];
+  if (!gpu) {
+    std::vector<float> gate(static_cast<size_t>(m * f)), up(static_cast<size_t>(m * f));
+    Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
+    linear(ctx, g, x, w_gate, b_gate);
+    linear(ctx, u, x, w_up, b_up);
+    silu_mul(ctx, out, g, u);
+    return;
+  }
+  need_linear_shapes(op, out, x, w_gate, b_gate);
+  need_linear_shapes(op, out, x, w_up, b_up);
+  need(w_gate.dtype == w_up.dtype && same_shape(w_gate, w_up), op,
+       desc("w_gate", w_gate) + " and " + desc("w_up", w_up) + " must have one shape and dtype");
+  need(b_gate.empty() || b_up.empty() || b_gate.dtype == b_up.dtype, op,
+       desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
+#ifdef BUNSEN_HAVE_CUDA
+  cuda::linear_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_part(out, w_gate, b_gate),
+                      dev_part(out, w_up, b_up));
+#endif
+}
+
+void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& cache, Tensor positions,
+                   Tensor slot_mapping, const RopeParams& p) {
+  const char* op = "rope_kv_write";
+  const bool gpu = on_cuda(op, {&q, &k, &v, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &positions,
+                                &slot_mapping});
+  if (!gpu || cache.quantized() || q.dtype != k.dtype) {  // the unfused ops (they validate)
+    if (p.rotary_dim != 0) {
+      rope(ctx, q, positions, p);
+      rope(ctx, k, positions, p);
+    }
+    kv_write(ctx, cache, k, v, slot_mapping);
+    return;
+  }
+  need_heads(op, "q", q);
+  need_heads(op, "k", k);
+  need_heads(op, "v", v);
+  need(same_shape(k, v) && q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], op,
+       desc("q", q) + ", " + desc("k", k) + " and " + desc("v", v) + " disagree on n_tokens, heads or head_dim");
+  const Tensor &ck = cache.k, &cv = cache.v;
+  need(ck.ndim == 4 && is_act(ck) && ck.dtype == cv.dtype && same_shape(ck, cv) && ck.shape[1] >= 1 &&
+           (ck.shape[3] <= 1 || (ck.strides[3] == 1 && cv.strides[3] == 1)) && ck.data != nullptr &&
+           cv.data != nullptr,
+       op, desc("cache.k", ck) + " and " + desc("cache.v", cv) +
+               " must be one f32|bf16 [n_blocks, block_size, n_kv_heads, head_dim] shape with contiguous rows");
+  need(k.shape[1] == ck.shape[2] && k.shape[2] == ck.shape[3], op,
+       desc("k", k) + " and " + desc("cache.k", ck) + " disagree on n_kv_heads or head_dim");
+  need_index(op, "positions", positions, DType::kI32, q.shape[0]);
+  need_index(op, "slot_mapping", slot_mapping, DType::kI64, q.shape[0]);
+  const bool rot_ok = p.rotary_dim == 0 || (p.inv_freq != nullptr && p.rotary_dim > 0 && p.rotary_dim % 2 == 0 &&
+                                            p.rotary_dim <= q.shape[2]);
+  need(rot_ok, op, strfmt("rotary_dim %d must be 0, or even and <= head_dim of ", p.rotary_dim) + desc("q", q) +
+                       " with inv_freq set");
+#ifdef BUNSEN_HAVE_CUDA
+  need(p.rotary_dim <= cuda::kMaxRotaryDim, op,
+       strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
+  cuda::DevRopeKv a;
+  a.q = dev_heads(q);
+  a.k = dev_heads(k);
+  a.v = dev_heads(v);
+  a.cache = dev_cache(cache);
+  a.positions = positions.ptr<int32_t>();
+  a.slot_mapping = slot_mapping.ptr<int64_t>();
+  a.inv_freq_host = p.inv_freq;
+  a.rotary_dim = p.rotary_dim;
+  a.attention_scaling = p.attention_scaling;
+  cuda::rope_kv_write(ctx.cuda_stream, a);
+#endif
+}
+
+}  // namespace bunsen::kernels

@@ -1,0 +1,180 @@
+// CUDA flash-decoding (attention_decode.cu, the path of decode steps on a bf16 cache) against kernels/ref:
+// sequences of very different lengths (1 .. 4097) in one step, GQA 1/3/4/8, head_dim 64/128/80/40/256,
+// block sizes 16 and 5, f32/bf16 q and out, sliding windows, softcap, forced slice counts, a batch large
+// enough to fill the GPU, invalid block ids inside one slice of a long row (NaN through the combine), and
+// a CUDA graph captured at short contexts and replayed at longer ones (the slicing is decided on device).
+#include <cuda_runtime.h>
+
+#include "attention_test_util.h"
+#include "kernels/cuda/attention_decode.cuh"
+
+namespace bunsen::kernels::test {
+namespace {
+
+Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
+  Scenario s;
+  s.n_kv_heads = 2;
+  s.n_heads = 2 * group;
+  s.head_dim = head_dim;
+  s.block_size = 16;
+  s.cache_dtype = DType::kBF16;
+  s.q_dtype = DType::kBF16;
+  s.out_dtype = DType::kBF16;
+  s.seq_lens = std::move(lens);
+  s.new_tokens.assign(s.seq_lens.size(), 1);
+  s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return s;
+}
+
+// Parameter: the kernel variant (0: cp.async ring, the default; 1: register loads).
+class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    cuda::set_attention_flash_decode_for_testing(false);
+    cuda::set_attention_decode_variant_for_testing(GetParam());
+  }
+  void TearDown() override {
+    if (cuda::device_count() > 0) cuda::set_attention_decode_variant_for_testing(0);
+    CudaTest::TearDown();
+  }
+};
+
+const std::vector<int64_t> kMixedLens = {1, 15, 16, 17, 1000, 4097};
+
+TEST_P(CudaDecodeTest, MixedLengthsGqaAndHeadDims) {
+  for (int64_t group : {1, 3, 4, 8})
+    for (int64_t head_dim : {64, 128, 80, 40, 256}) {
+      Scenario s = decode_scenario(group, head_dim, kMixedLens);
+      check_attention(ctx_, s, strfmt("group %lld head_dim %lld", (long long)group, (long long)head_dim));
+    }
+}
+
+TEST_P(CudaDecodeTest, F32QueriesAndOutputsOddBlockSizeAndKvHeads) {
+  for (DType dt : kActDtypes)
+    for (int64_t block_size : {5, 16}) {
+      Scenario s = decode_scenario(4, 128, kMixedLens);
+      s.n_kv_heads = 3;
+      s.n_heads = 12;
+      s.block_size = block_size;
+      s.q_dtype = dt;
+      s.out_dtype = dt;
+      check_attention(ctx_, s, strfmt("q/out %s block %lld", dtype_name(dt), (long long)block_size));
+    }
+}
+
+TEST_P(CudaDecodeTest, SlidingWindowAndSoftcap) {
+  for (int window : {0, 1, 7, 300})
+    for (float softcap : {0.0f, 5.0f})
+      for (int64_t head_dim : {64, 128}) {
+        Scenario s = decode_scenario(4, head_dim, kMixedLens);
+        s.out_dtype = DType::kF32;
+        s.params = {0.3f, window, softcap};  // scale large enough for softcap to bite
+        s.release_out_of_window = true;
+        check_attention(
+            ctx_, s, strfmt("window %d softcap %g head_dim %lld", window, softcap, (long long)head_dim), 401);
+      }
+}
+
+TEST_P(CudaDecodeTest, ForcedSliceCounts) {
+  for (int splits : {1, 2, 5, 31, 128}) {
+    cuda::set_attention_splits_for_testing(splits);
+    Scenario s = decode_scenario(8, 128, kMixedLens);
+    s.out_dtype = DType::kF32;
+    check_attention(ctx_, s, strfmt("splits %d", splits), 402);
+    s.params.sliding_window = 100;
+    check_attention(ctx_, s, strfmt("splits %d window 100", splits), 402);
+  }
+}
+
+// 192 rows x 8 kv heads: more blocks than the GPU holds at once, one or two slices per row.
+TEST_P(CudaDecodeTest, LargeBatchOfVariedLengths) {
+  Scenario s = decode_scenario(4, 128, {});
+  s.n_kv_heads = 8;
+  s.n_heads = 32;
+  for (int i = 0; i < 192; ++i) s.seq_lens.push_back(1 + (i * 211) % 700);
+  s.new_tokens.assign(s.seq_lens.size(), 1);
+  check_attention(ctx_, s, "192 decode rows", 403);
+  s.params.sliding_window = 256;
+  s.release_out_of_window = true;
+  check_attention(ctx_, s, "192 decode rows, window 256", 403);
+}
+
+// A bad block id in the middle of a long row: its slice turns NaN and the combine must keep the NaN;
+// the other row (and the runner's padding-like row: position 0, no blocks) behave as the reference.
+TEST_P(CudaDecodeTest, InvalidBlockIdPoisonsOnlyItsRow) {
+  for (int splits : {0, 1, 4}) {
+    cuda::set_attention_splits_for_testing(splits);
+    Scenario s = decode_scenario(4, 128, {900, 700, 1});
+    s.out_dtype = DType::kF32;
+    std::mt19937 rng(404);
+    Batch b = make_batch(s, rng);
+    const Tensor& q = b.q.f32.tensor;
+    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);  // before the ids go bad
+    int32_t* tables = b.block_tables.tensor.ptr<int32_t>();
+    const int64_t width = b.block_tables.tensor.shape[1];
+    tables[width + 20] = 1 << 20;  // seq 1, keys 320..335
+    tables[2 * width] = -1;        // seq 2: a padding row
+    DeviceBatch d = upload(b, DType::kF32, rng);
+    paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+    const std::vector<float> got = values(d.out.download().tensor), ok = values(want.tensor);
+    const size_t row = got.size() / 3;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i < row)
+        ASSERT_NEAR(got[i], ok[i], 1e-3f) << "splits " << splits << " at " << i;
+      else
+        ASSERT_TRUE(std::isnan(got[i])) << "splits " << splits << " at " << i;
+    }
+  }
+}
+
+// Captured at short contexts, replayed after the positions grew (same block tables, wider than needed):
+// the replay equals the reference at the new positions, as the runner's graph buckets require.
+TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Context ctx;
+  ctx.cuda_stream = stream;
+  Scenario s = decode_scenario(4, 128, {3000, 4097, 40, 1500});
+  s.n_kv_heads = 8;
+  s.n_heads = 32;
+  std::mt19937 rng(405);
+  Batch b = make_batch(s, rng);
+  DeviceBatch d = upload(b, DType::kBF16, rng);
+  const Tensor& q = b.q.f32.tensor;
+  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+  const std::vector<int32_t> long_pos(b.positions.tensor.ptr<int32_t>(),
+                                      b.positions.tensor.ptr<int32_t>() + 4);
+  const std::vector<int32_t> short_pos = {20, 0, 5, 33};
+  auto set_positions = [&](const std::vector<int32_t>& p) {
+    cuda::copy_to_device(d.positions.tensor.data, p.data(), p.size() * sizeof(int32_t), stream);
+  };
+  set_positions(short_pos);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);  // sizes the scratch
+  cuda::synchronize(stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  set_positions(long_pos);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  cuda::synchronize(stream);
+  const std::vector<float> replayed = values(d.out.download().tensor);
+  expect_close(replayed, values(want.tensor), tolerance(DType::kBF16), "replay at long context");
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);  // eager, same inputs
+  cuda::synchronize(stream);
+  expect_close(values(d.out.download().tensor), replayed, 0.0f, "eager equals replay");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1));
+
+}  // namespace
+}  // namespace bunsen::kernels::test

@@ -1,0 +1,285 @@
+// Decode micro-benchmark of the GEMV and the fused decode ops on the Llama-3.1-8B and Llama-3.2-1B shapes
+// (bf16 weights and activations, m = 1 unless noted): each op alone (us, GB/s of weights + activations,
+// % of the measured device-to-device copy rate), then a whole decode layer chain without attention
+// (add_rms_norm, qkv, rope_kv_write, o, add_rms_norm, gate/up+SiLU, down; n_layers distinct weight sets,
+// plus the final norm and lm_head) captured in one CUDA graph, as the runner replays decode steps.
+// A measurement tool, not a speed assertion: runs only with BUNSEN_BENCH_GEMV=1 and checks only that the
+// outputs are finite. Weight sets cycle so that no call reads weights still in the 60 MB L2.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "cuda_test_util.h"
+
+namespace bunsen::kernels::test {
+namespace {
+
+bool bench_enabled() {
+  const char* env = std::getenv("BUNSEN_BENCH_GEMV");
+  return env != nullptr && std::string(env) == "1";
+}
+
+// One device allocation viewed as a tensor; bf16 weights set to a small constant (the values do not
+// change the timing, and memset is fast for gigabytes).
+struct Dev {
+  cuda::DeviceBuffer buf;
+  Tensor t;
+  static Dev make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
+    Dev d;
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
+    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
+    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
+    return d;
+  }
+};
+
+class FusedDecodeBench : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    if (!bench_enabled()) GTEST_SKIP() << "set BUNSEN_BENCH_GEMV=1";
+    stream_ = cuda::stream_create();
+    ctx_.cuda_stream = stream_;
+    ASSERT_EQ(cudaEventCreate(&start_), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&stop_), cudaSuccess);
+    copy_gbps_ = measure_copy();
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) {
+      cudaEventDestroy(start_);
+      cudaEventDestroy(stop_);
+      cuda::stream_destroy(stream_);
+    }
+    CudaTest::TearDown();
+  }
+
+  // Mean microseconds of one call of fn(i): `iters` calls captured in one CUDA graph (as decode steps
+  // run), replayed 5 times after a warm-up replay; kernel boundaries count, host launch costs do not.
+  double time_us(const std::function<void(int)>& fn, int iters = 40) {
+    for (int i = 0; i < 2; ++i) fn(i);  // eager warm-up (plans, occupancy queries)
+    cuda::synchronize(stream_);
+    cuda::graph_begin_capture(stream_);
+    for (int i = 0; i < iters; ++i) fn(i);
+    void* exec = cuda::graph_end_capture(stream_);
+    cuda::graph_launch(exec, stream_);
+    cudaEventRecord(start_, static_cast<cudaStream_t>(stream_));
+    for (int r = 0; r < 5; ++r) cuda::graph_launch(exec, stream_);
+    cudaEventRecord(stop_, static_cast<cudaStream_t>(stream_));
+    EXPECT_EQ(cudaEventSynchronize(stop_), cudaSuccess);
+    cuda::graph_destroy(exec);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start_, stop_);
+    return 1000.0 * ms / (5.0 * iters);
+  }
+
+  // Mean microseconds of one eager call (the copy ceiling; not capturable as a kernel sequence).
+  double time_eager_us(const std::function<void(int)>& fn, int iters) {
+    fn(0);
+    cudaEventRecord(start_, static_cast<cudaStream_t>(stream_));
+    for (int i = 0; i < iters; ++i) fn(i);
+    cudaEventRecord(stop_, static_cast<cudaStream_t>(stream_));
+    EXPECT_EQ(cudaEventSynchronize(stop_), cudaSuccess);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start_, stop_);
+    return 1000.0 * ms / iters;
+  }
+
+  double measure_copy() {
+    const size_t bytes = size_t{2} << 30;
+    cuda::DeviceBuffer a(bytes), b(bytes);
+    const double us = time_eager_us(
+        [&](int) { cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream_); }, 5);
+    const double gbps = 2.0 * bytes / us / 1e3;
+    std::printf("[bench] d2d copy: %.0f GB/s (read + write): the ceiling below\n", gbps);
+    return gbps;
+  }
+
+  void report(const std::string& what, double us, double bytes) {
+    const double gbps = bytes / us / 1e3;
+    std::printf("[bench] %-44s %9.2f us %6.0f GB/s %5.1f%%\n", what.c_str(), us, gbps, 100.0 * gbps / copy_gbps_);
+  }
+
+  static int copies_for(int64_t bytes) { return static_cast<int>(std::max<int64_t>(1, (512ll << 20) / bytes)); }
+
+  struct ChainShape {
+    const char* name;
+    int64_t layers, d, q_dim, kv_dim, f, vocab, head_dim;
+  };
+  void decode_chain(const ChainShape& c);
+
+  void* stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  double copy_gbps_ = 1.0;
+};
+
+void expect_finite(const Tensor& t, const std::string& what) {
+  OwnedTensor h = OwnedTensor::make(t.dtype, std::span<const int64_t>(t.shape, t.ndim));
+  cuda::copy_to_host(h.tensor.data, t.data, t.nbytes());
+  for (float v : values(h.tensor)) ASSERT_TRUE(std::isfinite(v)) << what;
+}
+
+TEST_F(FusedDecodeBench, GemvShapes) {
+  struct Shape {
+    int64_t n, k, m;
+  };
+  const Shape shapes[] = {{4096, 4096, 1},  {1024, 4096, 1}, {14336, 4096, 1}, {4096, 14336, 1},
+                          {128256, 4096, 1}, {4096, 4096, 4}, {4096, 4096, 8},  {14336, 4096, 8},
+                          {2048, 2048, 1},  {512, 2048, 1},  {8192, 2048, 1},  {2048, 8192, 1},
+                          {128256, 2048, 1}};
+  for (const Shape& s : shapes) {
+    const int64_t bytes = s.n * s.k * 2;
+    const int copies = copies_for(bytes);
+    std::vector<Dev> w;
+    for (int c = 0; c < copies; ++c) w.push_back(Dev::make(DType::kBF16, {s.n, s.k}));
+    Dev x = Dev::make(DType::kBF16, {s.m, s.k}), out = Dev::make(DType::kBF16, {s.m, s.n});
+    for (int split : {0, 1, 2, 4, 8}) {  // 0: the shape's own choice, then each forced split
+      cuda::set_gemv_split_for_testing(split);
+      const double us = time_us([&](int i) { linear(ctx_, out.t, x.t, w[i % copies].t); });
+      report(strfmt("linear n=%lld k=%lld m=%lld split %s", (long long)s.n, (long long)s.k, (long long)s.m,
+                    split == 0 ? "auto" : std::to_string(split).c_str()),
+             us, bytes + s.m * (s.k + s.n) * 2.0);
+    }
+    cuda::set_gemv_split_for_testing(0);
+    expect_finite(out.t, "linear");
+  }
+}
+
+TEST_F(FusedDecodeBench, FusedOps) {
+  struct Model {
+    const char* name;
+    int64_t d, q_dim, kv_dim, f, heads, kv_heads, head_dim;
+  };
+  for (const Model& md : {Model{"8B", 4096, 4096, 1024, 14336, 32, 8, 128}, Model{"1B", 2048, 2048, 512, 8192, 32, 8, 64}}) {
+    const int64_t d = md.d, qkv_bytes = (md.q_dim + 2 * md.kv_dim) * d * 2, gu_bytes = 2 * md.f * d * 2;
+    Dev x = Dev::make(DType::kBF16, {1, d}), q = Dev::make(DType::kBF16, {1, md.q_dim});
+    Dev k = Dev::make(DType::kBF16, {1, md.kv_dim}), v = Dev::make(DType::kBF16, {1, md.kv_dim});
+    Dev act = Dev::make(DType::kBF16, {1, md.f});
+    const int cq = copies_for(qkv_bytes), cg = copies_for(gu_bytes);
+    std::vector<Dev> wq, wk, wv, wg, wu;
+    for (int c = 0; c < cq; ++c) {
+      wq.push_back(Dev::make(DType::kBF16, {md.q_dim, d}));
+      wk.push_back(Dev::make(DType::kBF16, {md.kv_dim, d}));
+      wv.push_back(Dev::make(DType::kBF16, {md.kv_dim, d}));
+    }
+    for (int c = 0; c < cg; ++c) {
+      wg.push_back(Dev::make(DType::kBF16, {md.f, d}));
+      wu.push_back(Dev::make(DType::kBF16, {md.f, d}));
+    }
+    const std::string n = md.name;
+    report(n + " q,k,v: 3 linears", time_us([&](int i) {
+             linear(ctx_, q.t, x.t, wq[i % cq].t);
+             linear(ctx_, k.t, x.t, wk[i % cq].t);
+             linear(ctx_, v.t, x.t, wv[i % cq].t);
+           }),
+           qkv_bytes);
+    for (int split : {0, 1, 2, 4}) {  // 0: the shapes' own choice, then each forced split
+      cuda::set_gemv_split_for_testing(split);
+      const std::string sp = split == 0 ? " split auto" : " split " + std::to_string(split);
+      report(n + " q,k,v: linear_multi" + sp, time_us([&](int i) {
+               const LinearPart parts[] = {{q.t, wq[i % cq].t, {}}, {k.t, wk[i % cq].t, {}}, {v.t, wv[i % cq].t, {}}};
+               linear_multi(ctx_, x.t, parts);
+             }),
+             qkv_bytes);
+      report(n + " gate,up: linear_swiglu" + sp, time_us([&](int i) {
+               linear_swiglu(ctx_, act.t, x.t, wg[i % cg].t, wu[i % cg].t);
+             }),
+             gu_bytes);
+    }
+    cuda::set_gemv_split_for_testing(0);
+    expect_finite(act.t, "swiglu");
+    Dev res = Dev::make(DType::kF32, {1, d}, 0), y = Dev::make(DType::kBF16, {1, d}), nw = Dev::make(DType::kBF16, {d});
+    std::printf("[bench] %s rms_norm d=%lld: %.2f us, add_rms_norm: %.2f us\n", md.name, (long long)d,
+                time_us([&](int) { rms_norm(ctx_, x.t, res.t, nw.t, 1e-5f); }),
+                time_us([&](int) { add_rms_norm(ctx_, x.t, res.t, y.t, nw.t, 1e-5f); }));
+    Dev kc = Dev::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim}), vc = Dev::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim});
+    OwnedTensor pos_h = OwnedTensor::make(DType::kI32, {1}), slot_h = OwnedTensor::make(DType::kI64, {1});
+    pos_h.tensor.ptr<int32_t>()[0] = 1000;
+    slot_h.tensor.ptr<int64_t>()[0] = 1000;
+    DeviceTensor pos = DeviceTensor::upload(pos_h.tensor), slot = DeviceTensor::upload(slot_h.tensor);
+    std::vector<float> inv_freq(static_cast<size_t>(md.head_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / md.head_dim);
+    const RopeParams rp{inv_freq.data(), static_cast<int>(md.head_dim), 1.0f};
+    Tensor q3 = q.t.reshape({1, md.heads, md.head_dim}), k3 = k.t.reshape({1, md.kv_heads, md.head_dim});
+    Tensor v3 = v.t.reshape({1, md.kv_heads, md.head_dim});
+    const double unfused = time_us([&](int) {
+      rope(ctx_, q3, pos.tensor, rp);
+      rope(ctx_, k3, pos.tensor, rp);
+      kv_write(ctx_, {kc.t, vc.t}, k3, v3, slot.tensor);
+    });
+    const double fused = time_us([&](int) { rope_kv_write(ctx_, q3, k3, v3, {kc.t, vc.t}, pos.tensor, slot.tensor, rp); });
+    std::printf("[bench] %s rope,rope,kv_write: %.2f us; rope_kv_write: %.2f us\n", md.name, unfused, fused);
+  }
+}
+
+// One model's decode chain without attention (the attention output is q itself), captured in one graph.
+void FusedDecodeBench::decode_chain(const ChainShape& c) {
+  const int64_t layers = c.layers, d = c.d, q_dim = c.q_dim, kv_dim = c.kv_dim, f = c.f, vocab = c.vocab,
+                head_dim = c.head_dim;
+  Context& ctx = ctx_;
+  void* stream = stream_;
+  struct LayerW {
+    Dev q, k, v, o, g, u, down, n1, n2;
+  };
+  std::vector<LayerW> w;
+  for (int64_t l = 0; l < layers; ++l)
+    w.push_back({Dev::make(DType::kBF16, {q_dim, d}), Dev::make(DType::kBF16, {kv_dim, d}),
+                 Dev::make(DType::kBF16, {kv_dim, d}), Dev::make(DType::kBF16, {d, q_dim}),
+                 Dev::make(DType::kBF16, {f, d}), Dev::make(DType::kBF16, {f, d}), Dev::make(DType::kBF16, {d, f}),
+                 Dev::make(DType::kBF16, {d}), Dev::make(DType::kBF16, {d})});
+  Dev head = Dev::make(DType::kBF16, {vocab, d}), fnorm = Dev::make(DType::kBF16, {d});
+  Dev x = Dev::make(DType::kF32, {1, d}, 0), h = Dev::make(DType::kBF16, {1, d}), proj = Dev::make(DType::kBF16, {1, d});
+  Dev q = Dev::make(DType::kBF16, {1, q_dim}), k = Dev::make(DType::kBF16, {1, kv_dim});
+  Dev v = Dev::make(DType::kBF16, {1, kv_dim}), act = Dev::make(DType::kBF16, {1, f});
+  Dev xo = Dev::make(DType::kF32, {1, d}), logits = Dev::make(DType::kF32, {1, vocab});
+  const int64_t kvh = kv_dim / head_dim;
+  Dev kc = Dev::make(DType::kBF16, {64, 16, kvh, head_dim}), vc = Dev::make(DType::kBF16, {64, 16, kvh, head_dim});
+  OwnedTensor pos_h = OwnedTensor::make(DType::kI32, {1}), slot_h = OwnedTensor::make(DType::kI64, {1});
+  pos_h.tensor.ptr<int32_t>()[0] = 1000;
+  slot_h.tensor.ptr<int64_t>()[0] = 1000;
+  DeviceTensor pos = DeviceTensor::upload(pos_h.tensor), slot = DeviceTensor::upload(slot_h.tensor);
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / head_dim);
+  const RopeParams rp{inv_freq.data(), static_cast<int>(head_dim), 1.0f};
+  auto step = [&] {
+    rms_norm(ctx, h.t, x.t, w[0].n1.t, 1e-5f);
+    for (int64_t l = 0; l < layers; ++l) {
+      const LinearPart qkv[] = {{q.t, w[l].q.t, {}}, {k.t, w[l].k.t, {}}, {v.t, w[l].v.t, {}}};
+      linear_multi(ctx, h.t, qkv);
+      rope_kv_write(ctx, q.t.reshape({1, q_dim / head_dim, head_dim}), k.t.reshape({1, kvh, head_dim}),
+                    v.t.reshape({1, kvh, head_dim}), {kc.t, vc.t}, pos.tensor, slot.tensor, rp);
+      linear(ctx, proj.t, q.t, w[l].o.t);
+      add_rms_norm(ctx, h.t, x.t, proj.t, w[l].n2.t, 1e-5f);
+      linear_swiglu(ctx, act.t, h.t, w[l].g.t, w[l].u.t);
+      linear(ctx, proj.t, act.t, w[l].down.t);
+      add_rms_norm(ctx, h.t, x.t, proj.t, l + 1 < layers ? w[l + 1].n1.t : fnorm.t, 1e-5f);
+    }
+    linear(ctx, logits.t, h.t, head.t);
+  };
+  step();
+  cuda::synchronize(stream);
+  cuda::graph_begin_capture(stream);
+  step();
+  void* exec = cuda::graph_end_capture(stream);
+  const double us = time_eager_us([&](int) { cuda::graph_launch(exec, stream); }, 20);
+  cuda::graph_destroy(exec);
+  const double bytes = layers * (static_cast<double>(q_dim + 2 * kv_dim) * d + q_dim * d + 3.0 * f * d) * 2 +
+                       static_cast<double>(vocab) * d * 2;
+  report(strfmt("%s decode chain w/o attention (graph)", c.name), us, bytes);
+  std::printf("[bench] %s: %.1f us per token without attention -> %.0f tok/s ceiling before attention\n", c.name,
+              us, 1e6 / us);
+  expect_finite(logits.t, "logits");
+}
+
+TEST_F(FusedDecodeBench, DecodeChainGraph8B) { decode_chain({"8B", 32, 4096, 4096, 1024, 14336, 128256, 128}); }
+
+TEST_F(FusedDecodeBench, DecodeChainGraph1B) { decode_chain({"1B", 16, 2048, 2048, 512, 8192, 128256, 64}); }
+
+}  // namespace
+}  // namespace bunsen::kernels::test

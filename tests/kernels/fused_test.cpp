@@ -1,0 +1,117 @@
+// The fused decode ops on the CPU (linear_multi, linear_swiglu, rope_kv_write) equal, bit for bit, the
+// unfused op sequences they stand for (the model's CPU path and golden tests rely on it), at odd sizes,
+// every weight dtype, with and without biases, f32/bf16 caches and partial/no rotation; plus their
+// argument errors.
+#include <cstring>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace bunsen::kernels::test {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+TEST(FusedCpu, LinearMultiEqualsOneLinearPerPart) {
+  Context ctx;
+  std::mt19937 rng(501);
+  for (DType wt : kWeightDtypes)
+    for (int64_t m : {1, 2, 5, 9})
+      for (bool bias : {false, true}) {
+        const int64_t k = 37, ns[3] = {33, 5, 64};
+        OwnedTensor x = random_tensor(DType::kF32, {m, k}, rng);
+        std::vector<OwnedTensor> w, b, got, want;
+        std::vector<LinearPart> parts;
+        for (int64_t n : ns) {
+          w.push_back(random_tensor(wt, {n, k}, rng));
+          b.push_back(random_tensor(DType::kBF16, {n}, rng));
+          got.push_back(OwnedTensor::make(DType::kF32, {m, n}));
+          want.push_back(OwnedTensor::make(DType::kF32, {m, n}));
+          linear(ctx, want.back().tensor, x.tensor, w.back().tensor, bias ? b.back().tensor : Tensor{});
+        }
+        for (size_t p = 0; p < 3; ++p) parts.push_back({got[p].tensor, w[p].tensor, bias ? b[p].tensor : Tensor{}});
+        linear_multi(ctx, x.tensor, parts);
+        for (size_t p = 0; p < 3; ++p)
+          EXPECT_TRUE(same_bits(got[p].tensor, want[p].tensor))
+              << "part " << p << " w " << dtype_name(wt) << " m " << m << " bias " << bias;
+      }
+}
+
+TEST(FusedCpu, LinearSwigluEqualsLinearLinearSiluMul) {
+  Context ctx;
+  std::mt19937 rng(502);
+  for (DType wt : kWeightDtypes)
+    for (int64_t m : {1, 3, 8, 9})
+      for (bool bias : {false, true}) {
+        const int64_t k = 45, f = 31;
+        OwnedTensor x = random_tensor(DType::kF32, {m, k + 3}, rng);  // a column slice: strided rows
+        const Tensor xs = x.tensor.slice(1, 1, 1 + k);
+        OwnedTensor wg = random_tensor(wt, {f, k}, rng), wu = random_tensor(wt, {f, k}, rng);
+        OwnedTensor bg = random_tensor(DType::kF32, {f}, rng), bu = random_tensor(DType::kF32, {f}, rng);
+        OwnedTensor g = OwnedTensor::make(DType::kF32, {m, f}), u = OwnedTensor::make(DType::kF32, {m, f});
+        OwnedTensor want = OwnedTensor::make(DType::kF32, {m, f}), got = OwnedTensor::make(DType::kF32, {m, f});
+        linear(ctx, g.tensor, xs, wg.tensor, bias ? bg.tensor : Tensor{});
+        linear(ctx, u.tensor, xs, wu.tensor, bias ? bu.tensor : Tensor{});
+        silu_mul(ctx, want.tensor, g.tensor, u.tensor);
+        linear_swiglu(ctx, got.tensor, xs, wg.tensor, wu.tensor, bias ? bg.tensor : Tensor{},
+                      bias ? bu.tensor : Tensor{});
+        EXPECT_TRUE(same_bits(got.tensor, want.tensor)) << dtype_name(wt) << " m " << m << " bias " << bias;
+        // And it is what the formula says, to rounding.
+        const float g0 = g.tensor.ptr<float>()[0], u0 = u.tensor.ptr<float>()[0];
+        EXPECT_NEAR(got.tensor.ptr<float>()[0], g0 / (1.0f + std::exp(-g0)) * u0, 1e-5f);
+      }
+}
+
+TEST(FusedCpu, RopeKvWriteEqualsRopeRopeKvWrite) {
+  Context ctx;
+  std::mt19937 rng(503);
+  for (DType cache_dt : {DType::kF32, DType::kBF16})
+    for (auto [hd, rotary] : {std::pair<int64_t, int>{16, 16}, {20, 12}, {9, 0}}) {
+      const int64_t n = 4, nh = 6, kvh = 2, n_blocks = 3, block = 2;
+      std::vector<float> inv_freq(static_cast<size_t>(rotary / 2 + 1));
+      for (int i = 0; i < rotary / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rotary);
+      const RopeParams p{inv_freq.data(), rotary, 0.9f};
+      OwnedTensor q = random_tensor(DType::kF32, {n, nh, hd}, rng), k = random_tensor(DType::kF32, {n, kvh, hd}, rng);
+      OwnedTensor v = random_tensor(DType::kF32, {n, kvh, hd}, rng);
+      OwnedTensor kc = random_tensor(cache_dt, {n_blocks, block, kvh, hd}, rng);
+      OwnedTensor vc = random_tensor(cache_dt, {n_blocks, block, kvh, hd}, rng);
+      OwnedTensor pos = OwnedTensor::make(DType::kI32, {n}), slots = OwnedTensor::make(DType::kI64, {n});
+      const int32_t pv[4] = {0, 3, 70, 9999};
+      const int64_t sv[4] = {5, -1, 0, 2};
+      std::memcpy(pos.tensor.data, pv, sizeof(pv));
+      std::memcpy(slots.tensor.data, sv, sizeof(sv));
+      OwnedTensor q0 = clone(q.tensor), q2 = clone(q.tensor), k2 = clone(k.tensor), kc2 = clone(kc.tensor), vc2 = clone(vc.tensor);
+      if (rotary > 0) {
+        rope(ctx, q2.tensor, pos.tensor, p);
+        rope(ctx, k2.tensor, pos.tensor, p);
+      }
+      kv_write(ctx, {kc2.tensor, vc2.tensor}, k2.tensor, v.tensor, slots.tensor);
+      rope_kv_write(ctx, q.tensor, k.tensor, v.tensor, {kc.tensor, vc.tensor}, pos.tensor, slots.tensor, p);
+      const std::string what = strfmt("cache %s hd %lld rotary %d", dtype_name(cache_dt), (long long)hd, rotary);
+      EXPECT_TRUE(same_bits(q.tensor, q2.tensor)) << what;
+      EXPECT_TRUE(same_bits(k.tensor, k2.tensor)) << what;
+      EXPECT_TRUE(same_bits(kc.tensor, kc2.tensor)) << what;
+      EXPECT_TRUE(same_bits(vc.tensor, vc2.tensor)) << what;
+      EXPECT_EQ(same_bits(q.tensor, q0.tensor), rotary == 0) << what << ": q rotated only when rotary_dim > 0";
+    }
+}
+
+TEST(FusedCpu, ArgumentErrorsNameTheOp) {
+  Context ctx;
+  std::mt19937 rng(504);
+  OwnedTensor x = random_tensor(DType::kF32, {2, 8}, rng), w = random_tensor(DType::kF32, {4, 8}, rng);
+  OwnedTensor w_bad = random_tensor(DType::kF32, {4, 7}, rng), out = OwnedTensor::make(DType::kF32, {2, 4});
+  expect_kernel_error([&] { linear_multi(ctx, x.tensor, std::span<const LinearPart>{}); }, {"linear_multi", "0 parts"});
+  const LinearPart five[] = {{out.tensor, w.tensor, {}}, {out.tensor, w.tensor, {}}, {out.tensor, w.tensor, {}},
+                             {out.tensor, w.tensor, {}}, {out.tensor, w.tensor, {}}};
+  expect_kernel_error([&] { linear_multi(ctx, x.tensor, five); }, {"linear_multi", "5 parts"});
+  const LinearPart bad[] = {{out.tensor, w_bad.tensor, {}}};
+  expect_kernel_error([&] { linear_multi(ctx, x.tensor, bad); }, {"linear", "disagree on k"});
+  expect_kernel_error([&] { linear_swiglu(ctx, out.tensor, x.tensor, w.tensor, w_bad.tensor); },
+                      {"linear", "disagree on k"});
+}
+
+}  // namespace
+}  // namespace bunsen::kernels::test
