@@ -26,9 +26,25 @@ std::vector<int32_t> bench_prompt(int64_t n, int64_t vocab) {
   return ids;
 }
 
+// MoE configs (qwen3_moe, gemma4 26B-A4B, qwen3_next): experts per layer and those a token uses, from the
+// raw config keys those families read; {0, 0} for dense models.
+MoeShape moe_shape(const model::ModelConfig& c) {
+  if (c.hparams_json.empty()) return {};
+  const auto j = nlohmann::json::parse(c.hparams_json);
+  auto num = [&](const char* k) { return j.contains(k) && j.at(k).is_number_integer() ? j.at(k).get<int64_t>() : 0; };
+  MoeShape m{num("num_experts") ? num("num_experts") : num("num_local_experts"),
+             num("num_experts_per_tok") ? num("num_experts_per_tok") : num("top_k_experts"),
+             num("moe_intermediate_size")};
+  return m.n_experts > 0 && m.top_k > 0 ? m : MoeShape{};
+}
+
+// Matmul weights a token multiplies (MoE: the router and the top-k experts in place of the dense MLP).
 int64_t matmul_params(const model::ModelConfig& c) {
   const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  const int64_t per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + 3 * c.d_model * c.d_ff;
+  const MoeShape moe = moe_shape(c);
+  const int64_t mlp = moe.n_experts > 0 ? c.d_model * (moe.n_experts + 3 * moe.top_k * moe.d_expert)
+                                        : 3 * c.d_model * c.d_ff;
+  const int64_t per_layer = c.d_model * (q + 2 * kv) + q * c.d_model + mlp;
   return per_layer * c.n_layers + c.vocab_size * c.d_model;
 }
 
@@ -46,8 +62,8 @@ std::vector<int64_t> prefill_lengths(const BenchmarkOptions& o) {
 std::unique_ptr<model::Model> open_model(const BenchmarkOptions& o, BenchmarkResult& r) {
   if (!o.synthetic.empty()) {
     r.model = "synthetic:" + o.synthetic;
-    r.dtype = dtype_name(o.dtype);
-    return make_synthetic_model(o.synthetic, o.dtype, o.device);
+    r.dtype = o.quant ? strfmt("q%d/g%d", o.quant->bits, o.quant->group_size) : dtype_name(o.dtype);
+    return make_synthetic_model(o.synthetic, o.dtype, o.device, o.quant);
   }
   model::LoadOptions lo;
   lo.device = o.device;
@@ -114,6 +130,7 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   r.prompt_len = o.prompt_len;
   r.gen_len = o.gen_len;
   r.params = matmul_params(cfg);
+  r.moe = moe_shape(cfg);
   r.weight_bytes_per_token = static_cast<double>(m->weight_bytes_per_token());
   // The probe runs before and after the timed work and the larger reading is the denominator: on a shared
   // host the available bandwidth drifts, and a roofline fraction must never credit a dip in the probe.
@@ -191,6 +208,7 @@ std::string BenchmarkResult::to_json() const {
   j["decode_gbps"] = decode_gbps;
   j["probe_read_gbps"] = probe_read_gbps;
   j["decode_bandwidth_fraction"] = decode_bw_fraction;
+  if (moe.n_experts > 0) j["roofline_experts"] = {{"active", moe.top_k}, {"total", moe.n_experts}};
   return j.dump(2);
 }
 
@@ -203,10 +221,14 @@ std::string BenchmarkResult::to_text() const {
   return s +
          strfmt(
              "decode     tg%lld after %lld: %.2f tok/s, %.2f ms/token\n"
-             "roofline   %.1f MB/token -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the "
+             "roofline   %.1f MB/token%s -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the "
              "probe\n",
              (long long)gen_len, (long long)prompt_len, decode_tok_s, ms_per_token,
-             weight_bytes_per_token / 1e6, decode_gbps, 100.0 * decode_bw_fraction, probe_read_gbps);
+             weight_bytes_per_token / 1e6,
+             moe.n_experts > 0 ? strfmt(" (active experts only: %lld of %lld per MoE layer)", (long long)moe.top_k,
+                                        (long long)moe.n_experts).c_str()
+                               : "",
+             decode_gbps, 100.0 * decode_bw_fraction, probe_read_gbps);
 }
 
 }  // namespace bunsen::bench

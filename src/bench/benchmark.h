@@ -4,11 +4,13 @@
 // asserted.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "model/quant.h"
 
 namespace bunsen::bench {
 
@@ -16,6 +18,8 @@ struct BenchmarkOptions {
   std::string model_dir;  // or:
   std::string synthetic;  // named shape (synthetic_shapes.h)
   DType dtype = DType::kBF16;  // synthetic weights' dtype
+  // Synthetic weights MLX affine-quantized (every Linear, embedding and lm_head), as --quant BITS[:GROUP].
+  std::optional<model::QuantSpec> quant;
   Device device{};
   int64_t prompt_len = 512;  // context before the decode measurement (and one prefill figure)
   int64_t gen_len = 128;
@@ -40,6 +44,11 @@ struct PrefillResult {
   double ttft_ms = 0;
 };
 
+// A mixture-of-experts model's experts per layer (n_experts 0: dense). The roofline counts top_k of them.
+struct MoeShape {
+  int64_t n_experts = 0, top_k = 0, d_expert = 0;
+};
+
 struct BenchmarkResult {
   std::string model;
   std::string dtype;
@@ -55,7 +64,8 @@ struct BenchmarkResult {
   double decode_tok_s = 0;
   std::vector<DecodeBatchResult> decode_batch;
   double ms_per_token = 0;
-  double weight_bytes_per_token = 0;
+  double weight_bytes_per_token = 0;  // MoE: the router and the top_k experts of each MoE layer only
+  MoeShape moe;
   double decode_gbps = 0;      // weight bytes per token × decode tok/s
   double probe_read_gbps = 0;  // measured by the probe on the benchmarked device
   double decode_bw_fraction = 0;

@@ -21,6 +21,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"model", "DIR", "model directory; default: the built-in demo model", "m"},
     {"synthetic", "SHAPE", "random weights of a named real shape, built in memory (see --list-shapes)"},
     {"dtype", "T", "weight dtype for --synthetic: bf16 (default), f16, f32"},
+    {"quant", "BITS[:GROUP]",
+     "--synthetic weights MLX affine-quantized: bits 2,3,4,5,6,8, group 32|64|128 (default 64)"},
     {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512; 1024 with --serve)", "p"},
     {"gen", "N", "tokens to decode after the prompt (default 128; 256 with --serve)", "n"},
     {"decode-batch", "B,B", "also time decode with B sequences per step (e.g. 16,64), as the server batches"},
@@ -41,7 +43,7 @@ const std::vector<OptionSpec> kSpecs = {
 
 // --serve: prompt 1024 and gen 256 by default (the serving shape).
 int run_serve(const Args& a) {
-  for (const char* f : {"model", "synthetic", "dtype", "prefill-lens", "decode-batch", "threads", "no-probe", "device"})
+  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "threads", "no-probe", "device"})
     check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
   bench::ServeBenchOptions o;
   o.url = *a.str("serve");
@@ -58,6 +60,25 @@ int run_serve(const Args& a) {
   const bench::ServeBenchResult r = bench::run_serve_bench(o);
   std::printf("%s\n", a.flag("json") ? r.to_json().c_str() : r.to_text().c_str());
   return r.completed > 0 ? 0 : 1;
+}
+
+// "4" or "4:64" -> {bits, group} (validated by the model's quant rules).
+model::QuantSpec parse_quant(const std::string& s) {
+  model::QuantSpec q;
+  const size_t colon = s.find(':');
+  char* stop = nullptr;
+  const std::string bits = s.substr(0, colon);
+  q.bits = static_cast<int>(std::strtol(bits.c_str(), &stop, 10));
+  bool ok = !bits.empty() && *stop == '\0';
+  if (colon != std::string::npos) {
+    const std::string group = s.substr(colon + 1);
+    q.group_size = static_cast<int>(std::strtol(group.c_str(), &stop, 10));
+    ok = ok && !group.empty() && *stop == '\0';
+  }
+  if (!ok || !model::is_supported(q))
+    throw Error("cli", "bunsen benchmark: --quant must be BITS[:GROUP] with bits 2,3,4,5,6,8 and group 32, 64 or "
+                       "128, got '" + s + "'");
+  return q;
 }
 
 std::vector<int64_t> parse_lengths(const std::string& s) {
@@ -108,6 +129,11 @@ int cmd_benchmark(int argc, char** argv) {
   auto d = dtype_from_name(dt);
   check(d && is_float(*d), "cli", "bunsen benchmark: --dtype must be bf16, f16 or f32, got '" + dt + "'");
   o.dtype = *d;
+  if (a.has("quant")) {
+    check(!o.synthetic.empty(), "cli",
+          "bunsen benchmark: --quant applies to --synthetic (a checkpoint's config.json says how it is quantized)");
+    o.quant = parse_quant(*a.str("quant"));
+  }
   o.prompt_len = a.integer("prompt-len", 512);
   o.gen_len = a.integer("gen", 128);
   if (a.has("prefill-lens")) o.prefill_lens = parse_lengths(*a.str("prefill-lens"));

@@ -1,9 +1,11 @@
 // ops.h entry points of the quantized ops (linear_q, embedding_q, dequantize): validate the QuantWeight
-// (bits, group size, u32 packed width, scales/biases shapes and dtypes), the activations and index contents,
-// then route to cpu:: (or ref:: with BUNSEN_KERNELS=ref). Not a kernel. Invariants: errors are
-// Error("kernels", "<op>: ...") naming the tensors; quantized weights on CUDA are an Error (no CUDA kernels
-// yet), so a model never silently falls back.
+// (bits, group size, u32 packed width, scales/biases shapes and dtypes), the activations and (on the CPU)
+// index contents, then route CPU tensors to cpu:: (or ref:: with BUNSEN_KERNELS=ref) and CUDA tensors to
+// cuda/quant_ops.h. Not a kernel. Invariants: errors are Error("kernels", "<op>: ...") naming the tensors;
+// all tensors of a call live on one device; on CUDA activations may be f32 or bf16 and ids (device memory)
+// are checked for dtype and shape only (the kernels write a NaN row for an out-of-range id).
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -13,6 +15,9 @@
 #include "kernels/ops.h"
 #include "kernels/ref/ref_ops.h"
 #include "kernels/rows.h"
+#ifdef BUNSEN_HAVE_CUDA
+#include "kernels/cuda/quant_ops.h"
+#endif
 
 namespace bunsen::kernels {
 namespace {
@@ -22,15 +27,31 @@ using detail::fail;
 using detail::pool_of;
 using detail::use_ref;
 
-void need_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (!t->empty() && !t->device.is_cpu())
-      fail(op, "quantized (MLX affine) weights are not supported on " + t->device.str() + " yet");
+// True when the (non-empty) tensors all live on one CUDA device, false when all are on the CPU; throws for
+// a mix, or for CUDA tensors in a build without the CUDA backend.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
+  bool cuda = false, cpu = false;
+  int cuda_index = -1;
+  for (const Tensor* t : ts) {
+    if (t->empty()) continue;
+    (t->device.is_cuda() ? cuda : cpu) = true;
+    if (!t->device.is_cuda()) continue;
+    if (cuda_index >= 0 && t->device.index != cuda_index)
+      fail(op, strfmt("tensors are on different CUDA devices (cuda:%d and cuda:%d)", cuda_index,
+                      t->device.index));
+    cuda_index = t->device.index;
+  }
+  if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
+#ifndef BUNSEN_HAVE_CUDA
+  if (cuda) fail(op, "CUDA backend not built");
+#endif
+  return cuda;
 }
 
-// An f32 activation walked as rows.
-void need_rows(const char* op, const char* name, const Tensor& t) {
-  if (t.dtype != DType::kF32) fail(op, desc(name, t) + " must be f32");
+// An activation walked as rows: f32 on the CPU, f32 or bf16 on CUDA.
+void need_rows(const char* op, const char* name, const Tensor& t, bool gpu) {
+  if (t.dtype != DType::kF32 && !(gpu && t.dtype == DType::kBF16))
+    fail(op, desc(name, t) + (gpu ? " must be f32 or bf16" : " must be f32"));
   if (t.ndim < 1 || !rows_ok(t))
     fail(op, desc(name, t) + " must have a contiguous last dim and row-strided leading dims");
   if (t.data == nullptr && t.numel() > 0) fail(op, desc(name, t) + " has no data");
@@ -61,9 +82,11 @@ void need_quant(const char* op, const QuantWeight& w) {
          desc("w.scales", w.scales) + " and " + desc("w.biases", w.biases) + " must share dtype and layout");
 }
 
-void check_ids(const char* op, const Tensor& ids, int64_t n, int64_t vocab) {
+// ids [n] i32, contiguous; on the CPU every id must index a row of the table (device ids are not read).
+void check_ids(const char* op, const Tensor& ids, int64_t n, int64_t vocab, bool gpu) {
   if (ids.dtype != DType::kI32 || ids.ndim != 1 || ids.shape[0] != n || (n > 1 && ids.strides[0] != 1))
     fail(op, desc("ids", ids) + strfmt(" must be a contiguous i32 vector of %lld elements", (long long)n));
+  if (gpu) return;
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i)
     if (id[i] < 0 || id[i] >= vocab)
@@ -71,14 +94,43 @@ void check_ids(const char* op, const Tensor& ids, int64_t n, int64_t vocab) {
                       (long long)vocab));
 }
 
+#ifdef BUNSEN_HAVE_CUDA
+// The CUDA calls go to the current device; a tensor of another device would be a wrong pointer there.
+void need_current_device(const char* op, const Tensor& t) {
+  const int dev = cuda::current_device();
+  if (t.device.index != dev)
+    fail(op, strfmt("tensors are on cuda:%d but the current CUDA device is cuda:%d", t.device.index, dev));
+}
+
+cuda::DevRows dev_rows(const Tensor& t) {
+  const Rows r = as_rows(t);
+  return {t.data, t.dtype, r.n_rows, r.n_cols, r.stride};
+}
+
+cuda::DevQuant dev_quant(const QuantWeight& w) {
+  cuda::DevQuant d;
+  d.packed = w.packed.ptr<uint32_t>();
+  d.packed_stride = w.packed.strides[0];
+  d.scales = w.scales.data;
+  d.biases = w.biases.data;
+  d.sb_dtype = w.scales.dtype;
+  d.sb_stride = w.scales.strides[0];
+  d.rows = w.rows();
+  d.cols = w.cols();
+  d.bits = w.bits;
+  d.group_size = w.group_size;
+  return d;
+}
+#endif
+
 }  // namespace
 
 void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
   const char* op = "linear_q";
-  need_cpu(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});
+  const bool gpu = on_cuda(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});
   need_quant(op, w);
-  need_rows(op, "x", x);
-  need_rows(op, "out", out);
+  need_rows(op, "x", x, gpu);
+  need_rows(op, "out", out, gpu);
   if (x.dim(-1) != w.cols())
     fail(op,
          desc("x", x) + strfmt(" and a quantized weight of %lld columns disagree on k", (long long)w.cols()));
@@ -90,28 +142,47 @@ void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor b
                         (bias.shape[0] > 1 && bias.strides[0] != 1)))
     fail(op, desc("bias", bias) +
                  strfmt(" must be a contiguous float vector of %lld elements", (long long)w.rows()));
+#ifdef BUNSEN_HAVE_CUDA
+  if (gpu) {
+    need_current_device(op, x);
+    return cuda::linear_q(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_quant(w),
+                          bias.empty() ? nullptr : bias.data, bias.dtype);
+  }
+#endif
   use_ref() ? ref::linear_q(out, x, w, bias) : cpu::linear_q(pool_of(ctx), out, x, w, bias);
 }
 
 void embedding_q(Context& ctx, Tensor out, const QuantWeight& table, Tensor ids, float scale) {
   const char* op = "embedding_q";
-  need_cpu(op, {&out, &table.packed, &table.scales, &table.biases, &ids});
+  const bool gpu = on_cuda(op, {&out, &table.packed, &table.scales, &table.biases, &ids});
   need_quant(op, table);
-  need_rows(op, "out", out);
+  need_rows(op, "out", out, gpu);
   if (out.ndim != 2 || out.shape[1] != table.cols())
     fail(op, desc("out", out) + strfmt(" must be [n, %lld]", (long long)table.cols()));
-  check_ids(op, ids, out.shape[0], table.rows());
+  check_ids(op, ids, out.shape[0], table.rows(), gpu);
+#ifdef BUNSEN_HAVE_CUDA
+  if (gpu) {
+    need_current_device(op, out);
+    return cuda::embedding_q(ctx.cuda_stream, dev_rows(out), dev_quant(table), ids.ptr<int32_t>(), scale);
+  }
+#endif
   use_ref() ? ref::embedding_q(out, table, ids, scale)
             : cpu::embedding_q(pool_of(ctx), out, table, ids, scale);
 }
 
 void dequantize(Context& ctx, Tensor out, const QuantWeight& w) {
   const char* op = "dequantize";
-  need_cpu(op, {&out, &w.packed, &w.scales, &w.biases});
+  const bool gpu = on_cuda(op, {&out, &w.packed, &w.scales, &w.biases});
   need_quant(op, w);
-  need_rows(op, "out", out);
+  need_rows(op, "out", out, gpu);
   if (out.ndim != 2 || out.shape[0] != w.rows() || out.shape[1] != w.cols())
     fail(op, desc("out", out) + strfmt(" must be [%lld, %lld]", (long long)w.rows(), (long long)w.cols()));
+#ifdef BUNSEN_HAVE_CUDA
+  if (gpu) {
+    need_current_device(op, out);
+    return cuda::dequantize(ctx.cuda_stream, dev_rows(out), dev_quant(w));
+  }
+#endif
   use_ref() ? ref::dequantize(out, w) : cpu::dequantize(pool_of(ctx), out, w);
 }
 

@@ -76,9 +76,6 @@ kernels::QuantWeight load_quant_weight(const WeightStore& ws, const std::string&
                                        int64_t in, QuantSpec spec) {
   if (!is_supported(spec))
     quant_fail(prefix, strfmt("unsupported bits=%d group_size=%d", spec.bits, spec.group_size));
-  if (!ws.device().is_cpu())
-    quant_fail(prefix, "quantized (MLX affine) weights are not supported on " + ws.device().str() +
-                           " yet; load the model on the CPU");
   if (in % spec.group_size != 0)
     quant_fail(prefix, strfmt("group_size %d does not divide the input dimension %lld", spec.group_size,
                               (long long)in));

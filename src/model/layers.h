@@ -1,7 +1,7 @@
 // Building blocks shared by the arch/ files: a Linear (float or MLX affine-quantized weight + optional bias),
 // an Embedding table (float or quantized) and weight-fetching helpers that validate names, shapes and dtypes
 // once at load. Not a module system: forward code stays in arch/. Invariant: a quantized module passed
-// every shape check of load_quant_weight (errors name the module) and lives on the CPU.
+// every shape check of load_quant_weight (errors name the module); it lives where its store lives.
 #pragma once
 #include <span>
 #include <string>
@@ -53,7 +53,7 @@ Embedding load_embedding(const WeightStore& ws, const ModelConfig& cfg, const st
                          int64_t vocab, int64_t d);
 // PREFIX.weight [out, in*bits/32] u32, PREFIX.scales and PREFIX.biases [out, in/group] (one float dtype).
 // Errors are Error("weights", "quantized module 'PREFIX': ...") for a wrong dtype or packed width, missing
-// scales/biases, their shapes or dtypes, a group size that does not divide `in`, or a non-CPU store.
+// scales/biases, their shapes or dtypes, or a group size that does not divide `in`.
 kernels::QuantWeight load_quant_weight(const WeightStore& ws, const std::string& prefix, int64_t out,
                                        int64_t in, QuantSpec spec);
 // Rows [begin, end) of a [out, in] linear (split of a fused projection: a contiguous view, no copy).

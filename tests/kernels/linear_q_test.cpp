@@ -222,8 +222,8 @@ TEST(LinearQ, MalformedWeightsAreErrors) {
   OwnedTensor x_wide = random_tensor(DType::kF32, {2, 96}, rng);
   expect_kernel_error([&] { linear_q(ctx, out.tensor, x_wide.tensor, f.w); }, {"disagree on k"});
   bad = f.w;
-  bad.packed.device = Device::cuda(0);
-  expect_kernel_error([&] { linear_q(ctx, out.tensor, x.tensor, bad); }, {"not supported on cuda"});
+  bad.packed.device = Device::cuda(0);  // a CUDA weight with CPU activations
+  expect_kernel_error([&] { linear_q(ctx, out.tensor, x.tensor, bad); }, {"linear_q", "different devices"});
   OwnedTensor ids = OwnedTensor::make(DType::kI32, {2});
   ids.tensor.ptr<int32_t>()[0] = 1;
   ids.tensor.ptr<int32_t>()[1] = 8;

@@ -1,0 +1,48 @@
+// Host-callable CUDA entry points of the quantized ops (MLX affine weights, QuantWeight in ops.h):
+// linear_q (a bandwidth-bound GEMV for m <= kGemvMaxM, dequantize-to-bf16-chunks + cuBLASLt above),
+// embedding_q and dequantize, on device tensors described by plain structs.
+// Not a validator and not CUDA-aware: plain C++17 like cuda_ops.h (dispatch_quant.cpp checks bits, group
+// size, shapes and dtypes first). Invariants: every launch goes to the given stream; nothing allocates
+// except the per-stream scratch arena (GEMM path only), which grows only outside graph capture; ids live
+// on the device and are not checked on the host (an out-of-range id gives a NaN row).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace bunsen::kernels::cuda {
+
+// A quantized matrix [rows, cols] on the device: row r's codes are the little-endian bit stream at
+// packed + r * packed_stride (u32 words); scales/biases [rows, cols / group_size] share dtype and stride.
+struct DevQuant {
+  const uint32_t* packed = nullptr;
+  int64_t packed_stride = 0;  // u32 words between rows
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  DType sb_dtype = DType::kBF16;  // f32 | f16 | bf16
+  int64_t sb_stride = 0;          // elements between rows of scales (and of biases)
+  int64_t rows = 0, cols = 0;
+  int bits = 4;         // 2, 3, 4, 5, 6 or 8
+  int group_size = 64;  // 32, 64 or 128 (divides cols)
+};
+
+// out = x · dequant(w)ᵀ (+ bias).   out [m, n] f32|bf16; x [m, k] f32|bf16; bias [n] f32|f16|bf16 or null.
+// m <= kGemvMaxM: f32 math on the exact codes (sum_g scale_g * sum(q * x) + bias_g * sum(x)), matching the
+// CPU to f32 rounding. Larger m: each chunk of weight rows is dequantized to bf16 in scratch and multiplied
+// by cuBLASLt (x rounded to bf16 first when f32): bf16-GEMM accuracy.
+void linear_q(void* stream, DevRows out, DevRows x, const DevQuant& w, const void* bias, DType bias_dtype);
+
+// out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32|bf16; ids [n] i32 on the device.
+void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t* ids, float scale);
+
+// out = dequant(w), each element fmaf(scale, code, bias) in f32 (bit for bit the CPU's), stored in out's
+// dtype.   out [rows, cols] f32|bf16.
+void dequantize(void* stream, DevRows out, const DevQuant& w);
+
+// ---- test hook (process-wide) ----
+// kSimple: the plain one-warp-per-row kernel (any alignment); kGemv/kGemm force those paths at any m.
+enum class LinearQPath : uint8_t { kAuto, kGemv, kGemm, kSimple };
+void set_linear_q_path_for_testing(LinearQPath path);
+
+}  // namespace bunsen::kernels::cuda
