@@ -4,6 +4,7 @@ Not a general RNG. Spec (keep in sync with synthetic.h):
   key = fnv1a64(name) ^ seed;  h = splitmix64(key + i)  (i = flat index, mod 2^64)
   x = float(int64(h >> 40) - 2^23) / 2^23;  v = bf16_rne(f32(f32(x * scale) + offset));  |v| < 2^-14 -> +0
 Scale/offset by the full HF name (first rule that matches): "norm" in name and endswith ".weight" -> 0.25/1;
+"layer_scalar" in name -> 0.25/1;
 endswith ".bias" -> 0.25/0; "embed_tokens" in name -> 1/0; == "lm_head.weight" -> f32(4/sqrt(in))/0;
 anything else -> f32(1/sqrt(in))/0 with in = shape[-1] (0-d: 1/0).
 numpy is used when importable (vectorised, chunked); otherwise a pure-Python path gives the same bits.
@@ -69,6 +70,8 @@ def synthetic_key(name, seed):
 def synthetic_scale(name, shape):
     """(scale, offset) as float32-exact Python floats."""
     if "norm" in name and name.endswith(".weight"):
+        return 0.25, 1.0
+    if "layer_scalar" in name:  # Gemma 4 scales each layer's output by it: near 1 like a norm weight
         return 0.25, 1.0
     if name.endswith(".bias"):
         return 0.25, 0.0

@@ -37,6 +37,21 @@ void copy_shape(FitModel& m, const model::ModelConfig& c, const std::string& nam
   m.d_ff = c.d_ff;
   m.vocab_size = c.vocab_size;
   m.max_position = c.max_position_embeddings;
+  try {
+    m.n_kv_layers = 0;
+    for (const model::KvLayerSpec& l : model::kv_layout_from_config(c)) {
+      if (l.is_linear()) {
+        m.state_bytes_per_seq += l.state_bytes();
+      } else if (l.shares_kv_with < 0) {  // KV-shared layers (Gemma 4) read another layer's cache
+        ++m.n_kv_layers;
+        m.kv_row_elems += static_cast<uint64_t>(l.n_kv_heads * l.head_dim);
+      }
+    }
+  } catch (const Error&) {  // a config the family parser rejects: count every layer as attention
+    m.n_kv_layers = -1;
+    m.state_bytes_per_seq = 0;
+    m.kv_row_elems = 0;
+  }
 }
 
 // Total bytes and bytes read per decoded token: an untied embedding table is read one row at a time.
@@ -88,7 +103,9 @@ FitModel fit_model_from_tensors(const model::ModelConfig& cfg, const std::vector
 }
 
 uint64_t kv_bytes_per_token(const FitModel& m, DType kv_dtype) {
-  return 2 * static_cast<uint64_t>(m.n_layers) * static_cast<uint64_t>(m.n_kv_heads) *
+  if (m.kv_row_elems > 0) return 2 * m.kv_row_elems * dtype_size(kv_dtype);  // per-layer KV shapes
+  const int64_t layers = m.n_kv_layers >= 0 ? m.n_kv_layers : m.n_layers;
+  return 2 * static_cast<uint64_t>(layers) * static_cast<uint64_t>(m.n_kv_heads) *
          static_cast<uint64_t>(m.head_dim) * dtype_size(kv_dtype);
 }
 
@@ -145,17 +162,23 @@ FitResult compute_fit(const FitModel& m, const FitTarget& t, const FitRequest& r
   f.weights_fit = fixed <= f.budget_bytes;
   f.kv_budget_bytes = f.weights_fit ? f.budget_bytes - fixed : 0;
   const uint64_t block_bytes = f.kv_bytes_per_token * static_cast<uint64_t>(r.block_size);
-  const uint64_t n_blocks = block_bytes ? f.kv_budget_bytes / block_bytes : 0;
+  // A sequence's cost: its KV blocks plus (hybrid models) its linear-attention state slot.
+  const uint64_t state = m.state_bytes_per_seq;
+  f.state_bytes_per_seq = state;
+  const uint64_t one_seq_budget = f.kv_budget_bytes > state ? f.kv_budget_bytes - state : 0;
+  const uint64_t n_blocks = block_bytes ? one_seq_budget / block_bytes : 0;
   f.max_context = static_cast<int64_t>(n_blocks) * r.block_size;
   if (m.max_position > 0) f.max_context = std::min(f.max_context, m.max_position);
   const uint64_t blocks_per_seq = static_cast<uint64_t>((r.ctx + r.block_size - 1) / r.block_size);
-  f.concurrent_seqs = static_cast<int64_t>(n_blocks / blocks_per_seq);
+  const uint64_t seq_bytes = blocks_per_seq * block_bytes + state;
+  f.concurrent_seqs = seq_bytes ? static_cast<int64_t>(f.kv_budget_bytes / seq_bytes) : 0;
   f.fits = f.weights_fit && f.concurrent_seqs >= 1;
   f.batch_fits = f.weights_fit && f.concurrent_seqs >= r.batch;
   f.bandwidth_gbps = t.bandwidth_gbps;
   f.efficiency = t.efficiency;
   f.bytes_per_token = static_cast<double>(m.weight_read_bytes) +
-                      static_cast<double>(f.kv_bytes_per_token) * static_cast<double>(r.ctx);
+                      static_cast<double>(f.kv_bytes_per_token) * static_cast<double>(r.ctx) +
+                      static_cast<double>(state);  // the state is read (and written) once per token
   if (t.bandwidth_gbps > 0 && f.bytes_per_token > 0)
     f.decode_tok_s = t.bandwidth_gbps * 1e9 * t.efficiency / f.bytes_per_token;
   return f;

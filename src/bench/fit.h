@@ -2,8 +2,9 @@
 // memory pool (a GPU, this machine's RAM, or a datasheet GPU) whether a model fits, the longest context
 // and how many sequences fit, and the batch-1 decode speed that memory bandwidth allows. Pure functions
 // (no IO): fit_probe.h gathers the inputs. Not the engine's admission (that sizes the real KV pool);
-// this mirrors its rules: paged KV in blocks of block_size tokens, every layer keeps full-length KV,
-// KV bf16 on CUDA and f32 on the CPU (as the Runner allocates it today).
+// this mirrors its rules: paged KV in blocks of block_size tokens, every attention layer keeps full-length KV,
+// KV bf16 on CUDA and f32 on the CPU (as the Runner allocates it today); a hybrid model's linear-attention
+// layers hold no KV but one f32 state slot per running sequence.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +24,13 @@ struct FitModel {
   uint64_t weight_bytes = 0;      // every tensor of the checkpoint
   uint64_t weight_read_bytes = 0; // bytes one decoded token reads (an untied embedding table counts one row)
   uint64_t params = 0;            // elements (0 when only bytes are known, e.g. quantized files)
+  // Hybrid models (model::kv_layout_from_config): layers with paged KV, and the f32 linear-attention state
+  // one running sequence holds (conv + recurrent, every linear layer). Others: n_kv_layers = n_layers, 0.
+  int64_t n_kv_layers = -1;        // -1: every layer
+  uint64_t state_bytes_per_seq = 0;
+  // Sum over the layers that own KV of n_kv_heads * head_dim (per-layer shapes: Gemma 4); 0: unknown,
+  // n_kv_layers x n_kv_heads x head_dim is used.
+  uint64_t kv_row_elems = 0;
 };
 
 // From the shape: every tensor of the family's manifest (model/registry.h) × dtype size.
@@ -31,7 +39,7 @@ FitModel fit_model_from_config(const model::ModelConfig& cfg, DType weight_dtype
 FitModel fit_model_from_tensors(const model::ModelConfig& cfg, const std::vector<std::pair<std::string, uint64_t>>& tensors,
                                 const std::string& name);
 
-// 2 × n_layers × n_kv_heads × head_dim × dtype size.
+// 2 × n_kv_layers × n_kv_heads × head_dim × dtype size.
 uint64_t kv_bytes_per_token(const FitModel& m, DType kv_dtype);
 
 // One step's scratch for step_tokens tokens and max_seqs logits rows (the llama-family workspace:
@@ -83,7 +91,8 @@ struct FitResult {
   bool fits = false;              // ... and one sequence of ctx tokens of KV
   bool batch_fits = false;        // ... and batch sequences of ctx tokens
   int64_t max_context = 0;        // tokens of KV one sequence can hold, whole blocks, capped at max_position
-  int64_t concurrent_seqs = 0;    // sequences of ctx tokens whose KV fits at once
+  int64_t concurrent_seqs = 0;    // sequences of ctx tokens whose KV (+ linear-attention state) fits at once
+  uint64_t state_bytes_per_seq = 0;  // hybrid models: each sequence's state slot
   double bandwidth_gbps = 0, efficiency = 1.0;
   double bytes_per_token = 0;     // weight_read_bytes + KV of ctx tokens
   double decode_tok_s = 0;        // batch 1 at ctx tokens of context; 0 when the bandwidth is unknown

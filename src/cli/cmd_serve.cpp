@@ -24,7 +24,9 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "kernels/device.h"
+#include "model/fingerprint.h"
 #include "model/registry.h"
+#include "model/synthetic.h"
 #include "server/app.h"
 #include "text/chat_template.h"
 
@@ -60,8 +62,8 @@ const std::vector<OptionSpec> kSpecs = {
                             "CUDA; on the CPU 75% of RAM, with the KV pool capped at 4 GiB beyond one context)"},
     {"allow-request-templates", "", "accept a chat template supplied in a request"},
     {"prompt-cache", "GB", "prefix cache: reuse the KV blocks of earlier prompts (default 2; 0 disables it). "
-                           "For now only the device tier (blocks in the KV pool) exists: any GB > 0 enables it; "
-                           "the host-RAM tier of GB gigabytes comes later"},
+                           "Blocks live in the KV pool; on CUDA, blocks evicted from it are kept in GB gigabytes "
+                           "of pinned host RAM and restored from there on a hit"},
     {"no-prefix-cache", "", "disable the prefix cache (same as --prompt-cache 0)"},
     {"ssd-cache", "DIR", "SSD tier of the prefix cache: snapshot finished prompts to DIR and restore them, also "
                          "after a restart (off unless set)"},
@@ -175,6 +177,7 @@ struct Sizing {
   std::vector<kv::KvQuantSpec> kv_quant;  // per layer (--kv-quant); empty = none
   std::string kv_label = "f32";           // kv_dtype or the quantization scheme, for the card and /admin
   bool prefix_cache = true;  // --prompt-cache > 0 and no --no-prefix-cache
+  uint64_t ram_cache_bytes = 0;  // RAM tier (CUDA): --prompt-cache GB
   std::string ssd_dir;        // --ssd-cache ("" = off)
   uint64_t ssd_max_bytes = 32ull << 30;
   bool ssd_verify = false;
@@ -204,6 +207,7 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   const double cache_gb = a.number("prompt-cache", 2.0);
   check(cache_gb >= 0 && cache_gb <= 1e6, "cli", "bunsen serve: --prompt-cache must be a size in GB >= 0");
   s.prefix_cache = cache_gb > 0 && !a.flag("no-prefix-cache");
+  s.ram_cache_bytes = s.prefix_cache && cuda ? static_cast<uint64_t>(cache_gb * 1e9) : 0;
   s.ssd_dir = a.str("ssd-cache", "");
   const double ssd_gb = a.number("ssd-cache-max", 32.0);
   check(ssd_gb > 0 && ssd_gb <= 1e6, "cli", "bunsen serve: --ssd-cache-max must be a size in GB > 0");
@@ -211,10 +215,10 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   s.ssd_verify = a.flag("ssd-cache-verify");
   s.kv_quant = kv_quant;
   s.kv_label = kv_quant_label(kv_quant, s.kv_dtype, static_cast<int64_t>(kv.size()));
-  std::vector<kv::KvLayerShape> shapes;
-  for (const model::KvLayerSpec& l : kv) shapes.push_back({l.n_kv_heads, l.head_dim});
+  const std::vector<kv::KvLayerShape> shapes = engine::owned_kv_shapes(kv);  // KV-shared layers own none
   // K and V of every layer (codes + scale/bias for quantized layers)
-  const auto per_token = static_cast<int64_t>(kv::KvStorage::bytes_per_block(shapes, 1, s.kv_dtype, kv_quant));
+  const auto per_token = static_cast<int64_t>(
+      kv::KvStorage::bytes_per_block(shapes, 1, s.kv_dtype, engine::owned_kv_quant(kv, kv_quant)));
   int64_t tokens = std::max(s.ctx, s.batch * std::min(s.ctx, kTypicalSeqTokens));
   if (per_token > 0) {
     int64_t kv_budget = 0;
@@ -349,8 +353,8 @@ std::string url_host(const std::string& host) {
 
 // The engine over a Runner sized by `sz` (the Runner goes to `runner`, which must outlive the engine).
 std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& sz, const std::vector<int32_t>& eos,
-                                             const text::Tokenizer& tok, ThreadPool& pool,
-                                             std::unique_ptr<engine::Runner>& runner) {
+                                             const text::Tokenizer& tok, const engine::ModelIdentity& identity,
+                                             ThreadPool& pool, std::unique_ptr<engine::Runner>& runner) {
   engine::RunnerOptions ro;
   ro.max_tokens_per_step = sz.step_tokens;
   ro.max_seqs = sz.batch;
@@ -367,11 +371,27 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   eo.default_eos = eos;
   eo.xtc_exempt = xtc_exempt_ids(eos, tok);
   eo.prefix_cache = sz.prefix_cache;
-  // The KV scheme is part of the prefix-cache namespace: the Engine mixes in the runner's kv_quant itself.
+  // The prefix-cache namespace: architecture, KV dtype/scheme, block size, weights, tokenizer, adapters.
+  eo.cache_namespace = engine::cache_namespace_of(model.config(), runner->storage().dtype(), runner->block_size(),
+                                                  sz.kv_quant, identity);
+  eo.ram_cache_bytes = sz.ram_cache_bytes;
   eo.ssd_cache_dir = sz.ssd_dir;
   eo.ssd_cache_max_bytes = sz.ssd_max_bytes;
   eo.ssd_cache_verify = sz.ssd_verify;
   return std::make_unique<engine::Engine>(*runner, eo);
+}
+
+// Weights + tokenizer fingerprints of the served model (synthetic models: their shape name; no adapters yet).
+engine::ModelIdentity model_identity(const ServeModel& sm, const std::optional<std::string>& synthetic) {
+  engine::ModelIdentity id;
+  if (synthetic) {
+    id.weights = model::fnv1a64("synthetic:" + *synthetic);
+    id.tokenizer = model::fnv1a64("byte-tokenizer");
+  } else {
+    id.weights = model::checkpoint_fingerprint(sm.dir);
+    id.tokenizer = model::tokenizer_fingerprint(sm.dir);
+  }
+  return id;
 }
 
 server::AdminInfo admin_info(const Sizing& sz, bool replay, int64_t weights_bytes) {
@@ -457,7 +477,7 @@ int cmd_serve(int argc, char** argv) {
   std::unique_ptr<engine::Runner> runner;
   std::unique_ptr<engine::Backend> backend =
       replay ? std::make_unique<engine::ReplayBackend>(replay_scripts(*a.str("replay"), *tok), cfg.vocab_size, sz.ctx)
-             : make_engine(*model, sz, eos_ids(cfg, *tok), *tok, pool, runner);
+             : make_engine(*model, sz, eos_ids(cfg, *tok), *tok, model_identity(sm, synthetic), pool, runner);
 
   server::ModelServiceConfig mc;
   mc.model_id = sm.id;

@@ -68,6 +68,10 @@ uint64_t hash_text(const std::string& text) {
 
 std::unique_ptr<kv::PrefixCache> make_cache(Runner& runner, const EngineOptions& o) {
   if (!o.prefix_cache) return nullptr;
+  if (runner.has_linear_state()) {  // a hit would restore K/V but not the linear-attention state
+    log::info("engine", "prefix cache off: hybrid model (linear-attention state has no block checkpoints yet)");
+    return nullptr;
+  }
   const kv::KvStorage& st = runner.storage();
   const size_t per_block = st.n_blocks() > 0 ? st.bytes() / static_cast<size_t>(st.n_blocks()) : 0;
   return std::make_unique<kv::PrefixCache>(runner.pool(), runner.block_size(), per_block);
@@ -128,6 +132,15 @@ uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32
   return h == 0 ? 1 : h;
 }
 
+uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size,
+                            const std::vector<kv::KvQuantSpec>& kv_quant, const ModelIdentity& id) {
+  const uint64_t base = cache_namespace_of(cfg, kv_dtype, block_size, kv_quant);
+  const uint64_t h = hash_text(strfmt("bunsen-identity-v1|%016llx|%016llx|%016llx|", (unsigned long long)base,
+                                      (unsigned long long)id.weights, (unsigned long long)id.tokenizer) +
+                               id.adapters);
+  return h == 0 ? 1 : h;
+}
+
 void validate_request(const EngineRequest& req, int64_t vocab_size, int64_t max_request_tokens) {
   check(!req.prompt.empty(), "engine", "prompt is empty: at least one token is needed");
   for (size_t i = 0; i < req.prompt.size(); ++i)
@@ -158,6 +171,7 @@ Engine::Engine(Runner& runner, EngineOptions options)
                                                runner.options().kv_quant);
   counters_.prefix_cache_enabled = cache_ != nullptr;
   ssd_open();
+  ram_open();
   counters_.max_batch = opts_.max_batch;
   counters_.max_num_batched_tokens = opts_.max_num_batched_tokens;
   counters_.kv_blocks_total = runner_.pool().n_blocks();
@@ -214,7 +228,8 @@ EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   EngineStats s = stats_;
   s.waiting += static_cast<int64_t>(inbox_.size());
-  fill_ssd_stats(s);  // live: the writer thread finishes snapshots while the engine loop sleeps
+  fill_ssd_stats(s);
+  fill_ram_stats(s);  // live: the writer thread finishes snapshots while the engine loop sleeps
   return s;
 }
 

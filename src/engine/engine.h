@@ -25,6 +25,7 @@
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "core/thread_pool.h"
+#include "kv/ram_tier.h"
 #include "kv/ssd_tier.h"
 #include "sampling/sampler.h"
 
@@ -109,6 +110,15 @@ struct EngineStats {
   int64_t ssd_cache_quarantined = 0;
   int64_t ssd_cache_evictions = 0;
   int64_t ssd_cache_dropped = 0;  // snapshots skipped because the write queue was full
+  // RAM tier (--prompt-cache GB on CUDA): blocks evicted from the device cache, in pinned host memory.
+  bool ram_cache_enabled = false;
+  int64_t ram_cache_capacity_blocks = 0;
+  int64_t ram_cache_entries = 0;
+  int64_t ram_cache_bytes = 0;
+  int64_t ram_cache_stores = 0;
+  int64_t ram_cache_evictions = 0;
+  int64_t ram_cache_hits = 0;
+  int64_t ram_cache_hit_tokens = 0;
 };
 
 class Backend {
@@ -146,17 +156,33 @@ struct EngineOptions {
   std::string ssd_cache_dir;
   uint64_t ssd_cache_max_bytes = 32ull << 30;
   bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
+  // RAM tier of the prefix cache (CUDA runners; needs prefix_cache): bytes of pinned host memory that
+  // blocks evicted from the device cache are copied into, and restored from on a later hit. 0: off.
+  uint64_t ram_cache_bytes = 0;
 };
 
 // The namespace the Engine derives from what it has: the model config's architecture fields (type,
 // vocabulary, widths, layer/head counts, head_dim, rope, norm eps, sliding windows, multipliers), the KV
-// dtype and the block size. Two models that differ in any of them never share cached blocks. Not yet
-// covered (callers add them through EngineOptions::cache_namespace): weights, tokenizer, adapters.
+// dtype and the block size. Two models that differ in any of them never share cached blocks. Weights,
+// tokenizer and adapters are not known here: callers mix them in with the ModelIdentity overload below.
 uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size);
 // The same mixed with a per-layer quantized-KV scheme (the base value when nothing is quantized), so blocks
 // written under one KV scheme are never reused under another. The Engine's default uses the runner's scheme.
 uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size,
                             const std::vector<kv::KvQuantSpec>& kv_quant);
+
+// What else a cached block depends on: the weights (model::checkpoint_fingerprint), the tokenizer files
+// (model::tokenizer_fingerprint) and the adapter set ("" = none; names + their fingerprints otherwise).
+struct ModelIdentity {
+  uint64_t weights = 0;
+  uint64_t tokenizer = 0;
+  std::string adapters;
+};
+// The namespace of the architecture + KV scheme above mixed with `id` (what `bunsen serve` passes as
+// EngineOptions::cache_namespace): a fine-tune of the same shape, another tokenizer or adapter set never
+// hits another's blocks, in the device cache or from the SSD tier after a restart.
+uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32_t block_size,
+                            const std::vector<kv::KvQuantSpec>& kv_quant, const ModelIdentity& id);
 
 class Engine final : public Backend {
  public:
@@ -193,6 +219,13 @@ class Engine final : public Backend {
   void ssd_restore(const Sequence& s);
   kv::SsdLayout ssd_layout() const;      // tensor_bytes per block
   void fill_ssd_stats(EngineStats& s) const;  // any thread
+  bool collect_block_tensors();                // fills block_tensors_/block_bytes_; false: not contiguous
+  // RAM tier (engine_ram.cpp), engine thread only.
+  void ram_open();
+  void ram_store(kv::BlockKey key, kv::BlockKey parent, std::span<const int32_t> tokens, kv::BlockId id);
+  void ram_restore(const Sequence& s);
+  void ram_copy(int32_t slot, kv::BlockId block, bool to_device);
+  void fill_ram_stats(EngineStats& s) const;
 
   Runner& runner_;
   EngineOptions opts_;
@@ -219,8 +252,14 @@ class Engine final : public Backend {
   std::vector<const ScheduledChunk*> row_chunks_;  // the chunk of each logits row
   std::unique_ptr<ThreadPool> sample_pool_;        // samples a step's rows side by side
   std::unique_ptr<kv::SsdTier> ssd_;               // null when the SSD tier is off
-  std::vector<const Tensor*> ssd_tensors_;         // per-block KV tensors in snapshot order (K, V[, params])
-  std::vector<size_t> ssd_block_bytes_;            // bytes of one block of each of them
+  std::vector<const Tensor*> block_tensors_;       // per-block KV tensors in snapshot order (K, V[, params])
+  std::vector<size_t> block_bytes_;                // bytes of one block of each of them
+  size_t block_pitch_ = 0;  // > 0: block_tensors_[i].data == [0].data + i * pitch, equal bytes (one 2-D copy)
+  std::unique_ptr<kv::RamTier> ram_;               // null when the RAM tier is off
+  bool ram_failed_ = false;                        // a copy failed: stores and restores stop
+  kernels::DeviceMemory ram_memory_;               // [n_slots][tensor][block bytes] pinned host memory
+  mutable std::mutex ram_stats_mu_;
+  kv::RamTierStats ram_stats_;                     // copy for other threads (guarded by ram_stats_mu_)
   std::unordered_set<SeqId> ssd_probed_;           // waiting sequences already looked up on disk
   bool ssd_snapshots_ = true;                      // off while shutting down
   EngineStats counters_;                       // engine thread's totals; copied into stats_ each step

@@ -6,6 +6,7 @@
 // cover is looked up on disk (index only), longest block-aligned prefix first; a hit maps the file, copies
 // the payload into freshly allocated pool blocks (memcpy / staged upload) and inserts them into the device
 // cache, so admission hits them. Not the scheduler: only PrefixCache::match/allocate/release are used.
+// The RAM tier (engine_ram.cpp) is consulted first for the same sequences.
 // Cost: a restore runs on the engine thread and delays that step by the file's mapping + verification +
 // a copy of the restored bytes (memory/PCIe speed once the page cache holds the file, disk speed when not).
 #include <algorithm>
@@ -38,12 +39,8 @@ bool entry_usable(const kv::SsdEntry& e, const kv::SsdLayout& per_block, std::sp
 
 }  // namespace
 
-void Engine::ssd_open() {
-  if (opts_.ssd_cache_dir.empty()) return;
-  if (!cache_) {
-    log::warn("engine", "--ssd-cache needs the prefix cache; the SSD tier is off");
-    return;
-  }
+bool Engine::collect_block_tensors() {
+  if (!block_tensors_.empty()) return true;
   const kv::KvStorage& st = runner_.storage();
   // Every per-block tensor of every layer: K and V, plus their scale/bias tensors when quantized.
   for (const kv::KvLayerView& l : st.layers()) {
@@ -51,14 +48,37 @@ void Engine::ssd_open() {
       if (t->empty()) continue;
       const int64_t per_block = t->ndim == 4 ? t->dim(1) * t->dim(2) * t->dim(3) : -1;
       if (per_block <= 0 || t->stride(0) != per_block || !t->rows_contiguous()) {
-        log::warn("engine", "the SSD tier needs contiguous KV blocks; it is off");
-        ssd_tensors_.clear();
-        ssd_block_bytes_.clear();
-        return;
+        block_tensors_.clear();
+        block_bytes_.clear();
+        return false;
       }
-      ssd_tensors_.push_back(t);
-      ssd_block_bytes_.push_back(static_cast<size_t>(per_block) * dtype_size(t->dtype));
+      block_tensors_.push_back(t);
+      block_bytes_.push_back(static_cast<size_t>(per_block) * dtype_size(t->dtype));
     }
+  }
+  // Equal block sizes at a constant distance (one packed region): copies of a block take one 2-D copy.
+  block_pitch_ = 0;
+  if (block_tensors_.size() > 1) {
+    const auto* base = static_cast<const std::byte*>(block_tensors_[0]->data);
+    const auto pitch = static_cast<const std::byte*>(block_tensors_[1]->data) - base;
+    bool uniform = pitch > 0;
+    for (size_t i = 0; i < block_tensors_.size() && uniform; ++i)
+      uniform = block_bytes_[i] == block_bytes_[0] &&
+                static_cast<const std::byte*>(block_tensors_[i]->data) - base == pitch * static_cast<ptrdiff_t>(i);
+    if (uniform) block_pitch_ = static_cast<size_t>(pitch);
+  }
+  return true;
+}
+
+void Engine::ssd_open() {
+  if (opts_.ssd_cache_dir.empty()) return;
+  if (!cache_) {
+    log::warn("engine", "--ssd-cache needs the prefix cache; the SSD tier is off");
+    return;
+  }
+  if (!collect_block_tensors()) {
+    log::warn("engine", "the SSD tier needs contiguous KV blocks; it is off");
+    return;
   }
   kv::SsdStoreOptions so;
   so.dir = opts_.ssd_cache_dir;
@@ -91,7 +111,7 @@ kv::SsdLayout Engine::ssd_layout() const {
   l.n_kv_heads = layers.empty() ? 0 : static_cast<int32_t>(layers[0].k.dim(2));
   l.head_dim = layers.empty() ? 0 : static_cast<int32_t>(layers[0].k.dim(3));
   l.dtype = runner_.storage().dtype();
-  l.tensor_bytes.assign(ssd_block_bytes_.begin(), ssd_block_bytes_.end());
+  l.tensor_bytes.assign(block_bytes_.begin(), block_bytes_.end());
   return l;
 }
 
@@ -117,15 +137,15 @@ void Engine::ssd_snapshot(const Sequence& s) {
     snap.n_blocks = std::max(snap.n_blocks, nb);
   }
   size_t per_block = 0;
-  for (size_t b : ssd_block_bytes_) per_block += b;
+  for (size_t b : block_bytes_) per_block += b;
   if (snap.targets.empty() || !ssd_->has_room(per_block * static_cast<size_t>(snap.n_blocks))) return release_held();
   snap.layout = ssd_layout();
   snap.tokens.assign(s.tokens.begin(), s.tokens.begin() + snap.n_blocks * bs);
   kernels::Context ctx;
   try {
-    for (size_t i = 0; i < ssd_block_bytes_.size(); ++i) {
-      const Tensor& t = *ssd_tensors_[i];
-      const size_t bb = ssd_block_bytes_[i];
+    for (size_t i = 0; i < block_bytes_.size(); ++i) {
+      const Tensor& t = *block_tensors_[i];
+      const size_t bb = block_bytes_[i];
       std::vector<std::byte> buf(bb * static_cast<size_t>(snap.n_blocks));
       for (int64_t j = 0; j < snap.n_blocks; ++j) {
         const auto* src = static_cast<const std::byte*>(t.data) + static_cast<size_t>(held[j]) * bb;
@@ -146,12 +166,14 @@ void Engine::ssd_snapshot(const Sequence& s) {
 }
 
 void Engine::ssd_restore_waiting() {
-  if (!ssd_ || !cache_ || !ssd_->store().enabled()) return;
+  const bool ssd = ssd_ && cache_ && ssd_->store().enabled();
+  if (!ssd && !ram_) return;
   auto slots = opts_.max_batch - static_cast<int64_t>(scheduler_.running().size());
   for (Sequence* s : scheduler_.waiting()) {
     if (slots-- <= 0) break;
     if (s->num_cached_tokens >= 0 || !ssd_probed_.insert(s->id).second) continue;  // preempted or seen
-    ssd_restore(*s);
+    if (ram_) ram_restore(*s);  // RAM first: what it restores, the disk lookup then finds on the device
+    if (ssd) ssd_restore(*s);
   }
 }
 
@@ -185,9 +207,9 @@ void Engine::ssd_restore(const Sequence& s) {
     std::vector<kernels::HostToDevice> ranges;
     for (int64_t j = d; j < n; ++j) {
       blocks.push_back(*cache_->allocate());
-      for (size_t i = 0; i < ssd_block_bytes_.size(); ++i) {
-        const Tensor& t = *ssd_tensors_[i];
-        const size_t bb = ssd_block_bytes_[i];
+      for (size_t i = 0; i < block_bytes_.size(); ++i) {
+        const Tensor& t = *block_tensors_[i];
+        const size_t bb = block_bytes_[i];
         ranges.push_back({static_cast<std::byte*>(t.data) + static_cast<size_t>(blocks.back()) * bb,
                           entry->tensors[i].data() + static_cast<size_t>(j) * bb, bb});
       }

@@ -12,10 +12,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Owns a sequence's block table and returns its blocks on scope exit.
+// Owns a sequence's block table (and state slot) and returns them on scope exit.
 class SeqBlocks {
  public:
-  explicit SeqBlocks(Runner& r) : runner_(r), table_(r.block_size()) {}
+  explicit SeqBlocks(Runner& r) : runner_(r), table_(r.block_size()) {
+    check(table_.acquire_state_slot(r.pool()), "engine", "no free linear-attention state slot");
+  }
   ~SeqBlocks() { table_.release_all(runner_.pool()); }
   const kv::BlockTable& table() const { return table_; }
   void ensure(int64_t n_tokens) {

@@ -10,11 +10,7 @@
 namespace bunsen::engine {
 namespace {
 
-std::vector<kv::KvLayerShape> kv_shapes(const model::Model& m) {
-  std::vector<kv::KvLayerShape> out;
-  for (const auto& l : m.kv_layout()) out.push_back({l.n_kv_heads, l.head_dim});
-  return out;
-}
+std::vector<kv::KvLayerShape> kv_shapes(const model::Model& m) { return owned_kv_shapes(m.kv_layout()); }
 
 int64_t blocks_per_seq(const RunnerOptions& o) {
   return (o.max_context + o.block_size - 1) / o.block_size;
@@ -41,10 +37,16 @@ kv::KvStorageOptions kv_options(const RunnerOptions& o, Device dev) {
           o.kv_quant};
 }
 
+kv::KvStorageOptions kv_options(const model::Model& m, const RunnerOptions& o) {
+  kv::KvStorageOptions opts = kv_options(o, m.device());
+  opts.quant = owned_kv_quant(m.kv_layout(), o.kv_quant);
+  return opts;
+}
+
 kernels::DeviceMemory kv_memory(const model::Model& m, const RunnerOptions& o) {
   if (!m.device().is_cuda()) return {};
   return kernels::DeviceMemory::allocate(
-      m.device(), kv::KvStorage::required_bytes(kv_shapes(m), kv_options(o, m.device())),
+      m.device(), kv::KvStorage::required_bytes(kv_shapes(m), kv_options(m, o)),
       /*zero=*/true);
 }
 
@@ -54,6 +56,32 @@ size_t align(size_t v) {
 
 }  // namespace
 
+std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout) {
+  std::vector<kv::KvLayerShape> out;
+  for (const auto& l : layout)
+    if (l.shares_kv_with < 0 && !l.is_linear()) out.push_back({l.n_kv_heads, l.head_dim});
+  return out;
+}
+
+std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec>& layout,
+                                            const std::vector<kv::KvQuantSpec>& quant) {
+  std::vector<kv::KvQuantSpec> out;
+  for (size_t i = 0; i < layout.size() && i < quant.size(); ++i)
+    if (layout[i].shares_kv_with < 0 && !layout[i].is_linear()) out.push_back(quant[i]);
+  return out;
+}
+
+std::vector<kv::StateLayerShape> state_shapes(const std::vector<model::KvLayerSpec>& layout) {
+  std::vector<kv::StateLayerShape> out;
+  for (const auto& l : layout)
+    if (l.is_linear()) out.push_back({l.conv_channels, l.conv_len, l.state_heads, l.state_k, l.state_v});
+  return out;
+}
+
+int32_t state_slot_count(const std::vector<model::KvLayerSpec>& layout, int64_t max_seqs) {
+  return state_shapes(layout).empty() ? 0 : static_cast<int32_t>(max_seqs);
+}
+
 Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context ctx)
     : model_(model),
       opts_(checked(opts)),
@@ -61,12 +89,29 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
       device_(model.device()),
       max_blocks_(blocks_per_seq(opts)),
       kv_memory_(kv_memory(model, opts)),
-      pool_(pool_blocks(opts)),
-      storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(opts, device_),
+      pool_(pool_blocks(opts), state_slot_count(model.kv_layout(), opts.max_seqs)),
+      storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(model, opts),
                                                  kv_memory_.data(), kv_memory_.size(), device_)
-                                 : kv::KvStorage(kv_shapes(model), kv_options(opts, device_))) {
-  for (const kv::KvLayerView& l : storage_.layers())
+                                 : kv::KvStorage(kv_shapes(model), kv_options(model, opts))) {
+  // One view per model layer: a KV-shared layer gets its source layer's view (storage_ holds owned layers).
+  const std::vector<model::KvLayerSpec> layout = model.kv_layout();
+  size_t owned = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (layout[i].is_linear()) {  // no paged KV: its state slots follow below
+      kv_views_.push_back({});
+      continue;
+    }
+    const int src = layout[i].shares_kv_with;
+    if (src >= 0) {
+      check(static_cast<size_t>(src) < i && layout[static_cast<size_t>(src)].shares_kv_with < 0, "engine",
+            strfmt("kv layout: layer %zu shares the cache of layer %d, which is not an earlier owning layer", i, src));
+      kv_views_.push_back(kv_views_[static_cast<size_t>(src)]);
+      continue;
+    }
+    const kv::KvLayerView& l = storage_.layers()[owned++];
     kv_views_.push_back({l.k, l.v, l.k_params, l.v_params, l.bits, l.group_size});
+  }
+  init_state(layout);
   const size_t ws_bytes = model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows);
   const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
   const size_t logit_bytes =
@@ -95,6 +140,29 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
   }
 }
 
+// Linear-attention state: one slot per sequence a step can hold (pool_ hands them out), zeroed.
+void Runner::init_state(const std::vector<model::KvLayerSpec>& layout) {
+  const std::vector<kv::StateLayerShape> shapes = state_shapes(layout);
+  if (shapes.empty()) return;
+  const int32_t slots = pool_.n_state_slots();
+  if (device_.is_cuda()) {
+    state_memory_ = kernels::DeviceMemory::allocate(
+        device_, std::max<size_t>(kv::StateStorage::required_bytes(shapes, slots), 1), /*zero=*/true);
+    state_ = kv::StateStorage(shapes, slots, state_memory_.data(), state_memory_.size(), device_);
+  } else {
+    state_ = kv::StateStorage(shapes, slots);
+  }
+  size_t next = 0;
+  for (const auto& l : layout) {
+    if (!l.is_linear()) {
+      state_views_.push_back({});
+      continue;
+    }
+    const kv::StateLayerView& v = state_.layers()[next++];
+    state_views_.push_back({v.conv, v.recurrent});
+  }
+}
+
 Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const {
   MetaLayout m{};
   size_t at = 0;
@@ -110,6 +178,8 @@ Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs)
   m.slot_mapping = place(t * sizeof(int64_t));
   m.block_tables = place(static_cast<size_t>(n_seqs * max_blocks_) * sizeof(int32_t));
   m.logit_rows = place(static_cast<size_t>(n_out) * sizeof(int32_t));
+  m.seq_starts = place(static_cast<size_t>(n_seqs + 1) * sizeof(int32_t));
+  m.state_slots = place(static_cast<size_t>(n_seqs) * sizeof(int32_t));
   m.end = std::max<size_t>(at, kAlignment);
   return m;
 }
@@ -124,6 +194,8 @@ model::StepBatch Runner::batch_view(const MetaLayout& m, const char* base, Devic
   b.slot_mapping = Tensor::view(at(m.slot_mapping), DType::kI64, {n}, dev);
   b.block_tables = Tensor::view(at(m.block_tables), DType::kI32, {n_seqs, max_blocks_}, dev);
   b.logit_rows = Tensor::view(at(m.logit_rows), DType::kI32, {n_out}, dev);
+  b.seq_starts = Tensor::view(at(m.seq_starts), DType::kI32, {n_seqs + 1}, dev);
+  b.state_slots = Tensor::view(at(m.state_slots), DType::kI32, {n_seqs}, dev);
   return b;
 }
 
@@ -155,6 +227,9 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
   int64_t* slots = hb.slot_mapping.ptr<int64_t>();
   int32_t* rows = hb.logit_rows.ptr<int32_t>();
   int32_t* tables = hb.block_tables.ptr<int32_t>();
+  int32_t* starts = hb.seq_starts.ptr<int32_t>();
+  int32_t* state_slots = hb.state_slots.ptr<int32_t>();
+  const bool stateful = pool_.n_state_slots() > 0;
   std::fill_n(tables, n_seqs * max_blocks_, -1);
   int64_t t = 0, r = 0;
   for (int64_t s = 0; s < static_cast<int64_t>(chunks.size()); ++s) {
@@ -164,6 +239,11 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
     check(static_cast<int64_t>(blocks.size()) <= max_blocks_, "engine",
           "step: sequence longer than max_context");
     std::copy(blocks.begin(), blocks.end(), tables + s * max_blocks_);
+    starts[s] = static_cast<int32_t>(t);
+    state_slots[s] = stateful ? c.table->state_slot() : -1;
+    if (stateful && (state_slots[s] < 0 || state_slots[s] >= pool_.n_state_slots()))
+      throw Error("engine", "step: the model has linear-attention layers and a chunk's block table holds no "
+                            "state slot (BlockTable::acquire_state_slot)");
     const int64_t first_out = c.logits == SeqChunk::Logits::kAll    ? 0
                               : c.logits == SeqChunk::Logits::kLast ? c.n - 1
                                                                     : c.n;
@@ -176,12 +256,15 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
     }
   }
   for (int64_t s = static_cast<int64_t>(chunks.size()); s < n_seqs; ++s, ++t) {  // bucket padding
+    starts[s] = static_cast<int32_t>(t);
+    state_slots[s] = -1;
     ids[t] = 0;
     pos[t] = 0;
     sidx[t] = static_cast<int32_t>(s);
     slots[t] = -1;
     rows[r++] = static_cast<int32_t>(t);
   }
+  starts[n_seqs] = static_cast<int32_t>(t);
   const int64_t vocab = model_.config().vocab_size;
   for (int64_t i = 0; i < n_real; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
@@ -256,6 +339,7 @@ int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::Activation
   model::ForwardArgs args;
   args.batch = &batch;
   args.kv = kv_views_;
+  args.state = state_views_;
   args.workspace = &workspace_;
   args.logits = cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_)
                      : Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});

@@ -7,6 +7,9 @@
 // token, last-row logits, no hook) are padded to a batch-size bucket (powers of two up to max_seqs) and
 // replayed from a CUDA graph captured the first time that bucket runs; padded rows write no KV (slot -1)
 // and their logits are never copied back.
+// Hybrid models (kv_layout() with kLinear layers): those layers get no paged KV but a StateStorage of
+// max_seqs slots; the pool hands slot ids to block tables and each chunk's table must hold one. A chunk
+// starting at position 0 starts from a zero state (so preemption = recompute from scratch needs no reset).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -19,6 +22,7 @@
 #include "kernels/ops.h"
 #include "kv/block_pool.h"
 #include "kv/kv_storage.h"
+#include "kv/state_storage.h"
 #include "model/model.h"
 
 namespace bunsen::engine {
@@ -52,6 +56,12 @@ struct SeqChunk {
   enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
 };
 
+// The cache layers a model owns, in layer order (KV-shared layers, which read another layer's cache, own
+// none), and the per-layer quantization list `quant` ([n_layers], may be shorter) restricted to them.
+std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout);
+std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec>& layout,
+                                            const std::vector<kv::KvQuantSpec>& quant);
+
 class Runner {
  public:
   Runner(model::Model& model, const RunnerOptions& opts, kernels::Context ctx = {});
@@ -68,7 +78,13 @@ class Runner {
   model::Model& model() { return model_; }
   kv::BlockPool& pool() { return pool_; }
   const kv::KvStorage& storage() const { return storage_; }
+  // Linear-attention state slots (hybrid models; empty otherwise). pool() hands out their ids: a chunk's
+  // block table must hold one (BlockTable::acquire_state_slot) when has_linear_state().
+  const kv::StateStorage& state_storage() const { return state_; }
+  bool has_linear_state() const { return pool_.n_state_slots() > 0; }
   const RunnerOptions& options() const { return opts_; }
+  // The context (thread pool, CUDA stream) every step runs on: copies enqueued on it are ordered with steps.
+  kernels::Context& context() { return ctx_; }
   int32_t block_size() const { return opts_.block_size; }
   size_t workspace_high_water() const { return workspace_.high_water(); }
   const RunnerStats& stats() const { return stats_; }
@@ -76,9 +92,10 @@ class Runner {
  private:
   // Byte offsets of one step's metadata arrays inside the packed buffers (each kAlignment-aligned).
   struct MetaLayout {
-    size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, end;
+    size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, seq_starts, state_slots, end;
   };
   MetaLayout meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const;
+  void init_state(const std::vector<model::KvLayerSpec>& layout);
   // Checks the chunks and writes their arrays into meta_host_; returns host views over them and the layout.
   // `pad_seqs` extra one-token rows (bucket padding) follow the chunks: slot -1, an empty block table.
   model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs = 0);
@@ -99,6 +116,9 @@ class Runner {
   kv::BlockPool pool_;
   kv::KvStorage storage_;
   std::vector<kernels::PagedKv> kv_views_;  // storage_'s layers as the kernels take them (built once)
+  kernels::DeviceMemory state_memory_;       // CUDA: the linear-attention state slots; empty otherwise
+  kv::StateStorage state_;
+  std::vector<kernels::LinearState> state_views_;  // [n_layers] (empty views for attention layers)
   kernels::DeviceMemory workspace_memory_;  // CUDA: the workspace arena's memory
   Arena workspace_;
   // Packed step metadata: token_ids, positions, seq_index [T] i32, slot_mapping [T] i64, block_tables

@@ -105,6 +105,7 @@ void Scheduler::release(Sequence& s) {
   if (cache_) {
     cache_->release_sequence(s.cache_namespace, s.tokens, s.num_computed_tokens, s.table.blocks());
     s.table.clear();
+    s.table.release_state_slot(pool_);
   } else {
     s.table.release_all(pool_);
   }
@@ -212,12 +213,14 @@ void Scheduler::schedule_running_prefills() {
 void Scheduler::admit_waiting() {
   while (!waiting_.empty() && budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
     Sequence& s = *waiting_.front();
+    if (!s.table.acquire_state_slot(pool_)) break;  // hybrid models: a state slot per running sequence
     const int64_t hit = attach_cached_prefix(s);
     const int64_t n = reserve(s, std::min(s.n_tokens() - hit, budget_), /*may_preempt=*/false);
     if (n == 0) {  // FCFS: nobody overtakes the head of the queue; the hits go back to the cache
       const auto& held = s.table.blocks();  // only hit blocks (reserve allocated nothing); deepest first
       for (auto it = held.rbegin(); it != held.rend(); ++it) cache_->release(*it);
       s.table.clear();
+      s.table.release_state_slot(pool_);
       s.num_computed_tokens = 0;
       break;
     }

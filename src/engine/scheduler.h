@@ -9,6 +9,8 @@
 // token, which must run to produce logits) and schedules only the rest; finished, cancelled and preempted
 // sequences hand their full computed blocks to the cache instead of freeing them; evictable cached blocks
 // count as free (allocation evicts them, least recently used first).
+// Hybrid models (a pool with linear-attention state slots): admission also gives the sequence a state slot
+// (its table holds it; every release returns it); the Engine runs them without a prefix cache.
 #pragma once
 #include <cstdint>
 #include <deque>

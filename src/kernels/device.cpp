@@ -111,6 +111,11 @@ void copy_async(Context& ctx, void* dst, const void* src, size_t bytes) {
   cuda::copy_async(dst, src, bytes, ctx.cuda_stream);
 }
 
+void copy_2d_async(Context& ctx, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                   size_t height) {
+  cuda::copy_2d_async(dst, dpitch, src, spitch, width, height, ctx.cuda_stream);
+}
+
 void synchronize(Context& ctx) {
   cuda::synchronize(ctx.cuda_stream);
 }
@@ -173,6 +178,12 @@ size_t scratch_capacity(Context&) { return 0; }
 
 void copy_async(Context&, void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);  // host to host: the only kind without CUDA
+}
+
+void copy_2d_async(Context&, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                   size_t height) {
+  for (size_t r = 0; r < height && width > 0; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
 }
 
 void synchronize(Context&) {}

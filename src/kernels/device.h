@@ -52,6 +52,10 @@ class DeviceMemory {
 void copy_async(Context& ctx, void* dst, const void* src, size_t bytes);
 // Waits for everything enqueued on ctx's CUDA stream.
 void synchronize(Context& ctx);
+// `height` rows of `width` bytes: row r from src + r * spitch to dst + r * dpitch, enqueued like copy_async
+// (one strided copy instead of `height` small ones).
+void copy_2d_async(Context& ctx, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                   size_t height);
 
 // A CUDA stream owned by its holder (graph capture cannot use the legacy default stream). Empty for the
 // CPU. Move-only; destroyed with the last copy of its handle.

@@ -8,8 +8,11 @@
 
 namespace bunsen::kv {
 
-BlockPool::BlockPool(int32_t n_blocks) {
+BlockPool::BlockPool(int32_t n_blocks, int32_t n_state_slots) {
   check(n_blocks >= 0, "kv", strfmt("block pool size must be >= 0, got %d", n_blocks));
+  check(n_state_slots >= 0, "kv", strfmt("state slot count must be >= 0, got %d", n_state_slots));
+  slot_used_.assign(static_cast<size_t>(n_state_slots), false);
+  for (int32_t i = n_state_slots - 1; i >= 0; --i) free_slots_.push_back(i);
   refcount_.assign(static_cast<size_t>(n_blocks), 0);
   free_.reserve(static_cast<size_t>(n_blocks));
   // LIFO stack: push in reverse so a fresh pool hands out 0, 1, 2, ...
@@ -55,6 +58,22 @@ int32_t BlockPool::refcount(BlockId id) const {
   return refcount_[static_cast<size_t>(id)];
 }
 
+std::optional<int32_t> BlockPool::allocate_state_slot() {
+  if (free_slots_.empty()) return std::nullopt;
+  const int32_t s = free_slots_.back();
+  free_slots_.pop_back();
+  slot_used_[static_cast<size_t>(s)] = true;
+  return s;
+}
+
+void BlockPool::release_state_slot(int32_t slot) {
+  check(slot >= 0 && slot < n_state_slots(), "kv",
+        strfmt("state slot %d out of range [0, %d)", slot, n_state_slots()));
+  check(slot_used_[static_cast<size_t>(slot)], "kv", strfmt("double free of state slot %d", slot));
+  slot_used_[static_cast<size_t>(slot)] = false;
+  free_slots_.push_back(slot);
+}
+
 int32_t BlockTable::blocks_needed(int64_t n_tokens) const {
   check(block_size_ > 0, "kv", strfmt("block size must be > 0, got %d", block_size_));
   check(n_tokens >= 0, "kv", strfmt("token count must be >= 0, got %lld", static_cast<long long>(n_tokens)));
@@ -74,6 +93,21 @@ int64_t BlockTable::slot(int64_t pos) const {
 void BlockTable::release_all(BlockPool& pool) {
   for (BlockId id : blocks_) pool.release(id);
   blocks_.clear();
+  release_state_slot(pool);
+}
+
+bool BlockTable::acquire_state_slot(BlockPool& pool) {
+  if (state_slot_ >= 0 || pool.n_state_slots() == 0) return true;
+  const std::optional<int32_t> s = pool.allocate_state_slot();
+  if (!s) return false;
+  state_slot_ = *s;
+  return true;
+}
+
+void BlockTable::release_state_slot(BlockPool& pool) {
+  if (state_slot_ < 0) return;
+  pool.release_state_slot(state_slot_);
+  state_slot_ = -1;
 }
 
 }  // namespace bunsen::kv

@@ -147,7 +147,17 @@ void PrefixCache::evict_one() {
 }
 
 std::optional<BlockId> PrefixCache::allocate() {
-  if (pool_.n_free() == 0 && !lru_.empty()) evict_one();
+  if (pool_.n_free() == 0 && !lru_.empty()) {
+    if (evict_hook_) {
+      const BlockId id = lru_.front();
+      const Slot& s = slots_[static_cast<size_t>(id)];
+      evict_hook_(s.key, s.parent,
+                  std::span<const int32_t>(tokens_.data() + static_cast<size_t>(id) * static_cast<size_t>(block_size_),
+                                           static_cast<size_t>(block_size_)),
+                  id);
+    }
+    evict_one();
+  }
   return pool_.allocate();
 }
 

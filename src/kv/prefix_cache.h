@@ -8,6 +8,7 @@
 // With the cache: free + evictable + (blocks held by sequences) == total.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <span>
@@ -62,6 +63,10 @@ class PrefixCache {
 
   // A block for writing: the pool's free list first, then the least recently used evictable entry.
   std::optional<BlockId> allocate();
+  // Called with every entry allocate() evicts, before the block is handed out (the RAM tier copies it out;
+  // the block's contents stay valid until the caller writes the new owner's K/V).
+  using EvictHook = std::function<void(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens, BlockId id)>;
+  void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
   int32_t n_available() const { return pool_.n_free() + n_evictable(); }
   int32_t n_evictable() const { return static_cast<int32_t>(lru_.size()); }
   int64_t n_entries() const { return static_cast<int64_t>(map_.size()); }
@@ -91,6 +96,7 @@ class PrefixCache {
   std::vector<int32_t> tokens_;       // [n_blocks, block_size]: the tokens of each cached block
   std::list<BlockId> lru_;            // front = least recently used
   PrefixCacheStats counts_;           // lookups and evictions (entries/bytes computed in stats())
+  EvictHook evict_hook_;
 };
 
 }  // namespace bunsen::kv

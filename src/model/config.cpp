@@ -29,6 +29,7 @@ constexpr FamilyDefaults kFamilies[] = {
     {"llama", false, 10000.0, 1e-6},   {"mistral", false, 10000.0, 1e-6}, {"qwen2", false, 10000.0, 1e-6},
     {"qwen3", false, 10000.0, 1e-6},   {"smollm3", true, 2000000.0, 1e-6}, {"granite", false, 10000.0, 1e-6},
     {"phi3", false, 10000.0, 1e-5},
+    {"gemma4_text", true, 10000.0, 1e-6}, {"gemma4", true, 10000.0, 1e-6},  // Gemma4TextConfig defaults
 };
 
 std::string read_file(const std::string& path) {
@@ -144,7 +145,7 @@ void parse_layers(const json& j, ModelConfig& cfg, const std::string& source) {
     for (size_t i = 0; i < n; ++i) {
       const std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (t == "sliding_attention") cfg.sliding_window[i] = window;
-      else if (t != "full_attention")
+      else if (t != "full_attention" && t != "linear_attention")  // linear: qwen3.5 / qwen3-next (arch/)
         throw Error(kComponent, source + ": unsupported layer type '" + t + "' in 'layer_types'");
     }
   } else if (mt == "mistral" || mt == "phi3") {
@@ -165,6 +166,125 @@ void parse_layers(const json& j, ModelConfig& cfg, const std::string& source) {
   }
 }
 
+// ---- gemma2 / gemma3 (issue 9) ----
+// Real Gemma configs (above all the nested text_config of the gemma3 wrapper) omit every key that equals the
+// HF config class default, so those defaults are filled in before the generic parse. A key present as null
+// stays null (for the soft-caps: off).
+
+bool is_gemma(const std::string& mt) { return mt == "gemma2" || mt == "gemma3_text" || mt == "gemma3"; }
+
+void gemma_json_defaults(json& j, const std::string& mt) {
+  const bool g2 = mt == "gemma2";
+  const json defaults = {{"vocab_size", g2 ? 256000 : 262208},
+                         {"hidden_size", 2304},
+                         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},
+                         {"num_attention_heads", 8},
+                         {"num_key_value_heads", 4},
+                         {"head_dim", 256},
+                         {"max_position_embeddings", g2 ? 8192 : 131072},
+                         {"rms_norm_eps", 1e-6},
+                         {"tie_word_embeddings", true},
+                         {"query_pre_attn_scalar", 256},
+                         {"sliding_window", 4096},
+                         {"final_logit_softcapping", g2 ? json(30.0) : json(nullptr)},
+                         {"attn_logit_softcapping", g2 ? json(50.0) : json(nullptr)}};
+  for (const auto& [k, v] : defaults.items())
+    if (!j.contains(k)) j[k] = v;
+}
+
+// Gemma 3 has one RoPE per layer kind: transformers 5 nests them ({"sliding_attention": {...},
+// "full_attention": {...}}); older configs give rope_theta + rope_scaling (global layers) and
+// rope_local_base_freq (local layers, never scaled). A flat rope_parameters is taken as the global one.
+RopeConfig gemma3_rope(const json& j, bool global, const ModelConfig& cfg, const std::string& source) {
+  const char* kind = global ? "full_attention" : "sliding_attention";
+  json g = json::object();
+  g["max_position_embeddings"] = cfg.max_position_embeddings;
+  const json* rp = j.contains("rope_parameters") && j.at("rope_parameters").is_object() ? &j.at("rope_parameters")
+                                                                                           : nullptr;
+  const bool nested = rp && (rp->contains("full_attention") || rp->contains("sliding_attention"));
+  if (nested && rp->contains(kind) && rp->at(kind).is_object()) g["rope_parameters"] = rp->at(kind);
+  else if (!nested && global && rp) g["rope_parameters"] = *rp;
+  else if (!nested && global && j.contains("rope_scaling") && j.at("rope_scaling").is_object())
+    g["rope_scaling"] = j.at("rope_scaling");
+  const char* theta_key = global ? "rope_theta" : "rope_local_base_freq";
+  g["rope_theta"] = j.contains(theta_key) && j.at(theta_key).is_number() ? j.at(theta_key).get<double>()
+                                                                          : (global ? 1000000.0 : 10000.0);
+  ModelConfig tmp;
+  tmp.max_position_embeddings = cfg.max_position_embeddings;
+  parse_rope(g, FamilyDefaults{"", true, g["rope_theta"].get<double>(), 1e-6}, tmp, source + " (" + kind + ")");
+  return tmp.rope;
+}
+
+void parse_gemma(const json& j, ModelConfig& cfg, const std::string& source) {
+  Reader rd(j, source);
+  const bool g2 = cfg.model_type == "gemma2";
+  std::string act = j.contains("hidden_activation") && j.at("hidden_activation").is_string()
+                        ? j.at("hidden_activation").get<std::string>()
+                        : "gelu_pytorch_tanh";
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+    throw Error(kComponent, source + ": hidden_activation '" + act +
+                                "' is not supported for Gemma (supported: gelu_pytorch_tanh, gelu_new)");
+  if (rd.get_bool("use_bidirectional_attention", false))
+    throw Error(kComponent, source + ": use_bidirectional_attention (an embedding model) is not supported");
+  cfg.attention_bias = rd.get_bool("attention_bias", false);  // q, k, v and o
+  cfg.query_pre_attn_scalar = rd.get_num("query_pre_attn_scalar", 256.0);
+  check(cfg.query_pre_attn_scalar > 0, kComponent, source + ": query_pre_attn_scalar must be > 0");
+  // HF's Gemma 3 attention never passes its attn_logit_softcapping to the attention function.
+  cfg.attn_logit_softcap = g2 ? rd.get_num("attn_logit_softcapping", 0.0) : 0.0;
+  cfg.final_logit_softcap = rd.get_num("final_logit_softcapping", 0.0);
+  check(cfg.attn_logit_softcap >= 0 && cfg.final_logit_softcap >= 0, kComponent,
+        source + ": logit soft-caps must be >= 0");
+  if (!(j.contains("layer_types") && j.at("layer_types").is_array())) {  // HF's default interleave
+    const int64_t pattern = g2 ? 2 : rd.get_int("sliding_window_pattern", 6);
+    const int window = static_cast<int>(rd.get_int("sliding_window", 4096));
+    for (size_t i = 0; i < cfg.sliding_window.size(); ++i)
+      cfg.sliding_window[i] = pattern > 0 && (static_cast<int64_t>(i) + 1) % pattern != 0 ? window : 0;
+  }
+  if (!g2) {
+    cfg.rope = gemma3_rope(j, true, cfg, source);
+    cfg.rope_local = gemma3_rope(j, false, cfg, source);
+  }
+}
+// ---- end gemma2 / gemma3 ----
+
+// ---- gemma4 (issue 9; its layer plan is parsed in arch/gemma4_params.cpp from hparams_json) ----
+// Gemma4TextConfig's constructor defaults for the generic keys a nested text_config may omit.
+void gemma4_json_defaults(json& j) {
+  const json defaults = {{"vocab_size", 262144},      {"hidden_size", 2304},          {"intermediate_size", 9216},
+                         {"num_hidden_layers", 30},   {"num_attention_heads", 8},     {"num_key_value_heads", 4},
+                         {"head_dim", 256},           {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6},
+                         {"tie_word_embeddings", true}};
+  for (const auto& [k, v] : defaults.items())
+    if (!j.contains(k)) j[k] = v;
+}
+// ---- end gemma4 ----
+
+// ---- qwen3.5 / qwen3-next hybrid (issue 9) ----
+// HF's config classes default partial_rotary_factor to 0.25 and derive layer_types from
+// full_attention_interval (default 4) when a checkpoint omits them; the DeltaNet hyper-parameters are read
+// by arch/qwen3_5.cpp from hparams_json.
+bool is_qwen_hybrid(const std::string& mt) { return mt == "qwen3_5_text" || mt == "qwen3_5" || mt == "qwen3_next"; }
+
+void qwen_hybrid_json_defaults(json& j) {
+  const bool nested_prf = j.contains("rope_parameters") && j.at("rope_parameters").is_object() &&
+                          j.at("rope_parameters").contains("partial_rotary_factor");
+  if (!j.contains("partial_rotary_factor") && !nested_prf) j["partial_rotary_factor"] = 0.25;
+  if (!j.contains("head_dim")) j["head_dim"] = 256;
+  if (!(j.contains("layer_types") && j.at("layer_types").is_array()) && j.contains("num_hidden_layers") &&
+      j.at("num_hidden_layers").is_number_integer()) {
+    const int64_t interval =
+        j.contains("full_attention_interval") && j.at("full_attention_interval").is_number_integer()
+            ? j.at("full_attention_interval").get<int64_t>()
+            : 4;
+    json lt = json::array();
+    for (int64_t i = 0; i < j.at("num_hidden_layers").get<int64_t>(); ++i)
+      lt.push_back(interval > 0 && (i + 1) % interval == 0 ? "full_attention" : "linear_attention");
+    j["layer_types"] = lt;
+  }
+}
+// ---- end qwen3.5 / qwen3-next ----
+
 const FamilyDefaults& family_defaults(const std::string& model_type) {
   for (const auto& f : kFamilies)
     if (model_type == f.model_type) return f;
@@ -176,6 +296,7 @@ const FamilyDefaults& family_defaults(const std::string& model_type) {
 
 float ModelConfig::attention_scale() const {
   if (attention_multiplier) return static_cast<float>(*attention_multiplier);
+  if (query_pre_attn_scalar > 0) return static_cast<float>(std::pow(query_pre_attn_scalar, -0.5));  // gemma
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
@@ -202,6 +323,9 @@ ModelConfig parse_config(const std::string& text, const std::string& source) {
   }
   ModelConfig cfg;
   cfg.model_type = root.at("model_type").get<std::string>();
+  if (is_gemma(cfg.model_type)) gemma_json_defaults(j, cfg.model_type);  // gemma2 / gemma3 (issue 9)
+  if (cfg.model_type == "gemma4" || cfg.model_type == "gemma4_text") gemma4_json_defaults(j);  // (issue 9)
+  if (is_qwen_hybrid(cfg.model_type)) qwen_hybrid_json_defaults(j);       // qwen3.5 / qwen3-next (issue 9)
   const FamilyDefaults& fam = family_defaults(cfg.model_type);
   Reader rd(j, source);
   cfg.vocab_size = rd.get_int("vocab_size");
@@ -240,6 +364,7 @@ ModelConfig parse_config(const std::string& text, const std::string& source) {
   check(cfg.rotary_dim() % 2 == 0 && cfg.rotary_dim() <= cfg.head_dim, kComponent,
         source + ": partial_rotary_factor gives an odd or too large rotary dimension");
   parse_layers(j, cfg, source);
+  if (is_gemma(cfg.model_type)) parse_gemma(j, cfg, source);  // gemma2 / gemma3 (issue 9)
   cfg.bos_token_ids = rd.get_ids("bos_token_id");
   cfg.eos_token_ids = rd.get_ids("eos_token_id");
   if (rd.has("pad_token_id") && j.at("pad_token_id").is_number_integer()) cfg.pad_token_id = j.at("pad_token_id").get<int64_t>();
@@ -247,6 +372,7 @@ ModelConfig parse_config(const std::string& text, const std::string& source) {
     if (j.contains(k) && j.at(k).is_string())
       if (auto d = dtype_from_name(j.at(k).get<std::string>())) cfg.torch_dtype = *d;
   cfg.quantization = parse_quantization(root, source);
+  cfg.hparams_json = j.dump();
   return cfg;
 }
 

@@ -84,6 +84,14 @@ struct ModelConfig {
   DType torch_dtype = DType::kBF16;
   GenerationDefaults generation;
   QuantizationConfig quantization;
+  // The JSON object the fields above were read from (text_config for multimodal wrappers, with the
+  // wrapper's shared keys merged in), serialized: arch/ files parse their family-specific keys from it.
+  std::string hparams_json;
+  // ---- gemma2 / gemma3 (issue 9; parse_gemma() in config.cpp) ----
+  double query_pre_attn_scalar = 0;     // > 0: attention scale = query_pre_attn_scalar^-0.5
+  double attn_logit_softcap = 0;        // 0 = off; else attention scores = cap * tanh(scores / cap)
+  double final_logit_softcap = 0;       // 0 = off; else logits = cap * tanh(logits / cap)
+  std::optional<RopeConfig> rope_local;  // RoPE of the sliding-window layers when it differs from `rope`
 
   float attention_scale() const;
   // The spec module `path` is quantized with (its override, else the default), nullopt when the config

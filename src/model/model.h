@@ -24,6 +24,12 @@ struct StepBatch {
   Tensor slot_mapping;  // [n_tokens] i64
   Tensor block_tables;  // [n_seqs, max_blocks_per_seq] i32
   Tensor logit_rows;    // [n_out] i32, token indices whose logits are wanted
+  // Linear-attention state (hybrid models; other families ignore both): tokens of sequence s are
+  // [seq_starts[s], seq_starts[s + 1]) (each sequence's tokens are contiguous), and its state slot is
+  // state_slots[s] (-1: bucket padding, no state). A sequence whose first token here is at position 0
+  // starts from a zero state (kernels::StateMeta).
+  Tensor seq_starts;   // [n_seqs + 1] i32
+  Tensor state_slots;  // [n_seqs] i32
   int64_t max_seq_len = 0;  // host scalar: max over tokens of position + 1 (dynamic RoPE)
   int64_t n_single = 0;     // host scalar: leading tokens that are their sequence's only token in the step
                             // (decode rows); the rest are prefill chunks
@@ -37,6 +43,19 @@ struct KvLayerSpec {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   int sliding_window = 0;  // 0 = full
+  // >= 0: this layer attends over layer `shares_kv_with`'s cache (Gemma 4 KV-shared layers): it owns no
+  // KV blocks, the Runner hands it that layer's PagedKv, and it writes nothing.
+  int shares_kv_with = -1;
+  // kLinear (gated DeltaNet): no paged KV (n_kv_heads, head_dim unused); one state slot per running
+  // sequence instead: conv [conv_channels, conv_len] and recurrent [state_heads, state_k, state_v], f32.
+  enum class Kind { kAttention, kLinear } kind = Kind::kAttention;
+  int64_t conv_channels = 0, conv_len = 0;
+  int64_t state_heads = 0, state_k = 0, state_v = 0;
+  bool is_linear() const { return kind == Kind::kLinear; }
+  // Bytes of one sequence's state for this layer (0 for attention layers).
+  size_t state_bytes() const {
+    return static_cast<size_t>(conv_channels * conv_len + state_heads * state_k * state_v) * sizeof(float);
+  }
 };
 
 // Receives named intermediates during forward (golden tests, debugging): "embed" (embedding lookup),
@@ -52,7 +71,9 @@ class ActivationHook {
 // Every tensor (batch, kv, workspace, logits) is on the model's device.
 struct ForwardArgs {
   const StepBatch* batch = nullptr;
-  std::span<const kernels::PagedKv> kv;  // [n_layers]
+  std::span<const kernels::PagedKv> kv;  // [n_layers] (empty views for linear-attention layers)
+  std::span<const kernels::LinearState> state;  // [n_layers] state slots of linear layers (empty elsewhere,
+                                                // or an empty span for models without any)
   Arena* workspace = nullptr;
   Tensor logits;  // [n_out, vocab_size] f32
   ActivationHook* hook = nullptr;

@@ -30,5 +30,11 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
 // The store on `device` (itself when that is the CPU), with the progress line as `progress` says.
 WeightStore place_weights(WeightStore weights, Device device, LoadOptions::Progress progress);
 std::vector<std::string> supported_model_types();
+// The per-layer cache layout the loaded model's kv_layout() reports, from the config alone (bunsen fit):
+// hybrid families give their linear-attention layers; other families one attention layer per layer.
+std::vector<KvLayerSpec> kv_layout_from_config(const ModelConfig& cfg);
+// The model_type of the language model a multimodal wrapper runs (gemma3 -> gemma3_text); any other type
+// is returned as is. A wrapper's golden coverage is its language model's fixture.
+std::string text_model_type(const std::string& model_type);
 
 }  // namespace bunsen::model

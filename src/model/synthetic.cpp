@@ -54,6 +54,7 @@ uint64_t splitmix64(uint64_t x) {
 
 SyntheticScale synthetic_scale(std::string_view name, std::span<const int64_t> shape) {
   if (name.find("norm") != std::string_view::npos && ends_with(name, ".weight")) return {0.25f, 1.0f};
+  if (name.find("layer_scalar") != std::string_view::npos) return {0.25f, 1.0f};  // Gemma 4: multiplies a layer
   if (ends_with(name, ".bias")) return {0.25f, 0.0f};
   if (name.find("embed_tokens") != std::string_view::npos) return {1.0f, 0.0f};
   if (shape.empty()) return {1.0f, 0.0f};

@@ -77,6 +77,7 @@ std::vector<float> decode_logits(engine::Runner& runner, const std::vector<int32
                                  const std::vector<int32_t>& greedy) {
   const int64_t vocab = runner.model().config().vocab_size;
   kv::BlockTable table(runner.block_size());
+  check(table.acquire_state_slot(runner.pool()), "test", "no free state slot");  // hybrid models
   std::vector<kv::BlockId> blocks;
   const auto total = static_cast<int64_t>(ids.size() + greedy.size());
   check(runner.pool().allocate_n(table.blocks_needed(total), blocks), "test", "out of KV blocks");

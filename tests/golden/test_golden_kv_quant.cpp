@@ -16,6 +16,7 @@ namespace {
 // Argmax after every token of `seq` (prefix-by-prefix decode, one token per step).
 std::vector<int32_t> teacher_forced_argmax(engine::Runner& runner, const std::vector<int32_t>& seq) {
   kv::BlockTable table(runner.block_size());
+  EXPECT_TRUE(table.acquire_state_slot(runner.pool()));  // hybrid models: the linear-attention state slot
   std::vector<kv::BlockId> blocks;
   EXPECT_TRUE(runner.pool().allocate_n(table.blocks_needed(static_cast<int64_t>(seq.size())), blocks));
   for (auto b : blocks) table.append(b);

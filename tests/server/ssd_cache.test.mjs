@@ -136,6 +136,45 @@ describe('prefix cache (SSD tier)', () => {
     await b.stop();
   });
 
+  test('the namespace holds the weights and tokenizer: a copy hits, a changed weight or tokenizer misses', async () => {
+    const demo = path.join(process.env.BUNSEN_CACHE, 'models', 'demo-qwen3-tiny');
+    assert.ok(fs.existsSync(path.join(demo, 'model.safetensors')), `demo model at ${demo}`);
+    const copy = (name) => {
+      const d = path.join(mkdir(), name);
+      fs.cpSync(demo, d, { recursive: true });
+      return d;
+    };
+    const same = copy('same');
+    const poked = copy('poked');  // one weight byte differs: the first byte of the tensor data
+    const st = path.join(poked, 'model.safetensors');
+    const bytes = fs.readFileSync(st);
+    const at = 8 + Number(bytes.readBigUInt64LE(0));
+    bytes[at] ^= 1;
+    fs.writeFileSync(st, bytes);
+    const retok = copy('retok');  // same weights, a tokenizer_config.json that differs by one space
+    const tc = path.join(retok, 'tokenizer_config.json');
+    fs.writeFileSync(tc, fs.readFileSync(tc, 'utf8') + ' ');
+
+    const dir = mkdir();
+    const a = await startServer(serverArgs(dir, ['--model', demo]));
+    servers.push(a);
+    const first = await chat(a.url);
+    assert.equal(first.status, 200, first.text);
+    await waitForWrites(a.url, 1);
+    await a.stop();
+    const p = first.json.usage.prompt_tokens;
+    for (const [model, hits] of [[poked, false], [retok, false], [same, true]]) {
+      const b = await startServer(serverArgs(dir, ['--model', model]));
+      servers.push(b);
+      const r = await chat(b.url);
+      assert.equal(r.status, 200, r.text);
+      const cached = r.json.usage.prompt_tokens_details.cached_tokens;
+      if (hits) assert.ok(cached >= Math.floor(p / kBlock) * kBlock - kBlock, `${model}: cached ${cached}`);
+      else assert.equal(cached, 0, `${model} must not reuse the other model's blocks`);
+      await b.stop();
+    }
+  });
+
   test('--help documents the SSD flags', async () => {
     const { spawnSync } = await import('node:child_process');
     const { bunsenExe } = await import('./harness.mjs');

@@ -42,6 +42,13 @@ void copy_async(void* dst, const void* src, size_t bytes, void* stream) {
              [&] { return strfmt("of %zu bytes", bytes); });
 }
 
+void copy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                   void* stream) {
+  if (width == 0 || height == 0) return;
+  check_cuda(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, as_stream(stream)),
+             "copy_2d_async", [&] { return strfmt("of %zu rows x %zu bytes (pitches %zu, %zu)", height, width, spitch, dpitch); });
+}
+
 void fill_zero_async(void* dst, size_t bytes, void* stream) {
   if (bytes == 0) return;
   check_cuda(cudaMemsetAsync(dst, 0, bytes, as_stream(stream)), "fill_zero_async",

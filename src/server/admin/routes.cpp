@@ -70,7 +70,21 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                               {"bytes", es.prefix_cache_bytes},
                                               {"hits", es.prefix_cache_hits},
                                               {"misses", es.prefix_cache_misses},
-                                              {"hit_ratio", es.prefix_cache_hit_ratio}}}}}};
+                                              {"hit_ratio", es.prefix_cache_hit_ratio}}},
+                                  {"ram", {{"enabled", es.ram_cache_enabled},
+                                           {"capacity_blocks", es.ram_cache_capacity_blocks},
+                                           {"entries", es.ram_cache_entries},
+                                           {"bytes", es.ram_cache_bytes},
+                                           {"stores", es.ram_cache_stores},
+                                           {"evictions", es.ram_cache_evictions},
+                                           {"hits", es.ram_cache_hits},
+                                           {"hit_tokens", es.ram_cache_hit_tokens}}},
+                                  {"ssd", {{"enabled", es.ssd_cache_enabled},
+                                           {"entries", es.ssd_cache_entries},
+                                           {"bytes", es.ssd_cache_bytes},
+                                           {"hits", es.ssd_cache_hits},
+                                           {"misses", es.ssd_cache_misses},
+                                           {"hit_tokens", es.ssd_cache_hit_tokens}}}}}};
   // SSD tier: hits/misses count lookups of prompts the device tier did not fully cover.
   j["ssd"] = {{"enabled", es.ssd_cache_enabled},
               {"entries", es.ssd_cache_entries},
@@ -121,6 +135,15 @@ std::string metrics_text(ModelService& service) {
                static_cast<double>(es.prefix_cache_hits));
   out += gauge("bunsen_prefix_cache_misses", "Full KV blocks looked up at admission and not found.",
                static_cast<double>(es.prefix_cache_misses));
+  out += gauge("bunsen_ram_cache_entries", "KV blocks held by the RAM tier of the prefix cache.",
+               static_cast<double>(es.ram_cache_entries));
+  out += gauge("bunsen_ram_cache_bytes", "Pinned host bytes used by the RAM tier's blocks.",
+               static_cast<double>(es.ram_cache_bytes));
+  out += counter("bunsen_ram_cache_stores_total", "Blocks evicted from the device and kept in RAM.",
+                 es.ram_cache_stores);
+  out += counter("bunsen_ram_cache_hits_total", "Prompts restored (partly) from the RAM tier.", es.ram_cache_hits);
+  out += counter("bunsen_ram_cache_hit_tokens_total", "Prompt tokens restored from the RAM tier.",
+                 es.ram_cache_hit_tokens);
   out += gauge("bunsen_ssd_cache_enabled", "1 while the SSD tier of the prefix cache is on.",
                es.ssd_cache_enabled ? 1.0 : 0.0);
   out += gauge("bunsen_ssd_cache_entries", "Prefix snapshots on disk.", static_cast<double>(es.ssd_cache_entries));

@@ -144,6 +144,23 @@ TEST(Fit, UnknownFamilyCountsALlamaStack) {
   EXPECT_EQ(generic.weight_bytes, 4 * 2792u);
 }
 
+// Qwen3.5-4B (hybrid): 8 of 32 layers hold paged KV (2 × 8 × 4 × 256 × 2 B = 32 KiB per token in bf16); the
+// 24 DeltaNet layers hold, per sequence, a conv state of (2·16·128 + 32·128) × 3 f32 = 98,304 B and a
+// recurrent state of 32 × 128 × 128 f32 = 2,097,152 B: 24 × 2,195,456 = 52,690,944 B per sequence.
+TEST(Fit, HybridCountsAttentionKvAndStateSlots) {
+  const FitModel m = synthetic_fit_model("qwen3.5-4b", DType::kBF16);
+  EXPECT_EQ(m.n_kv_layers, 8);
+  EXPECT_EQ(m.state_bytes_per_seq, 52'690'944ull);
+  EXPECT_EQ(kv_bytes_per_token(m, DType::kBF16), 32u * 1024);
+  FitRequest req;
+  req.ctx = 4096;
+  const FitResult r = compute_fit(m, sku("H200"), req);
+  EXPECT_EQ(r.state_bytes_per_seq, 52'690'944ull);
+  EXPECT_EQ(r.concurrent_seqs, static_cast<int64_t>(r.kv_budget_bytes / (4096ull * 32768 + 52'690'944ull)));
+  const int64_t blocks = static_cast<int64_t>((r.kv_budget_bytes - 52'690'944ull) / (16ull * 32768));
+  EXPECT_EQ(r.max_context, std::min<int64_t>(blocks * 16, 262144));
+}
+
 TEST(Fit, BadRequestIsAnError) {
   FitRequest req;
   req.ctx = 0;

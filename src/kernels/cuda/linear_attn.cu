@@ -1,0 +1,182 @@
+// CUDA linear-attention ops (linear_attn_ops.h): the causal depthwise conv1d with state (one thread per
+// (sequence, channel), sequential in time with the kernel-1 window in registers), the recurrent gated delta
+// rule (one block per (sequence, v-head); the state S [dk, dv] in shared memory for the whole token range,
+// thread j owning column j; q and k l2-normalised in shared memory per token), the gated RMSNorm (one block
+// per row) and the sigmoid gate (flat). Correctness first: prefill runs the recurrence token by token (a
+// chunked form is a later speed-up). Invariants: same formulas as ref/ in f32; a sequence with slot < 0
+// writes zero output and touches no state; a sequence whose first position is 0 starts from zero state.
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/linear_attn_ops.h"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+constexpr int kMaxConvKernel = 8;
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void conv1d_kernel(DevConv1d a, int kernel) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, s = blockIdx.y;
+  const int64_t channels = a.x.n_cols, hist = kernel - 1;
+  if (c >= channels) return;
+  const int32_t t0 = a.meta.seq_starts[s], t1 = a.meta.seq_starts[s + 1];
+  if (t0 >= t1) return;
+  const int32_t slot = a.meta.state_slots[s];
+  if (slot < 0) {
+    for (int32_t t = t0; t < t1; ++t) store_any(a.out.data, a.out.dtype, t * a.out.stride + c, 0.0f);
+    return;
+  }
+  float* st = a.state + (static_cast<int64_t>(slot) * channels + c) * hist;
+  const bool fresh = a.meta.positions[t0] == 0;
+  float win[kMaxConvKernel], w[kMaxConvKernel];
+  for (int j = 0; j < kernel; ++j) w[j] = load_any(a.w.data, a.w.dtype, c * a.w.stride + j);
+  for (int j = 0; j < hist; ++j) win[j] = fresh ? 0.0f : st[j];
+  for (int32_t t = t0; t < t1; ++t) {
+    const float xt = load_any(a.x.data, a.x.dtype, t * a.x.stride + c);
+    float acc = w[hist] * xt;
+    for (int j = 0; j < hist; ++j) acc += w[j] * win[j];
+    for (int j = 0; j + 1 < hist; ++j) win[j] = win[j + 1];
+    win[hist - 1] = xt;
+    store_any(a.out.data, a.out.dtype, t * a.out.stride + c, silu_f(acc));
+  }
+  for (int j = 0; j < hist; ++j) st[j] = win[j];
+}
+
+// Loads head (t, h) of x into dst[0:d] l2-normalised and times `scale` (all threads call it).
+__device__ void load_l2(const DevHeads& x, int64_t t, int64_t h, float scale, float* dst, float* red) {
+  const int d = static_cast<int>(x.head_dim);
+  const int64_t base = t * x.token_stride + h * x.head_stride;
+  float v = 0.0f;
+  if (threadIdx.x < d) v = load_any(x.data, x.dtype, base + threadIdx.x);
+  const float ss = block_sum(v * v, red);
+  if (threadIdx.x < d) dst[threadIdx.x] = v * scale * rsqrtf(ss + 1e-6f);
+}
+
+// Block (s, h): dynamic smem = S [dk * dv] f32, then q [dk], k [dk].
+__global__ void delta_rule_kernel(DevDeltaRule a) {
+  extern __shared__ float smem[];
+  __shared__ float red[32];
+  const int64_t s = blockIdx.x, h = blockIdx.y;
+  const int dk = static_cast<int>(a.q.head_dim), dv = static_cast<int>(a.v.head_dim);
+  const int64_t n_v = a.v.n_heads, kh = h / (n_v / a.q.n_heads);
+  const int32_t t0 = a.meta.seq_starts[s], t1 = a.meta.seq_starts[s + 1];
+  if (t0 >= t1) return;
+  const int32_t slot = a.meta.state_slots[s];
+  const int j = threadIdx.x;
+  if (slot < 0) {
+    if (j < dv)
+      for (int32_t t = t0; t < t1; ++t) store_any(a.out.data, a.out.dtype, t * a.out.token_stride + h * a.out.head_stride + j, 0.0f);
+    return;
+  }
+  float* S = smem;
+  float* q = smem + dk * dv;
+  float* k = q + dk;
+  float* gs = a.state + (static_cast<int64_t>(slot) * n_v + h) * dk * dv;
+  const bool fresh = a.meta.positions[t0] == 0;
+  if (j < dv)
+    for (int i = 0; i < dk; ++i) S[i * dv + j] = fresh ? 0.0f : gs[i * dv + j];
+  const float A = -expf(load_any(a.a_log, a.a_log_dtype, h));
+  const float bias = load_any(a.dt_bias, a.dt_bias_dtype, h);
+  for (int32_t t = t0; t < t1; ++t) {
+    __syncthreads();  // q and k of the previous token are no longer read
+    load_l2(a.q, t, kh, a.q_scale, q, red);
+    load_l2(a.k, t, kh, 1.0f, k, red);
+    __syncthreads();
+    if (j >= dv) continue;
+    const float decay = expf(A * softplus_f(load_any(a.a.data, a.a.dtype, t * a.a.stride + h) + bias));
+    const float beta = sigmoid_f(load_any(a.b.data, a.b.dtype, t * a.b.stride + h));
+    float mem = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      const float sv = S[i * dv + j] * decay;
+      S[i * dv + j] = sv;
+      mem += sv * k[i];
+    }
+    const float delta = (load_any(a.v.data, a.v.dtype, t * a.v.token_stride + h * a.v.head_stride + j) - mem) * beta;
+    float o = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      const float sv = S[i * dv + j] + k[i] * delta;
+      S[i * dv + j] = sv;
+      o += sv * q[i];
+    }
+    store_any(a.out.data, a.out.dtype, t * a.out.token_stride + h * a.out.head_stride + j, o);
+  }
+  if (j < dv)
+    for (int i = 0; i < dk; ++i) gs[i * dv + j] = S[i * dv + j];
+}
+
+__global__ void rms_norm_gated_kernel(DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps) {
+  __shared__ float red[32];
+  const int64_t d = x.n_cols;
+  for (int64_t r = blockIdx.x; r < x.n_rows; r += gridDim.x) {
+    float ss = 0.0f;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const float v = load_any(x.data, x.dtype, r * x.stride + c);
+      ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    const float inv = rsqrtf(ss / static_cast<float>(d) + eps);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const float v = load_any(x.data, x.dtype, r * x.stride + c) * inv * load_any(w, w_dtype, c);
+      store_any(out.data, out.dtype, r * out.stride + c, v * silu_f(load_any(z.data, z.dtype, r * z.stride + c)));
+    }
+  }
+}
+
+__global__ void sigmoid_mul_kernel(DevRows out, DevRows x, DevRows g) {
+  const int64_t total = x.n_rows * x.n_cols;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / x.n_cols, c = e % x.n_cols;
+    const int64_t gc = g.n_cols == 1 ? 0 : c;  // [m, 1]: one gate per row
+    const float v = load_any(x.data, x.dtype, r * x.stride + c) * sigmoid_f(load_any(g.data, g.dtype, r * g.stride + gc));
+    store_any(out.data, out.dtype, r * out.stride + c, v);
+  }
+}
+
+}  // namespace
+
+void causal_conv1d(void* stream, const DevConv1d& a) {
+  const int kernel = static_cast<int>(a.w.n_cols);
+  if (kernel < 2 || kernel > kMaxConvKernel)
+    throw Error("cuda", "causal_conv1d: kernel size " + std::to_string(kernel) + " is outside [2, 8]");
+  if (a.meta.n_seqs == 0 || a.x.n_cols == 0) return;
+  const int threads = 128;
+  const dim3 grid(static_cast<unsigned>((a.x.n_cols + threads - 1) / threads), static_cast<unsigned>(a.meta.n_seqs));
+  conv1d_kernel<<<grid, threads, 0, as_stream(stream)>>>(a, kernel);
+  check_launch("causal_conv1d", [&] { return rows_desc("x", a.x) + ", " + rows_desc("w", a.w); });
+}
+
+void gated_delta_rule(void* stream, const DevDeltaRule& a) {
+  if (a.meta.n_seqs == 0 || a.v.n_heads == 0) return;
+  const int64_t dk = a.q.head_dim, dv = a.v.head_dim;
+  const int64_t widest = dk > dv ? dk : dv;
+  const int threads = static_cast<int>((widest + 31) / 32 * 32);
+  const size_t smem = static_cast<size_t>(dk * dv + 2 * dk) * sizeof(float);
+  // allow_dynamic_smem raises the limit once per kernel: always ask for the largest size any call needs.
+  constexpr size_t kMaxSmem = static_cast<size_t>(kMaxDeltaHeadDim * kMaxDeltaHeadDim + 2 * kMaxDeltaHeadDim) * sizeof(float);
+  allow_dynamic_smem(reinterpret_cast<const void*>(delta_rule_kernel), kMaxSmem, "gated_delta_rule");
+  const dim3 grid(static_cast<unsigned>(a.meta.n_seqs), static_cast<unsigned>(a.v.n_heads));
+  delta_rule_kernel<<<grid, threads, smem, as_stream(stream)>>>(a);
+  check_launch("gated_delta_rule", [&] { return heads_desc("q", a.q) + ", " + heads_desc("v", a.v); });
+}
+
+void rms_norm_gated(void* stream, DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps) {
+  if (x.n_rows == 0) return;
+  const int threads = row_threads(x.n_cols);
+  const unsigned blocks = static_cast<unsigned>(x.n_rows < 65536 ? x.n_rows : 65536);
+  rms_norm_gated_kernel<<<blocks, threads, 0, as_stream(stream)>>>(out, x, z, w, w_dtype, eps);
+  check_launch("rms_norm_gated", [&] { return rows_desc("x", x) + ", " + rows_desc("z", z); });
+}
+
+void sigmoid_mul(void* stream, DevRows out, DevRows x, DevRows gate) {
+  const int64_t total = x.n_rows * x.n_cols;
+  if (total == 0) return;
+  const int threads = 256;
+  const int64_t want = (total + threads - 1) / threads, cap = static_cast<int64_t>(sm_count()) * 32;
+  sigmoid_mul_kernel<<<static_cast<unsigned>(want < cap ? want : cap), threads, 0, as_stream(stream)>>>(out, x, gate);
+  check_launch("sigmoid_mul", [&] { return rows_desc("x", x) + ", " + rows_desc("gate", gate); });
+}
+
+}  // namespace bunsen::kernels::cuda

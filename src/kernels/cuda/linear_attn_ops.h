@@ -1,0 +1,50 @@
+// Host-callable CUDA entry points of the linear-attention ops (ops.h causal_conv1d, gated_delta_rule,
+// rms_norm_gated, sigmoid_mul) on device views. Not a validator and not CUDA-aware: plain C++17 like
+// cuda_ops.h (dispatch_linear_attn.cpp checks shapes and dtypes first). Invariants: every launch goes to
+// the given stream; metadata (seq_starts, slots, positions) lives on the device and is never read on the
+// host (graph-capturable); states are f32; activations f32 or bf16 with f32 math.
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace bunsen::kernels::cuda {
+
+// Largest head dims the delta-rule kernel takes: its state [dk, dv] f32 lives in shared memory (64 KiB at
+// 128 x 128, Qwen3.5's size), one thread per v column.
+constexpr int kMaxDeltaHeadDim = 128;
+
+struct DevStateMeta {
+  const int32_t* seq_starts = nullptr;   // [n_seqs + 1]
+  const int32_t* state_slots = nullptr;  // [n_seqs]
+  const int32_t* positions = nullptr;    // [n_tokens]
+  int64_t n_seqs = 0;
+};
+
+struct DevConv1d {
+  DevRows out, x;         // [n_tokens, channels]
+  DevRows w;              // [channels, kernel]
+  float* state = nullptr;  // [n_slots, channels, kernel - 1] contiguous
+  DevStateMeta meta;
+};
+void causal_conv1d(void* stream, const DevConv1d& a);
+
+struct DevDeltaRule {
+  DevHeads out;           // [n_tokens, n_v, dv] (contiguous rows)
+  DevHeads q, k, v;       // [n_tokens, n_k, dk] / [n_tokens, n_v, dv]
+  DevRows a, b;           // [n_tokens, n_v]
+  const void* a_log = nullptr;
+  DType a_log_dtype = DType::kF32;
+  const void* dt_bias = nullptr;
+  DType dt_bias_dtype = DType::kF32;
+  float* state = nullptr;  // [n_slots, n_v, dk, dv] contiguous
+  DevStateMeta meta;
+  float q_scale = 1.0f;
+};
+void gated_delta_rule(void* stream, const DevDeltaRule& a);
+
+void rms_norm_gated(void* stream, DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps);
+void sigmoid_mul(void* stream, DevRows out, DevRows x, DevRows gate);
+
+}  // namespace bunsen::kernels::cuda

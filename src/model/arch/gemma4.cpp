@@ -1,0 +1,275 @@
+// Gemma 4 text decoder, as transformers 5.17's Gemma4TextModel computes it. Per layer (plain-w RMSNorms):
+//   x += post_attn_norm(attn(in_norm(x)));  r = x
+//   f  = post_ffw_norm_1(mlp(pre_ffw_norm(r))) + post_ffw_norm_2(experts(pre_ffw_norm_2(r)))   (MoE layers)
+//   f  = mlp(pre_ffw_norm(r))                                                                  (dense layers)
+//   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));  x *= scalar
+// Attention: q/k RMSNorm over head_dim, v RMSNorm without weight, scale 1, per-layer head_dim and KV heads,
+// K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write none).
+// Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or the layer plan (gemma4_params.cpp).
+#include "model/arch/gemma4.h"
+
+#include <array>
+#include <cmath>
+#include <span>
+#include <utility>
+
+#include "core/status.h"
+#include "kernels/device.h"
+#include "model/arch/gemma4_weights.h"
+
+namespace bunsen::model::arch {
+namespace {
+
+// Workspace tensors of one step (x and xo f32, the rest in the activation dtype).
+struct StepBuffers {
+  Tensor x;                       // [n, d] f32 residual stream
+  Tensor h, proj;                 // [n, d]
+  Tensor q, attn;                 // [n, max n_heads * head_dim]
+  Tensor k, v;                    // [n, max n_kv_heads * head_dim]
+  Tensor gate, up, act;           // [n, max d_ff]
+  Tensor xo;                      // [n_out, d] f32
+  Tensor ple, ple_tok;            // [n, n_layers * ple_dim] (PLE only)
+  Tensor ple_gate, ple_act;       // [n, ple_dim] (PLE only)
+  Tensor moe_in, router_in, moe;  // [n, d] (MoE only)
+  MoeBuffers moe_buf;
+};
+
+// A contiguous [rows, cols] view over the start of a wider buffer (per-layer widths differ).
+Tensor narrow(const Tensor& buf, int64_t cols) {
+  return Tensor::view(buf.data, buf.dtype, {buf.dim(0), cols}, buf.device);
+}
+
+// outs[i] = linears[i](x) for up to 3 projections of one input: one GEMV launch on CUDA decode steps
+// (linear_multi) when all are float, the plain linears otherwise (bit-identical on the CPU).
+void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts) {
+  std::array<kernels::LinearPart, 3> lp;
+  size_t n = 0;
+  bool quantized = false;
+  for (const auto& [l, out] : parts) {
+    quantized = quantized || l->quantized();
+    if (n < lp.size()) lp[n++] = {out, l->w, l->b};
+  }
+  if (quantized || n != parts.size()) {
+    for (const auto& [l, out] : parts) (*l)(ctx, out, x);
+    return;
+  }
+  kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n));
+}
+
+class Gemma4 final : public Model {
+ public:
+  Gemma4(const ModelConfig& cfg, WeightStore weights)
+      : cfg_(cfg),
+        p_(gemma4_params(cfg)),
+        weights_(std::move(weights)),
+        act_dtype_(weights_.device().is_cuda() ? DType::kBF16 : DType::kF32),
+        w_(load_gemma4_weights(weights_, cfg_, p_)) {}
+
+  const ModelConfig& config() const override { return cfg_; }
+  Device device() const override { return weights_.device(); }
+
+  std::vector<KvLayerSpec> kv_layout() const override { return gemma4_kv_layout(p_); }
+
+  size_t workspace_bytes(int64_t max_tokens, int64_t max_out) const override {
+    std::vector<WorkspaceSpec> specs;
+    plan(max_tokens, max_out, [&](DType dt, int64_t r, int64_t c) {
+      specs.push_back({dt, r, c});
+      return Tensor{};
+    });
+    if (p_.moe) append_moe_workspace(specs, w_.layers[0].moe.spec, max_tokens);
+    return model::workspace_bytes(specs);
+  }
+
+  size_t weight_bytes_per_token() const override { return gemma4_weight_bytes_per_token(w_); }
+
+  void forward(const ForwardArgs& a) override;
+
+ private:
+  // Calls take(dtype, rows, cols) once per workspace tensor, in allocation order.
+  template <typename Take>
+  StepBuffers plan(int64_t n, int64_t n_out, Take take) const;
+  void embed(kernels::Context& ctx, const StepBatch& b, const StepBuffers& s, ActivationHook* hook);
+  void attention(const ForwardArgs& a, size_t i, const StepBuffers& s);
+  void feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s);
+  void per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s);
+
+  ModelConfig cfg_;
+  Gemma4Params p_;
+  WeightStore weights_;
+  DType act_dtype_;  // f32 on the CPU, bf16 on CUDA
+  Gemma4Weights w_;
+};
+
+template <typename Take>
+StepBuffers Gemma4::plan(int64_t n, int64_t n_out, Take take) const {
+  const DType a = act_dtype_, f32 = DType::kF32;
+  int64_t max_kv = 0, max_ff = 0;
+  for (const Gemma4Layer& l : p_.layers) {
+    max_kv = std::max(max_kv, l.n_kv_heads * l.head_dim);
+    max_ff = std::max(max_ff, l.d_ff);
+  }
+  const int64_t d = cfg_.d_model, max_q = p_.max_q_dim();
+  StepBuffers s;
+  s.x = take(f32, n, d);
+  s.h = take(a, n, d);
+  s.proj = take(a, n, d);
+  s.q = take(a, n, max_q);
+  s.attn = take(a, n, max_q);
+  s.k = take(a, n, max_kv);
+  s.v = take(a, n, max_kv);
+  s.gate = take(a, n, max_ff);
+  s.up = take(a, n, max_ff);
+  s.act = take(a, n, max_ff);
+  s.xo = take(f32, n_out, d);
+  if (p_.ple_dim > 0) {
+    s.ple = take(a, n, cfg_.n_layers * p_.ple_dim);
+    s.ple_tok = take(a, n, cfg_.n_layers * p_.ple_dim);
+    s.ple_gate = take(a, n, p_.ple_dim);
+    s.ple_act = take(a, n, p_.ple_dim);
+  }
+  if (p_.moe) {
+    s.moe_in = take(a, n, d);
+    s.router_in = take(a, n, d);
+    s.moe = take(a, n, d);
+  }
+  return s;
+}
+
+// Token embeddings (scaled by sqrt(d_model)) and, with PLE, every layer's per-layer input:
+//   ple = (rms_norm(proj(x) * d^-0.5) + embed_per_layer(ids) * sqrt(ple_dim)) * 2^-0.5.
+void Gemma4::embed(kernels::Context& ctx, const StepBatch& b, const StepBuffers& s, ActivationHook* hook) {
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  w_.embed(ctx, s.x, b.token_ids, std::sqrt(static_cast<float>(cfg_.d_model)));
+  if (hook) hook->on("embed", -1, s.x);
+  if (hook) hook->on("decoder_in", -1, s.x);
+  if (p_.ple_dim == 0) return;
+  const int64_t n = b.n_tokens();
+  w_.embed_ple(ctx, s.ple_tok, b.token_ids, std::sqrt(static_cast<float>(p_.ple_dim)));
+  w_.ple_model_proj(ctx, s.ple, s.x);
+  kernels::scale(ctx, s.ple, static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.d_model))));
+  Tensor per_layer = s.ple.reshape({n * cfg_.n_layers, p_.ple_dim});
+  kernels::rms_norm(ctx, per_layer, per_layer, w_.ple_proj_norm, eps);
+  kernels::add_scaled(ctx, s.ple, s.ple_tok);
+  kernels::scale(ctx, s.ple, static_cast<float>(1.0 / std::sqrt(2.0)));
+}
+
+void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
+  kernels::Context& ctx = *a.ctx;
+  const StepBatch& b = *a.batch;
+  const Gemma4Layer& pl = p_.layers[i];
+  const Gemma4LayerWeights& l = w_.layers[i];
+  const int64_t n = b.n_tokens(), hd = pl.head_dim, nh = cfg_.n_heads, nkv = pl.n_kv_heads;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const kernels::RopeParams rope{l.inv_freq.data(), static_cast<int>(hd), 1.0f};
+  Tensor q = narrow(s.q, nh * hd), o = narrow(s.attn, nh * hd);
+  Tensor k = narrow(s.k, nkv * hd), v = narrow(s.v, nkv * hd);
+  if (pl.kv_source >= 0) project(ctx, s.h, {{&l.q, q}});
+  else if (pl.k_eq_v) project(ctx, s.h, {{&l.q, q}, {&l.k, k}});
+  else project(ctx, s.h, {{&l.q, q}, {&l.k, k}, {&l.v, v}});
+  Tensor q_heads = q.reshape({n * nh, hd});
+  kernels::rms_norm(ctx, q_heads, q_heads, l.q_norm, eps);
+  Tensor q3 = q.reshape({n, nh, hd}), o3 = o.reshape({n, nh, hd});
+  // A KV-shared layer reads its source layer's cache (already holding this step's keys and values).
+  const kernels::PagedKv& kv = a.kv[static_cast<size_t>(pl.kv_source >= 0 ? pl.kv_source : static_cast<int>(i))];
+  if (pl.kv_source >= 0) {
+    kernels::rope(ctx, q3, b.positions, rope);
+  } else {
+    Tensor k_heads = k.reshape({n * nkv, hd}), v_heads = v.reshape({n * nkv, hd});
+    const Tensor ones = w_.ones.slice(0, 0, hd);  // v_norm has no weight
+    if (pl.k_eq_v) kernels::rms_norm(ctx, v_heads, k_heads, ones, eps);  // v = the raw k projection
+    else kernels::rms_norm(ctx, v_heads, v_heads, ones, eps);
+    kernels::rms_norm(ctx, k_heads, k_heads, l.k_norm, eps);
+    kernels::rope_kv_write(ctx, q3, k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), kv, b.positions,
+                           b.slot_mapping, rope);
+  }
+  const kernels::AttentionParams ap{1.0f, pl.window, 0.0f};
+  const int64_t nd = b.n_single;
+  if (device().is_cuda() && nd > 0 && nd < n) {
+    // Mixed step on CUDA: decode rows and prefill chunks take different kernels (as in llama.cpp's arch).
+    auto rows = [](const Tensor& t, int64_t from, int64_t to) { return t.slice(0, from, to); };
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
+                                    rows(b.slot_mapping, 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
+                                    rows(b.slot_mapping, nd, n)};
+    kernels::paged_attention(ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, ap);
+    kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, ap);
+  } else {
+    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+    kernels::paged_attention(ctx, o3, q3, kv, meta, ap);
+  }
+  l.o(ctx, s.proj, o);
+}
+
+// Dense GeGLU MLP on s.h (= pre_ffw_norm(x)), plus the MoE branch on the residual x; result in s.proj.
+void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s) {
+  const Gemma4LayerWeights& l = w_.layers[i];
+  const int64_t ff = p_.layers[i].d_ff;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor gate = narrow(s.gate, ff), up = narrow(s.up, ff), act = narrow(s.act, ff);
+  project(ctx, s.h, {{&l.gate, gate}, {&l.up, up}});
+  kernels::gelu_tanh_mul(ctx, act, gate, up);
+  l.down(ctx, s.proj, act);
+  if (!p_.moe) return;
+  kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm_1, eps);
+  // Router input: rms_norm(x) * router.scale * d^-0.5; expert input: pre_ffw_norm_2(x).
+  kernels::rms_norm(ctx, s.router_in, s.x, l.router_scale, eps);
+  kernels::scale(ctx, s.router_in, static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.d_model))));
+  kernels::rms_norm(ctx, s.moe_in, s.x, l.pre_ffw_norm_2, eps);
+  moe_forward(ctx, l.moe, s.moe, s.moe_in, s.moe_buf, s.router_in);
+  kernels::rms_norm(ctx, s.moe, s.moe, l.post_ffw_norm_2, eps);
+  kernels::add_scaled(ctx, s.proj, s.moe);
+}
+
+// x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple[:, layer]))
+void Gemma4::per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s) {
+  const Gemma4LayerWeights& l = w_.layers[i];
+  const int64_t pd = p_.ple_dim;
+  l.ple_gate(ctx, s.ple_gate, s.x);
+  const Tensor ple_i = s.ple.slice(1, static_cast<int64_t>(i) * pd, static_cast<int64_t>(i + 1) * pd);
+  kernels::gelu_tanh_mul(ctx, s.ple_act, s.ple_gate, ple_i);
+  l.ple_proj(ctx, s.proj, s.ple_act);
+  kernels::rms_norm(ctx, s.proj, s.proj, l.post_ple_norm, static_cast<float>(cfg_.rms_norm_eps));
+  kernels::add_scaled(ctx, s.x, s.proj);
+}
+
+void Gemma4::forward(const ForwardArgs& a) {
+  const StepBatch& b = *a.batch;
+  kernels::Context& ctx = *a.ctx;
+  const int64_t n = b.n_tokens(), n_out = b.n_out();
+  check(a.kv.size() == w_.layers.size(), "model", "forward: KV cache has the wrong number of layers");
+  if (a.logits.dim(0) != n_out || a.logits.dim(1) != cfg_.vocab_size)
+    throw Error("model", "forward: logits must be [n_out, vocab_size], got " + a.logits.shape_str());
+  Arena& ws = *a.workspace;
+  ws.reset();
+  StepBuffers s = plan(n, n_out, [&](DType dt, int64_t r, int64_t c) { return ws.alloc(dt, {r, c}); });
+  if (p_.moe) s.moe_buf = alloc_moe_buffers(ws, w_.layers[0].moe.spec, n);
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  embed(ctx, b, s, a.hook);
+  for (size_t i = 0; i < w_.layers.size(); ++i) {
+    const Gemma4LayerWeights& l = w_.layers[i];
+    kernels::rms_norm(ctx, s.h, s.x, l.in_norm, eps);
+    attention(a, i, s);
+    kernels::rms_norm(ctx, s.proj, s.proj, l.post_attn_norm, eps);
+    kernels::add_rms_norm(ctx, s.h, s.x, s.proj, l.pre_ffw_norm, eps);
+    feed_forward(ctx, i, s);
+    kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm, eps);
+    kernels::add_scaled(ctx, s.x, s.proj);
+    if (p_.ple_dim > 0) per_layer_input(ctx, i, s);
+    if (l.layer_scalar != 1.0f) kernels::scale(ctx, s.x, l.layer_scalar);
+    if (a.hook) a.hook->on("layer", static_cast<int>(i), s.x);
+  }
+  kernels::gather_rows(ctx, s.xo, s.x, b.logit_rows);
+  kernels::rms_norm(ctx, s.xo, s.xo, w_.final_norm, eps);
+  if (a.hook) a.hook->on("final_norm", -1, s.xo);
+  w_.lm_head(ctx, a.logits, s.xo);
+  if (p_.final_softcap > 0.0f) kernels::softcap(ctx, a.logits, p_.final_softcap);
+  if (a.hook) a.hook->on("logits", -1, a.logits);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> create_gemma4(const ModelConfig& cfg, WeightStore weights) {
+  return std::make_unique<Gemma4>(cfg, std::move(weights));
+}
+
+}  // namespace bunsen::model::arch

@@ -1,0 +1,189 @@
+// CUDA MoE ops against the CPU references: moe_route (f32 and bf16 logits, softmax/sigmoid, renorm,
+// expert scale; ids exact, weights close), moe_experts on the grouped-GEMV and the expert-sorted tile paths
+// (forced and automatic) at odd sizes, with several tokens sharing an expert, experts chosen by no token,
+// bf16/f16/f32 and MLX 4/8-bit experts, SiLU and tanh-GELU, f32/bf16 activations; an invalid id contributes
+// nothing; the GEMV path replays from a CUDA graph bit for bit. Skips without a GPU.
+#include <cstring>
+
+#include "../kernels/moe_test_util.h"
+#include "cuda_test_util.h"
+#include "kernels/cuda/moe_ops.h"
+
+namespace bunsen::kernels::test {
+namespace {
+
+class CudaMoeTest : public CudaTest {
+ protected:
+  void TearDown() override {
+    if (cuda::device_count() > 0) cuda::set_moe_path_for_testing(cuda::MoePath::kAuto);
+    CudaTest::TearDown();
+  }
+};
+
+// A projection's stacked tensors copied to the device, with device address tables.
+struct DeviceProj {
+  DeviceTensor w, scales, biases, ptrs, scale_ptrs, bias_ptrs;
+  ExpertWeights view;
+  explicit DeviceProj(const ExpertProj& h) {
+    view = h.view;
+    w = DeviceTensor::upload(h.w.tensor);
+    ptrs = DeviceTensor::upload(ExpertProj::table(h.w.tensor, w.tensor.data).tensor);
+    view.ptrs = ptrs.tensor;
+    if (h.view.bits == 0) return;
+    scales = DeviceTensor::upload(h.scales.tensor);
+    biases = DeviceTensor::upload(h.biases.tensor);
+    scale_ptrs = DeviceTensor::upload(ExpertProj::table(h.scales.tensor, scales.tensor.data).tensor);
+    bias_ptrs = DeviceTensor::upload(ExpertProj::table(h.biases.tensor, biases.tensor.data).tensor);
+    view.scale_ptrs = scale_ptrs.tensor;
+    view.bias_ptrs = bias_ptrs.tensor;
+  }
+};
+
+struct DeviceExperts {
+  DeviceProj gate, up, down;
+  MoeActivation act;
+  explicit DeviceExperts(const ExpertSet& s) : gate(s.gate), up(s.up), down(s.down), act(s.act) {}
+  MoeExperts view() const { return {gate.view, up.view, down.view, act}; }
+};
+
+TEST_F(CudaMoeTest, RouteMatchesTheCpu) {
+  std::mt19937 rng(951);
+  for (int64_t n_experts : {5, 8, 60, 128, 257})
+    for (int k : {1, 3, 8})
+      for (DType lt : kActDtypes)
+        for (MoeScoring sc : {MoeScoring::kSoftmax, MoeScoring::kSigmoid}) {
+          if (k > n_experts) continue;
+          const int64_t n = 13;
+          HostPair logits = random_pair(lt, {n, n_experts}, rng, -6.0f, 6.0f);
+          OwnedTensor es = random_tensor(DType::kBF16, {n_experts}, rng, 0.5f, 2.0f);
+          DeviceTensor d_logits = DeviceTensor::upload(logits.data.tensor), d_es = DeviceTensor::upload(es.tensor);
+          MoeRouteParams p;
+          p.top_k = k, p.scoring = sc, p.norm_topk = k > 1, p.scale = 1.5f;
+          OwnedTensor ids = OwnedTensor::make(DType::kI32, {n, k}), w = OwnedTensor::make(DType::kF32, {n, k});
+          ref::moe_route(ids.tensor, w.tensor, logits.f32.tensor, p);
+          DeviceTensor d_ids = DeviceTensor::upload(ids.tensor), d_w = DeviceTensor::upload(w.tensor);
+          cuda::fill_zero_async(d_ids.tensor.data, d_ids.tensor.nbytes(), nullptr);
+          moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
+          const std::string what = strfmt("%lld experts k %d %s", (long long)n_experts, k, dtype_name(lt));
+          const OwnedTensor got_ids = d_ids.download();
+          EXPECT_EQ(std::memcmp(got_ids.tensor.data, ids.tensor.data, ids.tensor.nbytes()), 0) << what;
+          expect_close(d_w.download().tensor, w.tensor, 1e-5f, what);
+          // The per-expert scale multiplies each chosen weight.
+          p.expert_scale = d_es.tensor;
+          MoeRouteParams ph = p;
+          ph.expert_scale = es.tensor;
+          ref::moe_route(ids.tensor, w.tensor, logits.f32.tensor, ph);
+          moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
+          expect_close(d_w.download().tensor, w.tensor, 1e-5f, what + " expert_scale");
+        }
+}
+
+struct Case {
+  int64_t n, d, f, e, k, used;
+  int bits, group;
+};
+
+void check_experts(CudaMoeTest& t, Context& ctx, const Case& c, DType wt, DType act_dt, MoeActivation act,
+                   std::mt19937& rng) {
+  ExpertSet s = make_experts(c.e, c.d, c.f, wt, c.bits, c.group, rng, act);
+  DeviceExperts ds(s);
+  HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
+  Routing r = make_routing(c.n, c.k, c.used, rng);
+  OwnedTensor want = OwnedTensor::make(DType::kF32, {c.n, c.d});
+  ref::moe_experts(want.tensor, x.f32.tensor, r.ids.tensor, r.weights.tensor, s.view());
+  DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
+  DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
+  DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
+  moe_experts(ctx, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
+  expect_close(dout.download().tensor, want.tensor, tolerance(act_dt, 5e-5f),
+               strfmt("n %lld d %lld f %lld e %lld k %lld bits %d w %s act %s", (long long)c.n, (long long)c.d,
+                      (long long)c.f, (long long)c.e, (long long)c.k, c.bits, dtype_name(wt), dtype_name(act_dt)));
+  (void)t;
+}
+
+const Case kCases[] = {{1, 64, 32, 8, 2, 8, 0, 0},     {3, 37, 19, 5, 3, 5, 0, 0},    {9, 64, 24, 6, 3, 4, 0, 0},
+                       {40, 72, 45, 16, 4, 7, 0, 0},   {70, 128, 96, 12, 3, 5, 0, 0}, {4, 64, 96, 8, 2, 3, 4, 32},
+                       {33, 128, 64, 4, 4, 4, 4, 64},  {5, 96, 32, 6, 2, 6, 8, 32},   {21, 256, 64, 9, 2, 9, 3, 64}};
+
+TEST_F(CudaMoeTest, ExpertsMatchTheCpuOnBothPaths) {
+  std::mt19937 rng(952);
+  for (cuda::MoePath path : {cuda::MoePath::kGemv, cuda::MoePath::kTiles, cuda::MoePath::kAuto}) {
+    cuda::set_moe_path_for_testing(path);
+    for (const Case& c : kCases)
+      for (DType wt : kWeightDtypes)
+        for (DType act_dt : kActDtypes) {
+          if (c.bits && wt == DType::kF32) continue;
+          SCOPED_TRACE(static_cast<int>(path));
+          check_experts(*this, ctx_, c, wt, act_dt, MoeActivation::kSilu, rng);
+        }
+  }
+}
+
+TEST_F(CudaMoeTest, GeluExperts) {
+  std::mt19937 rng(953);
+  for (cuda::MoePath path : {cuda::MoePath::kGemv, cuda::MoePath::kTiles}) {
+    cuda::set_moe_path_for_testing(path);
+    check_experts(*this, ctx_, {7, 64, 40, 6, 2, 6, 0, 0}, DType::kBF16, DType::kBF16, MoeActivation::kGeluTanh, rng);
+    check_experts(*this, ctx_, {7, 64, 64, 6, 2, 6, 4, 64}, DType::kBF16, DType::kF32, MoeActivation::kGeluTanh, rng);
+  }
+}
+
+// An id outside [0, n_experts) (not checked on the device) drops that slot's contribution.
+TEST_F(CudaMoeTest, InvalidIdContributesNothing) {
+  std::mt19937 rng(954);
+  for (cuda::MoePath path : {cuda::MoePath::kGemv, cuda::MoePath::kTiles}) {
+    cuda::set_moe_path_for_testing(path);
+    const int64_t n = 4, d = 32, f = 16, e = 5, k = 2;
+    ExpertSet s = make_experts(e, d, f, DType::kBF16, 0, 0, rng);
+    DeviceExperts ds(s);
+    OwnedTensor x = random_tensor(DType::kF32, {n, d}, rng);
+    Routing r = make_routing(n, k, e, rng);
+    Routing r0 = {clone(r.ids.tensor), clone(r.weights.tensor)};
+    r.ids.tensor.ptr<int32_t>()[1] = 77;  // token 0, slot 1
+    r0.weights.tensor.ptr<float>()[1] = 0.0f;
+    OwnedTensor want = OwnedTensor::make(DType::kF32, {n, d});
+    ref::moe_experts(want.tensor, x.tensor, r0.ids.tensor, r0.weights.tensor, s.view());
+    DeviceTensor dx = DeviceTensor::upload(x.tensor), dids = DeviceTensor::upload(r.ids.tensor);
+    DeviceTensor dw = DeviceTensor::upload(r.weights.tensor), dout = DeviceTensor::upload(x.tensor);
+    moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
+    expect_close(dout.download().tensor, want.tensor, 5e-5f, "invalid id");
+  }
+}
+
+// Routing and experts of a decode step can be recorded in a CUDA graph (no host sync) and replayed.
+TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
+  std::mt19937 rng(955);
+  void* stream = cuda::stream_create();
+  Context ctx;
+  ctx.cuda_stream = stream;
+  const int64_t n = 4, d = 64, f = 48, e = 16, k = 4;
+  ExpertSet s = make_experts(e, d, f, DType::kBF16, 0, 0, rng);
+  DeviceExperts ds(s);
+  DeviceTensor logits = DeviceTensor::upload(random_tensor(DType::kF32, {n, e}, rng, -3.0f, 3.0f).tensor);
+  DeviceTensor x = DeviceTensor::upload(random_tensor(DType::kBF16, {n, d}, rng).tensor);
+  DeviceTensor ids = DeviceTensor::upload(OwnedTensor::make(DType::kI32, {n, k}).tensor);
+  DeviceTensor w = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {n, k}).tensor);
+  DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {n, d}, rng).tensor);
+  MoeRouteParams p;
+  p.top_k = static_cast<int>(k), p.norm_topk = true;
+  moe_route(ctx, ids.tensor, w.tensor, logits.tensor, p);
+  moe_experts(ctx, out.tensor, x.tensor, ids.tensor, w.tensor, ds.view());  // grows the scratch arena
+  cuda::synchronize(stream);
+  const std::vector<float> eager = values(out.download().tensor);
+  cuda::fill_zero_async(out.tensor.data, out.tensor.nbytes(), stream);
+  cuda::fill_zero_async(ids.tensor.data, ids.tensor.nbytes(), stream);
+  cuda::synchronize(stream);
+  cuda::graph_begin_capture(stream);
+  moe_route(ctx, ids.tensor, w.tensor, logits.tensor, p);
+  moe_experts(ctx, out.tensor, x.tensor, ids.tensor, w.tensor, ds.view());
+  void* exec = cuda::graph_end_capture(stream);
+  cuda::graph_launch(exec, stream);
+  cuda::synchronize(stream);
+  const std::vector<float> replay = values(out.download().tensor);
+  EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 4), 0);
+  cuda::graph_destroy(exec);
+  cuda::stream_destroy(stream);
+}
+
+}  // namespace
+}  // namespace bunsen::kernels::test
