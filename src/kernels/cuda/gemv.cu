@@ -6,7 +6,7 @@
 // shared-memory) reduction, bias, SiLU-gating and output conversion fused into the store. One launch
 // covers up to kGemvMaxParts matrices that share x (q/k/v, gate/up): each warp group picks its matrix
 // by row range. Unaligned rows go to a generic element-wise kernel with the same structure.
-// Not a GEMM: m > kGemvMaxM goes to cuBLASLt (gemm.cu) unless forced. Invariants: every output element
+// Not a GEMM: m > kGemvMaxM with n >= 16 goes to cuBLASLt (gemm.cu) unless forced. Invariants: every output element
 // is written by exactly one lane; the rows per warp, chunks in flight and k split depend on the launch's
 // (n, k, dtypes), never on m, so a row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
@@ -424,7 +424,11 @@ void linear(void* stream, DevRows out, DevRows x, DevRows w, const void* bias, D
     return;
   }
   const LinearPath path = g_path.load();
-  const bool use_gemm = path == LinearPath::kGemm || (path == LinearPath::kAuto && m > kGemvMaxM);
+  // Narrow outputs (a gate column, a router) stay on the GEMV (chunks of kGemvMaxM rows): a GEMM gains
+  // nothing there, and cuBLASLt gave wrong [m > 8, 1] results on the H200 (found by the Qwen3-Next
+  // shared-expert gate; not reduced further).
+  constexpr int64_t kGemmMinN = 16;
+  const bool use_gemm = path == LinearPath::kGemm || (path == LinearPath::kAuto && m > kGemvMaxM && n >= kGemmMinN);
   if (use_gemm && gemm_cublaslt(s, out, x, w, bias, bias_dtype)) return;
   gemv(s, GemvArgs{w.data, x.data, out.data, bias, w.stride, x.stride, out.stride, m, n, k, w.dtype, x.dtype,
                    out.dtype, bias_dtype});
