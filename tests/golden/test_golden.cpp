@@ -4,6 +4,7 @@
 // tokens. Tolerance: max |ours - HF| / max |HF| <= 1e-4 per tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -135,6 +136,14 @@ std::string param_name(const testing::TestParamInfo<Golden::ParamType>& p) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden,
                          testing::Combine(testing::ValuesIn(fixture_names()), testing::Values(DType::kBF16, DType::kF32)),
                          param_name);
+
+TEST(GoldenData, EveryFixtureBelongsToASupportedFamily) {  // none is skipped silently
+  for (const auto& n : all_fixture_names()) {
+    const auto names = fixture_names();
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end())
+        << "fixture " << n << " (model_type " << fixture_model_type(n) << ") is not run: its family is not registered";
+  }
+}
 
 TEST(GoldenData, EveryFamilyHasAFixture) {
   std::set<std::string> families;
