@@ -24,29 +24,9 @@ namespace {
 
 using detail::desc;
 using detail::fail;
+using detail::on_cuda;
 using detail::pool_of;
 using detail::use_ref;
-
-// True when the (non-empty) tensors are all on one CUDA device, false when all are on the CPU; throws
-// for a mix, or for CUDA tensors in a build without the CUDA backend.
-bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
-  bool cuda = false, cpu = false;
-  int cuda_index = -1;
-  for (const Tensor* t : ts) {
-    if (t->empty()) continue;
-    (t->device.is_cuda() ? cuda : cpu) = true;
-    if (!t->device.is_cuda()) continue;
-    if (cuda_index >= 0 && t->device.index != cuda_index)
-      fail(op, strfmt("tensors are on different CUDA devices (cuda:%d and cuda:%d)", cuda_index,
-                      t->device.index));
-    cuda_index = t->device.index;
-  }
-  if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
-#ifndef BUNSEN_HAVE_CUDA
-  if (cuda) fail(op, "CUDA backend not built");
-#endif
-  return cuda;
-}
 
 void need_dtype(const char* op, const char* name, const Tensor& t, DType d) {
   if (t.dtype != d) fail(op, desc(name, t) + " must be " + dtype_name(d));

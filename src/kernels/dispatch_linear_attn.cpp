@@ -22,26 +22,9 @@ namespace {
 
 using detail::desc;
 using detail::fail;
+using detail::on_cuda;
 using detail::pool_of;
 using detail::use_ref;
-
-bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
-  bool cuda = false, cpu = false;
-  int cuda_index = -1;
-  for (const Tensor* t : ts) {
-    if (t->empty()) continue;
-    (t->device.is_cuda() ? cuda : cpu) = true;
-    if (!t->device.is_cuda()) continue;
-    if (cuda_index >= 0 && t->device.index != cuda_index)
-      fail(op, strfmt("tensors are on different CUDA devices (cuda:%d and cuda:%d)", cuda_index, t->device.index));
-    cuda_index = t->device.index;
-  }
-  if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
-#ifndef BUNSEN_HAVE_CUDA
-  if (cuda) fail(op, "CUDA backend not built");
-#endif
-  return cuda;
-}
 
 // An activation: f32 on the CPU, f32 or bf16 on CUDA, with data.
 void need_act(const char* op, const char* name, const Tensor& t, bool gpu) {

@@ -1,8 +1,9 @@
-// Helpers shared by the ops.h entry points (dispatch.cpp, dispatch_quant.cpp): the BUNSEN_KERNELS=ref
-// switch, the context's thread pool and the "<op>: ..." error wording. Not public API (kernels/ only).
+// Helpers shared by the ops.h entry points (dispatch*.cpp): the BUNSEN_KERNELS=ref switch, the context's
+// thread pool, the "<op>: ..." error wording and the one-device check. Not public API (kernels/ only).
 // Invariant: use_ref() reads the environment once per process.
 #pragma once
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,26 @@ inline ThreadPool& pool_of(Context& ctx) { return ctx.pool ? *ctx.pool : ThreadP
 }
 
 inline std::string desc(const char* name, const Tensor& t) { return std::string(name) + " " + t.shape_str(); }
+
+// True when the (non-empty) tensors all live on one CUDA device, false when all are on the CPU; throws for
+// a mix, or for CUDA tensors in a build without the CUDA backend.
+inline bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
+  bool cuda = false, cpu = false;
+  int cuda_index = -1;
+  for (const Tensor* t : ts) {
+    if (t->empty()) continue;
+    (t->device.is_cuda() ? cuda : cpu) = true;
+    if (!t->device.is_cuda()) continue;
+    if (cuda_index >= 0 && t->device.index != cuda_index)
+      fail(op, strfmt("tensors are on different CUDA devices (cuda:%d and cuda:%d)", cuda_index,
+                      t->device.index));
+    cuda_index = t->device.index;
+  }
+  if (cuda && cpu) fail(op, "tensors are on different devices (cpu and cuda)");
+#ifndef BUNSEN_HAVE_CUDA
+  if (cuda) fail(op, "CUDA backend not built");
+#endif
+  return cuda;
+}
 
 }  // namespace bunsen::kernels::detail
