@@ -156,8 +156,9 @@ struct EngineOptions {
   std::string ssd_cache_dir;
   uint64_t ssd_cache_max_bytes = 32ull << 30;
   bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
-  // RAM tier of the prefix cache (CUDA runners; needs prefix_cache): bytes of pinned host memory that
+  // RAM tier of the prefix cache (needs prefix_cache): bytes of host memory (pinned for CUDA runners) that
   // blocks evicted from the device cache are copied into, and restored from on a later hit. 0: off.
+  // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already).
   uint64_t ram_cache_bytes = 0;
 };
 

@@ -1,5 +1,6 @@
-// Engine <-> RAM tier of the prefix cache (kv/ram_tier.h), CUDA runners only (on the CPU the KV pool is
-// already host RAM). Stores: PrefixCache calls ram_store() for every block it evicts to make room; its K/V
+// Engine <-> RAM tier of the prefix cache (kv/ram_tier.h), meant for CUDA runners (`bunsen serve` enables it
+// there only: on the CPU the KV pool is already host RAM; CPU runners take it too, with plain memcpy, so the
+// bookkeeping is tested without a GPU). Stores: PrefixCache calls ram_store() for every block it evicts to make room; its K/V
 // (every per-block tensor of every layer) is copied into a pinned host slot with copies enqueued on the
 // runner's stream, so they run before any later step can overwrite the block and the engine never waits.
 // Restores: before a waiting sequence is admitted, the blocks after its device-cache hit that the RAM tier
@@ -7,6 +8,7 @@
 // and inserted into the device cache, so admission hits them. Not the SSD tier (engine_ssd.cpp): both run;
 // RAM is consulted first. Invariant: a slot being restored is pinned until its copy is enqueued.
 #include <algorithm>
+#include <cstring>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -16,7 +18,7 @@
 namespace bunsen::engine {
 
 void Engine::ram_open() {
-  if (opts_.ram_cache_bytes == 0 || !cache_ || runner_.device().is_cpu()) return;
+  if (opts_.ram_cache_bytes == 0 || !cache_) return;
   if (!collect_block_tensors()) {
     log::warn("engine", "the RAM tier of the prefix cache needs contiguous KV blocks; it is off");
     return;
@@ -30,7 +32,9 @@ void Engine::ram_open() {
     return;
   }
   try {
-    ram_memory_ = kernels::DeviceMemory::pinned_host(per_block * static_cast<size_t>(n_slots));
+    const size_t bytes = per_block * static_cast<size_t>(n_slots);
+    ram_memory_ = runner_.device().is_cpu() ? kernels::DeviceMemory::allocate(Device::cpu(), bytes)
+                                            : kernels::DeviceMemory::pinned_host(bytes);
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("RAM tier: cannot pin %zu bytes (%s); it is off", per_block * n_slots, e.what()));
     return;
@@ -47,6 +51,16 @@ void Engine::ram_open() {
 void Engine::ram_copy(int32_t slot, kv::BlockId block, bool to_device) {
   kernels::Context& ctx = runner_.context();
   auto* host = static_cast<std::byte*>(ram_memory_.data()) + static_cast<size_t>(slot) * ram_->bytes_per_slot();
+  if (runner_.device().is_cpu()) {
+    size_t off = 0;
+    for (size_t i = 0; i < block_tensors_.size(); ++i) {
+      const size_t bb = block_bytes_[i];
+      auto* dev = static_cast<std::byte*>(block_tensors_[i]->data) + static_cast<size_t>(block) * bb;
+      std::memcpy(to_device ? dev : host + off, to_device ? host + off : dev, bb);
+      off += bb;
+    }
+    return;
+  }
   if (block_pitch_ > 0) {
     const size_t bb = block_bytes_[0];
     auto* dev = static_cast<std::byte*>(block_tensors_[0]->data) + static_cast<size_t>(block) * bb;
