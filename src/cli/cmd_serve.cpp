@@ -253,14 +253,18 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   return s;
 }
 
-// Step workspace + logits buffers + (CUDA) scratch/cuBLASLt/graph headroom, for the memory budget.
+// Step workspace + logits buffers + (hybrid models) linear-attention state slots and their checkpoints +
+// (CUDA) scratch/cuBLASLt/graph headroom, for the memory budget.
 int64_t workspace_estimate(const model::Model* m, const Args& a, Device device) {
   if (m == nullptr) return 0;
   const bool cuda = device.is_cuda();
   const int64_t batch = a.has("batch") ? a.integer("batch", 8) : a.integer("decode-concurrency", cuda ? 64 : 8);
   const int64_t step = std::max(a.integer("max-num-batched-tokens", cuda ? 2048 : 512), batch);
   const int64_t logits = 2 * batch * m->config().vocab_size * static_cast<int64_t>(sizeof(float));
-  return static_cast<int64_t>(m->workspace_bytes(step, batch)) + logits + (cuda ? (int64_t{1} << 30) : 0);
+  int64_t state_per_seq = 0;
+  for (const model::KvLayerSpec& l : m->kv_layout()) state_per_seq += static_cast<int64_t>(l.state_bytes());
+  const int64_t state = (batch + engine::RunnerOptions{}.state_checkpoints) * state_per_seq;
+  return static_cast<int64_t>(m->workspace_bytes(step, batch)) + logits + state + (cuda ? (int64_t{1} << 30) : 0);
 }
 
 std::vector<std::vector<int32_t>> replay_scripts(const std::string& path, const text::Tokenizer& tok) {

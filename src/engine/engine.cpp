@@ -6,6 +6,8 @@
 // forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
 // The prefix cache (when on) is owned here and used by the Scheduler only, on the loop thread; its SSD tier
 // (engine_ssd.cpp) snapshots finished requests and restores waiting prompts, also on the loop thread.
+// Hybrid models keep the prefix cache on through linear-attention state checkpoints (engine_state.cpp): the
+// scheduler says which checkpoints to restore before a step and which chunks end at a checkpoint boundary.
 #include <algorithm>
 #include <chrono>
 
@@ -68,13 +70,18 @@ uint64_t hash_text(const std::string& text) {
 
 std::unique_ptr<kv::PrefixCache> make_cache(Runner& runner, const EngineOptions& o) {
   if (!o.prefix_cache) return nullptr;
-  if (runner.has_linear_state()) {  // a hit would restore K/V but not the linear-attention state
-    log::info("engine", "prefix cache off: hybrid model (linear-attention state has no block checkpoints yet)");
+  if (runner.has_linear_state() && runner.n_state_checkpoints() == 0) {  // a hit could not restore the state
+    log::info("engine", "prefix cache off: hybrid model without linear-attention state checkpoints");
     return nullptr;
   }
   const kv::KvStorage& st = runner.storage();
   const size_t per_block = st.n_blocks() > 0 ? st.bytes() / static_cast<size_t>(st.n_blocks()) : 0;
   return std::make_unique<kv::PrefixCache>(runner.pool(), runner.block_size(), per_block);
+}
+
+std::unique_ptr<kv::StateCheckpoints> make_checkpoints(Runner& runner, const kv::PrefixCache* cache) {
+  if (!cache || !runner.has_linear_state()) return nullptr;
+  return std::make_unique<kv::StateCheckpoints>(runner.n_state_checkpoints(), runner.block_size());
 }
 
 int64_t request_limit(const Runner& r) {
@@ -165,7 +172,8 @@ Engine::Engine(Runner& runner, EngineOptions options)
     : runner_(runner),
       opts_(std::move(options)),
       cache_(make_cache(runner, opts_)),
-      scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get()) {
+      checkpoints_(make_checkpoints(runner, cache_.get())),
+      scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get(), checkpoints_.get()) {
   if (opts_.cache_namespace == 0)
     opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size(),
                                                runner.options().kv_quant);
@@ -359,10 +367,12 @@ bool Engine::step_once() {
   std::span<const int32_t> argmax_ids;
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    restore_states(out);
     if (greedy)
       argmax_ids = runner_.step_argmax(chunks_);
     else if (!chunks_.empty())
       logits = runner_.step(chunks_);
+    save_states(out);
   } catch (const std::exception& e) {
     fail_step(out, e.what());
     refresh_stats();

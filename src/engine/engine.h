@@ -213,6 +213,10 @@ class Engine final : public Backend {
   void fail_step(const SchedulerOutput& out, const std::string& error);  // the step's requests: kError
   void cancel_everything();                  // shutdown: queued and live requests end kCancelled
   void refresh_stats();
+  // Hybrids (engine_state.cpp): checkpoint -> state slot copies the step needs, run before its forward;
+  // state -> checkpoint copies of the chunks that ended at a checkpoint boundary, after it.
+  void restore_states(const SchedulerOutput& out);
+  void save_states(const SchedulerOutput& out);
   // SSD tier (engine_ssd.cpp), engine thread only.
   void ssd_open();
   void ssd_snapshot(const Sequence& s);  // a finished sequence's cached prefix -> the writer queue
@@ -231,6 +235,7 @@ class Engine final : public Backend {
   Runner& runner_;
   EngineOptions opts_;
   std::unique_ptr<kv::PrefixCache> cache_;  // engine thread only; null when disabled (before scheduler_)
+  std::unique_ptr<kv::StateCheckpoints> checkpoints_;  // hybrids with a prefix cache; null otherwise
   Scheduler scheduler_;  // engine thread only
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   mutable std::mutex mu_;

@@ -71,13 +71,6 @@ std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec
   return out;
 }
 
-std::vector<kv::StateLayerShape> state_shapes(const std::vector<model::KvLayerSpec>& layout) {
-  std::vector<kv::StateLayerShape> out;
-  for (const auto& l : layout)
-    if (l.is_linear()) out.push_back({l.conv_channels, l.conv_len, l.state_heads, l.state_k, l.state_v});
-  return out;
-}
-
 int32_t state_slot_count(const std::vector<model::KvLayerSpec>& layout, int64_t max_seqs) {
   return state_shapes(layout).empty() ? 0 : static_cast<int32_t>(max_seqs);
 }
@@ -137,29 +130,6 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
     logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
     argmax_host_ =
         kernels::DeviceMemory::allocate(Device::cpu(), static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
-  }
-}
-
-// Linear-attention state: one slot per sequence a step can hold (pool_ hands them out), zeroed.
-void Runner::init_state(const std::vector<model::KvLayerSpec>& layout) {
-  const std::vector<kv::StateLayerShape> shapes = state_shapes(layout);
-  if (shapes.empty()) return;
-  const int32_t slots = pool_.n_state_slots();
-  if (device_.is_cuda()) {
-    state_memory_ = kernels::DeviceMemory::allocate(
-        device_, std::max<size_t>(kv::StateStorage::required_bytes(shapes, slots), 1), /*zero=*/true);
-    state_ = kv::StateStorage(shapes, slots, state_memory_.data(), state_memory_.size(), device_);
-  } else {
-    state_ = kv::StateStorage(shapes, slots);
-  }
-  size_t next = 0;
-  for (const auto& l : layout) {
-    if (!l.is_linear()) {
-      state_views_.push_back({});
-      continue;
-    }
-    const kv::StateLayerView& v = state_.layers()[next++];
-    state_views_.push_back({v.conv, v.recurrent});
   }
 }
 

@@ -10,6 +10,9 @@
 // Hybrid models (kv_layout() with kLinear layers): those layers get no paged KV but a StateStorage of
 // max_seqs slots; the pool hands slot ids to block tables and each chunk's table must hold one. A chunk
 // starting at position 0 starts from a zero state (so preemption = recompute from scratch needs no reset).
+// They also get RunnerOptions::state_checkpoints checkpoint slots of the same shapes (runner_state.cpp):
+// save_state/load_state copy one slot to/from one checkpoint, enqueued on context() so they are ordered with
+// steps; a chunk that resumes a sequence at position > 0 continues from whatever its slot holds.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -39,6 +42,9 @@ struct RunnerOptions {
   // runner with any quantized layer throws at construction.
   std::vector<kv::KvQuantSpec> kv_quant;
   bool cuda_graphs = true;        // capture decode steps as CUDA graphs (per batch bucket)
+  // Hybrid models: linear-attention state checkpoints (prefix-cache hits restore one); 0 = none, which also
+  // turns the prefix cache off for them. Ignored for models without linear-attention layers.
+  int32_t state_checkpoints = 8;
 };
 
 struct RunnerStats {
@@ -61,6 +67,8 @@ struct SeqChunk {
 std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout);
 std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec>& layout,
                                             const std::vector<kv::KvQuantSpec>& quant);
+// The state shapes of the linear-attention layers, in layer order (empty for models without them).
+std::vector<kv::StateLayerShape> state_shapes(const std::vector<model::KvLayerSpec>& layout);
 
 class Runner {
  public:
@@ -82,6 +90,12 @@ class Runner {
   // block table must hold one (BlockTable::acquire_state_slot) when has_linear_state().
   const kv::StateStorage& state_storage() const { return state_; }
   bool has_linear_state() const { return pool_.n_state_slots() > 0; }
+  // Checkpoint slots of the linear-attention state (0 without linear layers or with state_checkpoints 0).
+  int32_t n_state_checkpoints() const { return checkpoints_.n_slots(); }
+  // Copies state slot -> checkpoint slot / checkpoint slot -> state slot, every linear layer. On CUDA the
+  // copies are enqueued on context() (ordered before later steps and copies); on the CPU they run now.
+  void save_state(int32_t state_slot, int32_t checkpoint_slot);
+  void load_state(int32_t checkpoint_slot, int32_t state_slot);
   const RunnerOptions& options() const { return opts_; }
   // The context (thread pool, CUDA stream) every step runs on: copies enqueued on it are ordered with steps.
   kernels::Context& context() { return ctx_; }
@@ -95,7 +109,8 @@ class Runner {
     size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, seq_starts, state_slots, end;
   };
   MetaLayout meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const;
-  void init_state(const std::vector<model::KvLayerSpec>& layout);
+  void init_state(const std::vector<model::KvLayerSpec>& layout);  // state_ and checkpoints_ (runner_state.cpp)
+  void copy_state(const kv::StateStorage& from, int32_t from_slot, const kv::StateStorage& to, int32_t to_slot);
   // Checks the chunks and writes their arrays into meta_host_; returns host views over them and the layout.
   // `pad_seqs` extra one-token rows (bucket padding) follow the chunks: slot -1, an empty block table.
   model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs = 0);
@@ -119,6 +134,8 @@ class Runner {
   kernels::DeviceMemory state_memory_;       // CUDA: the linear-attention state slots; empty otherwise
   kv::StateStorage state_;
   std::vector<kernels::LinearState> state_views_;  // [n_layers] (empty views for attention layers)
+  kernels::DeviceMemory checkpoint_memory_;  // CUDA: the state checkpoints; empty otherwise
+  kv::StateStorage checkpoints_;               // opts_.state_checkpoints slots shaped like state_'s
   kernels::DeviceMemory workspace_memory_;  // CUDA: the workspace arena's memory
   Arena workspace_;
   // Packed step metadata: token_ids, positions, seq_index [T] i32, slot_mapping [T] i64, block_tables

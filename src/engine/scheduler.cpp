@@ -5,6 +5,8 @@
 // "preempt the newest" never hurts an older sequence and the oldest always progresses.
 // Prefix cache (optional): admission attaches hit blocks and starts the chunk after them; release() hands a
 // sequence's blocks to the cache, which keeps the full computed ones and frees the rest.
+// Hybrids with checkpoints: prefill chunks stop at the prompt's checkpoint boundary (marked save_state; the
+// Engine takes the checkpoint) and a hit is cut back to its deepest checkpointed block (a restore entry).
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -46,10 +48,15 @@ int64_t SchedulerOutput::n_logit_rows() const {
   return std::count_if(chunks.begin(), chunks.end(), [](const ScheduledChunk& c) { return c.needs_logits; });
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache)
-    : cfg_(cfg), pool_(pool), cache_(cache) {
+Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache,
+                     kv::StateCheckpoints* checkpoints)
+    : cfg_(cfg), pool_(pool), cache_(cache), checkpoints_(checkpoints) {
   check(!cache || (&cache->pool() == &pool && cache->block_size() == cfg.block_size), "engine",
         "the prefix cache must use the scheduler's block pool and block size");
+  check(!cache || pool.n_state_slots() == 0 || checkpoints, "engine",
+        "a hybrid model's prefix cache needs linear-attention state checkpoints (a hit restores the state)");
+  check(!checkpoints || (cache && checkpoints->block_size() == cfg.block_size && pool.n_state_slots() > 0),
+        "engine", "state checkpoints need a prefix cache, the scheduler's block size and a hybrid pool");
   check(cfg.block_size > 0, "engine", strfmt("scheduler block_size must be > 0, got %d", cfg.block_size));
   check(cfg.max_num_seqs > 0, "engine", "scheduler max_num_seqs must be > 0");
   check(cfg.max_num_batched_tokens >= cfg.max_num_seqs, "engine",
@@ -112,15 +119,51 @@ void Scheduler::release(Sequence& s) {
   s.num_computed_tokens = 0;
 }
 
-int64_t Scheduler::attach_cached_prefix(Sequence& s) {
+int64_t Scheduler::attach_cached_prefix(Sequence& s, int32_t& checkpoint) {
+  checkpoint = -1;
   if (!cache_) return 0;
   // Never the whole sequence: its last token must run so the step produces logits.
   const int64_t max_blocks = (s.n_tokens() - 1) / cfg_.block_size;
   std::vector<kv::BlockId> hits;
-  const int64_t n = cache_->match(s.cache_namespace, s.tokens, max_blocks, hits);
+  int64_t n = cache_->match(s.cache_namespace, s.tokens, max_blocks, hits);
   for (kv::BlockId b : hits) s.table.append(b);
+  if (checkpoints_) n = cut_to_checkpoint(s, n, checkpoint);
   s.num_computed_tokens = n * cfg_.block_size;
   return s.num_computed_tokens;
+}
+
+int64_t Scheduler::cut_to_checkpoint(Sequence& s, int64_t n_hit, int32_t& checkpoint) {
+  const int32_t bs = cfg_.block_size;
+  const std::vector<kv::BlockKey> keys = cache_->block_keys(s.cache_namespace, s.tokens, n_hit);
+  int64_t d = n_hit;
+  for (; d > 0; --d) {
+    const auto blk = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>((d - 1) * bs), bs);
+    const auto slot = checkpoints_->find(keys[static_cast<size_t>(d - 1)],
+                                         d > 1 ? keys[static_cast<size_t>(d - 2)] : 0, blk);
+    if (slot) {
+      checkpoint = *slot;
+      break;
+    }
+  }
+  std::vector<kv::BlockId> held = s.table.blocks();  // exactly the n_hit hit blocks
+  s.table.clear();
+  for (int64_t i = n_hit; i-- > d;) cache_->release(held[static_cast<size_t>(i)]);  // deepest first
+  for (int64_t i = 0; i < d; ++i) s.table.append(held[static_cast<size_t>(i)]);
+  return d;
+}
+
+int64_t Scheduler::checkpoint_pos(const Sequence& s) const {
+  return checkpoints_ ? (s.n_prompt - 1) / cfg_.block_size * cfg_.block_size : 0;
+}
+
+int64_t Scheduler::cap_at_checkpoint(const Sequence& s, int64_t want) const {
+  const int64_t b = checkpoint_pos(s);
+  return s.num_computed_tokens < b ? std::min(want, b - s.num_computed_tokens) : want;
+}
+
+ScheduledChunk Scheduler::prefill_chunk(const Sequence& s, int64_t n) const {
+  const int64_t start = s.num_computed_tokens, b = checkpoint_pos(s);
+  return {s.id, start, n, /*is_decode=*/false, start + n == s.n_tokens(), b > 0 && start < b && start + n == b};
 }
 
 void Scheduler::finish(Sequence& s, SeqStatus why) {
@@ -201,10 +244,10 @@ void Scheduler::schedule_running_prefills() {
       ++i;
       continue;
     }
-    const int64_t n = reserve(s, std::min(s.n_tokens() - s.num_computed_tokens, budget_), true);
+    const int64_t n =
+        reserve(s, cap_at_checkpoint(s, std::min(s.n_tokens() - s.num_computed_tokens, budget_)), true);
     if (n == 0) continue;  // preempted itself
-    const int64_t start = s.num_computed_tokens;
-    out_.chunks.push_back({s.id, start, n, false, start + n == s.n_tokens()});
+    out_.chunks.push_back(prefill_chunk(s, n));
     budget_ -= n;
     ++i;
   }
@@ -214,8 +257,9 @@ void Scheduler::admit_waiting() {
   while (!waiting_.empty() && budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
     Sequence& s = *waiting_.front();
     if (!s.table.acquire_state_slot(pool_)) break;  // hybrid models: a state slot per running sequence
-    const int64_t hit = attach_cached_prefix(s);
-    const int64_t n = reserve(s, std::min(s.n_tokens() - hit, budget_), /*may_preempt=*/false);
+    int32_t checkpoint = -1;
+    const int64_t hit = attach_cached_prefix(s, checkpoint);
+    const int64_t n = reserve(s, cap_at_checkpoint(s, std::min(s.n_tokens() - hit, budget_)), /*may_preempt=*/false);
     if (n == 0) {  // FCFS: nobody overtakes the head of the queue; the hits go back to the cache
       const auto& held = s.table.blocks();  // only hit blocks (reserve allocated nothing); deepest first
       for (auto it = held.rbegin(); it != held.rend(); ++it) cache_->release(*it);
@@ -232,7 +276,8 @@ void Scheduler::admit_waiting() {
     auto at = std::upper_bound(running_.begin(), running_.end(), &s,
                                [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });
     running_.insert(at, &s);
-    out_.chunks.push_back({s.id, hit, n, false, hit + n == s.n_tokens()});
+    if (checkpoint >= 0) out_.restores.push_back({s.id, checkpoint, s.table.state_slot()});
+    out_.chunks.push_back(prefill_chunk(s, n));
     budget_ -= n;
   }
 }
@@ -241,6 +286,7 @@ const SchedulerOutput& Scheduler::schedule() {
   check(!in_flight_, "engine", "schedule() called again before on_step_done() of the previous step");
   out_.chunks.clear();
   out_.preempted.clear();
+  out_.restores.clear();
   budget_ = cfg_.max_num_batched_tokens;
   schedule_decodes();
   schedule_running_prefills();

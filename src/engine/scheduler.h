@@ -10,7 +10,10 @@
 // sequences hand their full computed blocks to the cache instead of freeing them; evictable cached blocks
 // count as free (allocation evicts them, least recently used first).
 // Hybrid models (a pool with linear-attention state slots): admission also gives the sequence a state slot
-// (its table holds it; every release returns it); the Engine runs them without a prefix cache.
+// (its table holds it; every release returns it). With a prefix cache they also need kv::StateCheckpoints:
+// a prefill chunk never crosses the prompt's last full block boundary b = floor((n_prompt - 1) / bs) * bs
+// (the chunk ending there is marked save_state), and a prefix hit is cut back to the deepest hit block with
+// a checkpoint (the output lists the checkpoint to restore into the sequence's state slot before the step).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -22,6 +25,7 @@
 #include "engine/sequence.h"
 #include "kv/block_pool.h"
 #include "kv/prefix_cache.h"
+#include "kv/state_checkpoints.h"
 
 namespace bunsen::engine {
 
@@ -38,11 +42,22 @@ struct ScheduledChunk {
   int64_t n_tokens = 0;
   bool is_decode = false;     // a running sequence's single next token
   bool needs_logits = false;  // the chunk ends at the sequence's last token: one token will be sampled
+  bool save_state = false;    // hybrids: the chunk ends at the prompt's checkpoint boundary; after the step
+                              // the sequence's state is checkpointed under the key of the block ending there
+};
+
+// Hybrids: before the step, checkpoint slot `checkpoint` is copied into `state_slot` (the admitted sequence
+// `id` resumes from a prefix hit there).
+struct StateRestore {
+  SeqId id = 0;
+  int32_t checkpoint = -1;
+  int32_t state_slot = -1;
 };
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;  // decode rows first (oldest first), then prefill chunks (FCFS)
   std::vector<SeqId> preempted;        // sequences preempted while building this step
+  std::vector<StateRestore> restores;  // hybrids: checkpoint -> state slot copies to run before the step
   int64_t n_tokens() const;
   int64_t n_logit_rows() const;
 };
@@ -55,8 +70,10 @@ struct SampledToken {
 
 class Scheduler {
  public:
-  // `cache` (optional, over the same pool, outliving the scheduler) turns prefix caching on.
-  Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache = nullptr);
+  // `cache` (optional, over the same pool, outliving the scheduler) turns prefix caching on. A pool with
+  // state slots (hybrid model) and a cache need `checkpoints` (same block size, outliving the scheduler).
+  Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache = nullptr,
+            kv::StateCheckpoints* checkpoints = nullptr);
 
   // Queues a request. Throws Error("memory_admission", ...) when prompt + max_tokens cannot fit the whole
   // pool even alone, Error("engine", ...) on an empty prompt, negative max_tokens or a duplicate id.
@@ -94,8 +111,17 @@ class Scheduler {
   int64_t reserve(Sequence& s, int64_t want, bool may_preempt);
   void preempt(Sequence& victim);
   void release(Sequence& s);
-  // Attaches the cached prefix of a waiting sequence (num_computed_tokens = hit tokens); returns the hits.
-  int64_t attach_cached_prefix(Sequence& s);
+  // Attaches the cached prefix of a waiting sequence (num_computed_tokens = hit tokens); returns the hit
+  // tokens. Hybrids: the hit ends at a checkpoint, whose slot goes to `checkpoint` (-1 without a hit).
+  int64_t attach_cached_prefix(Sequence& s, int32_t& checkpoint);
+  // Hybrids: the deepest d <= n_hit with a checkpoint at the end of block d - 1 (its slot -> checkpoint);
+  // the hit blocks past d go back to the cache.
+  int64_t cut_to_checkpoint(Sequence& s, int64_t n_hit, int32_t& checkpoint);
+  // Hybrids with checkpoints: the prompt's last full block boundary (0: none), and `want` capped so a chunk
+  // starting at num_computed_tokens stops there.
+  int64_t checkpoint_pos(const Sequence& s) const;
+  int64_t cap_at_checkpoint(const Sequence& s, int64_t want) const;
+  ScheduledChunk prefill_chunk(const Sequence& s, int64_t n) const;
   int32_t n_available() const { return cache_ ? cache_->n_available() : pool_.n_free(); }
   void finish(Sequence& s, SeqStatus why);
   void remove_from_running(Sequence& s);
@@ -103,6 +129,7 @@ class Scheduler {
   SchedulerConfig cfg_;
   kv::BlockPool& pool_;
   kv::PrefixCache* cache_ = nullptr;
+  kv::StateCheckpoints* checkpoints_ = nullptr;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by arrival
   std::deque<Sequence*> waiting_;   // FCFS; preempted sequences return to the front

@@ -1,6 +1,7 @@
 // Engine and Runner with a hybrid (gated DeltaNet + attention) model on the CPU: batched, chunked-prefill and
 // preempted runs give the single-sequence greedy tokens and logprobs bit for bit (the state slots carry each
-// sequence's recurrence across steps and are reset by recompute); the prefix cache stays off for hybrids;
+// sequence's recurrence across steps and are reset by recompute, or restored from a state checkpoint by a
+// prefix-cache hit: test_engine_hybrid_cache.cpp);
 // every state slot comes back; a chunk without a state slot is refused.
 #include <gtest/gtest.h>
 
@@ -95,7 +96,7 @@ TEST(EngineHybrid, BatchedChunkedPrefillEqualsAlone) {
   EXPECT_EQ(per_seq, 2 * ((2 * 8 + 2 * 8) * 3 + 2 * 8 * 8) * sizeof(float));  // 2 DeltaNet layers
   EXPECT_GE(runner.state_storage().bytes(), 8 * per_seq);
   Engine engine(runner, EngineOptions{8, 16, {}, {}});
-  EXPECT_FALSE(engine.stats().prefix_cache_enabled);  // hybrids: no prefix cache until state checkpoints exist
+  EXPECT_TRUE(engine.stats().prefix_cache_enabled);  // hybrids: on, through linear-attention state checkpoints
   expect_same(run_all(engine, reqs), alone);
   EXPECT_TRUE(eventually([&] { return engine.stats().requests_finished == 12; }));
   EXPECT_EQ(runner.pool().n_free_state_slots(), 8);

@@ -5,6 +5,9 @@
 // With the prefix cache on, prompts come from a few shared families (so blocks are shared and evicted),
 // and a shadow copy of every block's contents checks that each chunk reads only blocks holding its own
 // tokens and writes only blocks it holds alone: free + cached-unreferenced + owned == total every step.
+// Hybrid mode adds state slots and a few state checkpoints: chunks stop at each prompt's checkpoint
+// boundary, a shadow of every checkpoint's token prefix checks that a restore resumes exactly the sequence's
+// own prefix in its own state slot, and every state slot comes back.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +35,8 @@ struct SimConfig {
   size_t max_waiting = 1000000;  // no arrivals while this many wait
   bool prefix_cache = false;
   int n_families = 3;  // with the cache: prompts are prefixes of one of these token streams
+  bool hybrid = false;  // state slots (one per running sequence) + `checkpoints` state checkpoints
+  int32_t checkpoints = 3;
 };
 
 struct Expected {
@@ -41,7 +46,7 @@ struct Expected {
 
 struct SimStats {
   int64_t added = 0, rejected = 0, cancelled = 0, stopped = 0, lengthed = 0, preemptions = 0, steps = 0;
-  int64_t hit_tokens = 0, evictions = 0;
+  int64_t hit_tokens = 0, evictions = 0, restores = 0;
 };
 
 // Checks a sequence that ended against what the fake model implies.
@@ -84,9 +89,12 @@ class Sim {
   explicit Sim(const SimConfig& cfg)
       : cfg_(cfg),
         rng_(cfg.seed),
-        pool_(cfg.n_blocks),
+        pool_(cfg.n_blocks, cfg.hybrid ? static_cast<int32_t>(cfg.sched.max_num_seqs) : 0),
         cache_(cfg.prefix_cache ? std::make_unique<kv::PrefixCache>(pool_, cfg.sched.block_size, 0) : nullptr),
-        s_(cfg.sched, pool_, cache_.get()),
+        ckpt_(cfg.hybrid && cache_ ? std::make_unique<kv::StateCheckpoints>(cfg.checkpoints, cfg.sched.block_size)
+                                   : nullptr),
+        ckpt_prefix_(static_cast<size_t>(cfg.checkpoints)),
+        s_(cfg.sched, pool_, cache_.get(), ckpt_.get()),
         content_(static_cast<size_t>(cfg.n_blocks) * static_cast<size_t>(cfg.sched.block_size), -1) {}
 
   SimStats run() {
@@ -98,10 +106,12 @@ class Sim {
       const SchedulerOutput& out = s_.schedule();
       check_step(s_, out);
       if (cache_) check_contents(out);
+      if (ckpt_) check_restores(out);
       if (::testing::Test::HasFatalFailure()) return stats_;
       stats_.preemptions += static_cast<int64_t>(out.preempted.size());
       const auto sampled = test::sample_for(out);
       maybe_cancel();  // while the step is in flight
+      if (ckpt_) save_checkpoints(out);
       s_.on_step_done(sampled);
       ++stats_.steps;
       test::check_invariants(s_);
@@ -118,6 +128,7 @@ class Sim {
       cache_->evict_all();
     }
     EXPECT_EQ(pool_.n_free(), pool_.n_blocks()) << "leaked blocks";
+    EXPECT_EQ(pool_.n_free_state_slots(), pool_.n_state_slots()) << "leaked state slots";
     EXPECT_EQ(s_.n_sequences(), 0u);
     ::testing::Test::RecordProperty(
         "stats", strfmt("steps=%lld added=%lld rejected=%lld cancelled=%lld stop=%lld length=%lld preemptions=%lld",
@@ -194,6 +205,40 @@ class Sim {
     }
   }
 
+  // A restore hands the admitted sequence a checkpoint taken after exactly its own first start_pos tokens.
+  void check_restores(const SchedulerOutput& out) {
+    for (const StateRestore& r : out.restores) {
+      const Sequence& q = s_.get(r.id);
+      ASSERT_EQ(r.state_slot, q.table.state_slot());
+      const auto ch = std::find_if(out.chunks.begin(), out.chunks.end(), [&](const auto& c) { return c.id == r.id; });
+      ASSERT_NE(ch, out.chunks.end());
+      const std::vector<int32_t>& prefix = ckpt_prefix_[static_cast<size_t>(r.checkpoint)];
+      ASSERT_EQ(static_cast<int64_t>(prefix.size()), ch->start_pos) << "restore at the wrong position";
+      ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), q.tokens.begin())) << "restore of another prefix";
+      ++stats_.restores;
+    }
+    for (const ScheduledChunk& ch : out.chunks) {
+      const Sequence& q = s_.get(ch.id);
+      const int64_t b = (q.n_prompt - 1) / cfg_.sched.block_size * cfg_.sched.block_size;
+      ASSERT_EQ(ch.save_state, b > 0 && ch.start_pos < b && ch.start_pos + ch.n_tokens == b);
+      ASSERT_FALSE(ch.start_pos < b && ch.start_pos + ch.n_tokens > b) << "a chunk crosses the checkpoint";
+    }
+  }
+
+  // What the Engine does after a step: the state after a save_state chunk goes into a checkpoint.
+  void save_checkpoints(const SchedulerOutput& out) {
+    const int32_t bs = cfg_.sched.block_size;
+    for (const ScheduledChunk& ch : out.chunks) {
+      const Sequence& q = s_.get(ch.id);
+      if (!ch.save_state || is_finished(q.status)) continue;
+      const int64_t nb = (ch.start_pos + ch.n_tokens) / bs;
+      const auto keys = cache_->block_keys(q.cache_namespace, q.tokens, nb);
+      const auto blk = std::span<const int32_t>(q.tokens).subspan(static_cast<size_t>((nb - 1) * bs), bs);
+      const int32_t slot = ckpt_->insert(keys.back(), nb > 1 ? keys[static_cast<size_t>(nb - 2)] : 0, blk);
+      ckpt_prefix_[static_cast<size_t>(slot)].assign(q.tokens.begin(), q.tokens.begin() + nb * bs);
+    }
+  }
+
   void track_oldest() {
     if (live_.empty()) return;
     auto it = live_.begin();  // ids grow with arrival
@@ -224,6 +269,8 @@ class Sim {
   std::mt19937_64 rng_;
   kv::BlockPool pool_;
   std::unique_ptr<kv::PrefixCache> cache_;
+  std::unique_ptr<kv::StateCheckpoints> ckpt_;
+  std::vector<std::vector<int32_t>> ckpt_prefix_;  // [checkpoints]: the tokens each checkpoint was taken after
   Scheduler s_;
   std::vector<int32_t> content_;  // [n_blocks * block_size]: the token each slot was last written with
   std::map<SeqId, Expected> live_;
@@ -284,6 +331,30 @@ TEST(SchedulerSim, TenThousandLifecyclesWithPrefixCacheLeakNoBlock) {
   EXPECT_EQ(st.cancelled + st.stopped + st.lengthed, st.added);
   EXPECT_GT(st.hit_tokens, 0);
   EXPECT_GT(st.evictions, 0);
+}
+
+TEST(SchedulerSim, HybridWithCheckpointsRestoresOwnPrefixesAndLeaksNothing) {
+  for (uint64_t seed : {5u, 6u, 7u}) {
+    SimConfig cfg;
+    cfg.seed = seed;
+    cfg.arrival_steps = 0;
+    cfg.lifecycles = 3000;
+    cfg.sched = {6, 16, 4};
+    cfg.n_blocks = 24;
+    cfg.max_prompt = 30;
+    cfg.max_gen = 12;
+    cfg.p_arrival = 0.6;
+    cfg.max_waiting = 12;
+    cfg.prefix_cache = true;
+    cfg.n_families = 4;
+    cfg.hybrid = true;
+    const SimStats st = Sim(cfg).run();
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(st.cancelled + st.stopped + st.lengthed, st.added) << seed;
+    EXPECT_GT(st.hit_tokens, 0) << seed;
+    EXPECT_GT(st.restores, 0) << seed;
+    EXPECT_GT(st.preemptions, 0) << seed;
+  }
 }
 
 TEST(SchedulerSim, TenThousandLifecyclesLeakNoBlock) {
