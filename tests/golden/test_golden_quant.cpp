@@ -85,7 +85,7 @@ class GoldenQuant : public testing::TestWithParam<std::tuple<std::string, int>> 
 TEST_P(GoldenQuant, ConvertedLogitsEqualTheDequantizedModel) {
   const auto& [name, bits] = GetParam();
   Fixture f = load_fixture(name);
-  const std::string src = build_checkpoint(f, DType::kF32, "quant");
+  const std::string src = build_checkpoint(f, DType::kF32, "quant" + std::to_string(bits));  // q4/q8 run in parallel
   const std::string qdir = src + "_q" + std::to_string(bits), ddir = src + "_deq" + std::to_string(bits);
   fs::remove_all(qdir);
   fs::remove_all(ddir);
