@@ -112,7 +112,7 @@ struct Case {
 };
 
 // cpu::linear_q on (possibly strided) x/out against ref::linear on the dequantized matrix; at the scalar
-// and AVX2 levels also bit for bit against cpu::linear on it.
+// and AVX2 levels (and for 4/8-bit at the AVX-512 level) also bit for bit against cpu::linear on it.
 void check_linear_q(ThreadPool& pool, cpu::Isa isa, const Case& c, DType sb, bool strided, bool with_bias,
                     std::mt19937& rng) {
   const int64_t pad = strided ? 3 : 0;
@@ -130,7 +130,7 @@ void check_linear_q(ThreadPool& pool, cpu::Isa isa, const Case& c, DType sb, boo
   cpu::linear_q(pool, got, x, f.w, b);
   ref::linear(want.tensor, x, wd.tensor, b);
   expect_close(got, want.tensor, 1e-5f, "linear_q vs ref " + what);
-  if (isa != cpu::Isa::kAvx512) {
+  if (isa != cpu::Isa::kAvx512 || c.bits == 4 || c.bits == 8) {  // AVX-512 has 4/8-bit kernels of its own
     cpu::linear(pool, same.tensor, x, wd.tensor, b);
     expect_bits_equal(got, same.tensor, "linear_q vs linear(dequantized) " + what);
   }

@@ -1,10 +1,10 @@
 // cpu::linear_q, embedding_q and dequantize for MLX affine-quantized weights (QuantWeight in ops.h).
-// linear_q threads over output columns (weight rows) like cpu::linear and runs linear_q_avx2 (AVX2 and
-// AVX-512 levels) or the baseline here: one weight row dequantized into scratch, then linear_scalar's dot.
-// Not validating (dispatch_quant.cpp does). Invariants: each output is written by one task, bias added by
-// it; batch invariance (a row's summation order depends only on k, never on m or the thread count); at
-// the scalar and AVX2 levels linear_q(x, w) == cpu::linear(x, dequantize(w)) bit for bit (AVX-512 runs
-// the AVX2 kernel, so there it differs from the 16-lane f32 GEMV in the last bits).
+// linear_q threads over output columns (weight rows) like cpu::linear and runs linear_q_avx512 (4/8-bit at
+// the AVX-512 level), linear_q_avx2, or the baseline here: one weight row dequantized into scratch, then
+// linear_scalar's dot. Not validating (dispatch_quant.cpp does). Invariants: each output is written by one
+// task, bias added by it; batch invariance (a row's summation order depends only on k, never on m or the
+// thread count); linear_q(x, w) == cpu::linear(x, dequantize(w)) bit for bit at the scalar and AVX2 levels
+// and, for 4/8-bit, at the AVX-512 level (other widths there run the AVX2 kernel and differ in the last bits).
 #include <algorithm>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -73,7 +73,7 @@ LinearQArgs make_args(Tensor out, Tensor x, const QuantWeight& w) {
 void linear_q(ThreadPool& pool, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
   const LinearQArgs a = make_args(out, x, w);
   if (a.m == 0 || a.n == 0) return;
-  const bool simd = active_isa() != Isa::kScalar;
+  const bool simd = active_isa() != Isa::kScalar, avx512 = active_isa() == Isa::kAvx512;
   const int64_t n_units = ceil_div(a.n, kRowsPerUnit);
   // Few column units for the threads: split the rows of x too (whole groups of 8; the order in which an
   // element is summed does not depend on the block that computes it).
@@ -92,7 +92,9 @@ void linear_q(ThreadPool& pool, Tensor out, Tensor x, const QuantWeight& w, Tens
       part.out += mb * m_step * a.out_stride;
       part.m = std::min(m_step, a.m - mb * m_step);
       const int64_t n0 = u0 * kRowsPerUnit, n1 = std::min(u1 * kRowsPerUnit, a.n);
-      if (simd)
+      if (avx512)
+        linear_q_avx512(part, n0, n1);
+      else if (simd)
         linear_q_avx2(part, n0, n1);
       else
         linear_q_scalar(part, w, n0, n1);
