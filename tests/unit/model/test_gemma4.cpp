@@ -18,6 +18,7 @@
 #include "model/registry.h"
 #include "model/synthetic.h"
 #include "safetensors_test_util.h"
+#include "model_test_util.h"
 
 namespace bunsen::model {
 namespace {
@@ -193,47 +194,8 @@ std::unique_ptr<Model> save_and_load(const ScratchDir& dir, const std::string& c
   return load_model(dir.path());
 }
 
-// Logits of every token of one sequence run as a single prefill step; one cache per layer (KV-shared layers
-// read their source's cache, so theirs stays unused).
 std::vector<float> run_logits(Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t n = static_cast<int64_t>(tokens.size()), block = 8, n_blocks = (n + block - 1) / block;
-  OwnedTensor ids = OwnedTensor::make(DType::kI32, {n}), pos = OwnedTensor::make(DType::kI32, {n});
-  OwnedTensor seq = OwnedTensor::make(DType::kI32, {n}), rows = OwnedTensor::make(DType::kI32, {n});
-  OwnedTensor slots = OwnedTensor::make(DType::kI64, {n}), table = OwnedTensor::make(DType::kI32, {1, n_blocks});
-  for (int64_t i = 0; i < n; ++i) {
-    ids.tensor.ptr<int32_t>()[i] = tokens[static_cast<size_t>(i)];
-    pos.tensor.ptr<int32_t>()[i] = rows.tensor.ptr<int32_t>()[i] = static_cast<int32_t>(i);
-    seq.tensor.ptr<int32_t>()[i] = 0;
-    slots.tensor.ptr<int64_t>()[i] = i;
-  }
-  for (int64_t b = 0; b < n_blocks; ++b) table.tensor.ptr<int32_t>()[b] = static_cast<int32_t>(b);
-  StepBatch batch;
-  batch.token_ids = ids.tensor;
-  batch.positions = pos.tensor;
-  batch.seq_index = seq.tensor;
-  batch.slot_mapping = slots.tensor;
-  batch.block_tables = table.tensor;
-  batch.logit_rows = rows.tensor;
-  batch.max_seq_len = n;
-  std::vector<OwnedTensor> cache;
-  std::vector<kernels::PagedKv> kv;
-  for (const KvLayerSpec& l : m.kv_layout()) {
-    for (int kv_part = 0; kv_part < 2; ++kv_part)
-      cache.push_back(OwnedTensor::make(DType::kF32, {n_blocks, block, l.n_kv_heads, l.head_dim}));
-    kv.push_back({cache[cache.size() - 2].tensor, cache.back().tensor});
-  }
-  Arena ws(m.workspace_bytes(n, n));
-  OwnedTensor logits = OwnedTensor::make(DType::kF32, {n, m.config().vocab_size});
-  ThreadPool pool(2);
-  kernels::Context ctx{&pool};
-  ForwardArgs a;
-  a.batch = &batch;
-  a.kv = kv;
-  a.workspace = &ws;
-  a.logits = logits.tensor;
-  a.ctx = &ctx;
-  m.forward(a);
-  return std::vector<float>(logits.tensor.ptr<float>(), logits.tensor.ptr<float>() + logits.tensor.numel());
+  return testutil::prefill_logits(m, tokens, 8);
 }
 
 const std::vector<int32_t> kPrompt = {3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31};  // longer than the window

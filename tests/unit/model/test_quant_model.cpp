@@ -18,6 +18,7 @@
 #include "model/registry.h"
 #include "model/synthetic.h"
 #include "safetensors_test_util.h"
+#include "model_test_util.h"
 
 namespace bunsen::model {
 namespace {
@@ -89,50 +90,8 @@ void save(const ScratchDir& dir, const std::string& config, const std::map<std::
   std::ofstream(dir.file("config.json")) << config;
 }
 
-// Logits of every token of one sequence run as a single prefill step.
 std::vector<float> run_logits(Model& m, const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = m.config();
-  const int64_t n = static_cast<int64_t>(tokens.size()), block = 16, n_blocks = (n + block - 1) / block;
-  OwnedTensor ids = OwnedTensor::make(DType::kI32, {n}), pos = OwnedTensor::make(DType::kI32, {n});
-  OwnedTensor seq = OwnedTensor::make(DType::kI32, {n}), rows = OwnedTensor::make(DType::kI32, {n});
-  OwnedTensor slots = OwnedTensor::make(DType::kI64, {n}),
-              table = OwnedTensor::make(DType::kI32, {1, n_blocks});
-  for (int64_t i = 0; i < n; ++i) {
-    ids.tensor.ptr<int32_t>()[i] = tokens[static_cast<size_t>(i)];
-    pos.tensor.ptr<int32_t>()[i] = static_cast<int32_t>(i);
-    seq.tensor.ptr<int32_t>()[i] = 0;
-    rows.tensor.ptr<int32_t>()[i] = static_cast<int32_t>(i);
-    slots.tensor.ptr<int64_t>()[i] = i;
-  }
-  for (int64_t b = 0; b < n_blocks; ++b) table.tensor.ptr<int32_t>()[b] = static_cast<int32_t>(b);
-  StepBatch batch;
-  batch.token_ids = ids.tensor;
-  batch.positions = pos.tensor;
-  batch.seq_index = seq.tensor;
-  batch.slot_mapping = slots.tensor;
-  batch.block_tables = table.tensor;
-  batch.logit_rows = rows.tensor;
-  batch.max_seq_len = n;
-  std::vector<OwnedTensor> cache;
-  std::vector<kernels::PagedKv> kv;
-  for (const KvLayerSpec& l : m.kv_layout()) {
-    cache.push_back(OwnedTensor::make(DType::kF32, {n_blocks, block, l.n_kv_heads, l.head_dim}));
-    cache.push_back(OwnedTensor::make(DType::kF32, {n_blocks, block, l.n_kv_heads, l.head_dim}));
-    kv.push_back({cache[cache.size() - 2].tensor, cache.back().tensor});
-  }
-  Arena ws(m.workspace_bytes(n, n));
-  OwnedTensor logits = OwnedTensor::make(DType::kF32, {n, c.vocab_size});
-  ThreadPool pool(2);
-  kernels::Context ctx{&pool};
-  ForwardArgs a;
-  a.batch = &batch;
-  a.kv = kv;
-  a.workspace = &ws;
-  a.logits = logits.tensor;
-  a.ctx = &ctx;
-  m.forward(a);
-  const float* p = logits.tensor.ptr<float>();
-  return std::vector<float>(p, p + logits.tensor.numel());
+  return testutil::prefill_logits(m, tokens, 16);
 }
 
 struct IsaGuard {

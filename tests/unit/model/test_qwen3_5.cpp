@@ -13,6 +13,7 @@
 #include "model/registry.h"
 #include "model/synthetic.h"
 #include "safetensors_test_util.h"
+#include "model_test_util.h"
 
 namespace bunsen::model {
 namespace {
@@ -63,52 +64,8 @@ constexpr const char* kTinyText = R"({"model_type":"qwen3_5_text","vocab_size":9
   "linear_value_head_dim":8,"linear_num_key_heads":1,"linear_num_value_heads":2,"tie_word_embeddings":false,
   "rope_parameters":{"rope_type":"default","rope_theta":10000.0,"partial_rotary_factor":0.5}})";
 
-// Logits of every token of one sequence in one forward (a fresh state slot 0, one KV block table).
 std::vector<float> run_logits(Model& m, const std::vector<int32_t>& tokens) {
-  const ModelConfig& c = m.config();
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<int32_t> pos(tokens.size()), seq(tokens.size(), 0), rows(tokens.size()), table = {0};
-  std::vector<int64_t> slots(tokens.size());
-  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i), rows[i] = static_cast<int32_t>(i), slots[i] = i;
-  std::vector<int32_t> starts = {0, static_cast<int32_t>(n)}, state_slots = {0};
-  StepBatch b;
-  b.token_ids = Tensor::view(const_cast<int32_t*>(tokens.data()), DType::kI32, {n});
-  b.positions = Tensor::view(pos.data(), DType::kI32, {n});
-  b.seq_index = Tensor::view(seq.data(), DType::kI32, {n});
-  b.slot_mapping = Tensor::view(slots.data(), DType::kI64, {n});
-  b.block_tables = Tensor::view(table.data(), DType::kI32, {1, 1});
-  b.logit_rows = Tensor::view(rows.data(), DType::kI32, {n});
-  b.seq_starts = Tensor::view(starts.data(), DType::kI32, {2});
-  b.state_slots = Tensor::view(state_slots.data(), DType::kI32, {1});
-  b.max_seq_len = n;
-  std::vector<OwnedTensor> owned;
-  std::vector<kernels::PagedKv> kv;
-  std::vector<kernels::LinearState> st;
-  for (const KvLayerSpec& l : m.kv_layout()) {
-    if (l.is_linear()) {
-      owned.push_back(OwnedTensor::make(DType::kF32, {1, l.conv_channels, l.conv_len}));
-      owned.push_back(OwnedTensor::make(DType::kF32, {1, l.state_heads, l.state_k, l.state_v}));
-      st.push_back({owned[owned.size() - 2].tensor, owned.back().tensor});
-      kv.push_back({});
-    } else {
-      owned.push_back(OwnedTensor::make(DType::kF32, {1, n, l.n_kv_heads, l.head_dim}));
-      owned.push_back(OwnedTensor::make(DType::kF32, {1, n, l.n_kv_heads, l.head_dim}));
-      kv.push_back({owned[owned.size() - 2].tensor, owned.back().tensor});
-      st.push_back({});
-    }
-  }
-  std::vector<float> logits(static_cast<size_t>(n * c.vocab_size));
-  Arena ws(m.workspace_bytes(n, n));
-  kernels::Context ctx;
-  ForwardArgs a;
-  a.batch = &b;
-  a.kv = kv;
-  a.state = st;
-  a.workspace = &ws;
-  a.logits = Tensor::view(logits.data(), DType::kF32, {n, c.vocab_size});
-  a.ctx = &ctx;
-  m.forward(a);
-  return logits;
+  return testutil::prefill_logits(m, tokens, 16);
 }
 
 using Tensors = std::map<std::string, OwnedTensor>;
