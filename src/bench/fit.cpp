@@ -39,18 +39,30 @@ void copy_shape(FitModel& m, const model::ModelConfig& c, const std::string& nam
   m.max_position = c.max_position_embeddings;
   try {
     m.n_kv_layers = 0;
-    for (const model::KvLayerSpec& l : model::kv_layout_from_config(c)) {
+    const std::vector<model::KvLayerSpec> layout = model::kv_layout_from_config(c);
+    bool full = false, sliding = false;  // owned layers of each kind: a mix gets a sliding block space
+    for (const model::KvLayerSpec& l : layout)
+      if (!l.is_linear() && l.shares_kv_with < 0) (l.sliding_window > 0 ? sliding : full) = true;
+    for (const model::KvLayerSpec& l : layout) {
       if (l.is_linear()) {
         m.state_bytes_per_seq += l.state_bytes();
       } else if (l.shares_kv_with < 0) {  // KV-shared layers (Gemma 4) read another layer's cache
         ++m.n_kv_layers;
-        m.kv_row_elems += static_cast<uint64_t>(l.n_kv_heads * l.head_dim);
+        const auto row = static_cast<uint64_t>(l.n_kv_heads * l.head_dim);
+        if (full && sliding && l.sliding_window > 0) {
+          m.swa_row_elems += row;
+          m.swa_window = std::max<int64_t>(m.swa_window, l.sliding_window);
+        } else {
+          m.kv_row_elems += row;
+        }
       }
     }
   } catch (const Error&) {  // a config the family parser rejects: count every layer as attention
     m.n_kv_layers = -1;
     m.state_bytes_per_seq = 0;
     m.kv_row_elems = 0;
+    m.swa_row_elems = 0;
+    m.swa_window = 0;
   }
 }
 
@@ -109,6 +121,10 @@ uint64_t kv_bytes_per_token(const FitModel& m, DType kv_dtype) {
          static_cast<uint64_t>(m.head_dim) * dtype_size(kv_dtype);
 }
 
+uint64_t sliding_kv_bytes_per_token(const FitModel& m, DType kv_dtype) {
+  return 2 * m.swa_row_elems * dtype_size(kv_dtype);
+}
+
 uint64_t workspace_bytes(const FitModel& m, const WorkspaceParams& p) {
   const uint64_t n = static_cast<uint64_t>(std::max<int64_t>(p.step_tokens, 1));
   const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(p.max_seqs, 1));
@@ -162,15 +178,20 @@ FitResult compute_fit(const FitModel& m, const FitTarget& t, const FitRequest& r
   f.weights_fit = fixed <= f.budget_bytes;
   f.kv_budget_bytes = f.weights_fit ? f.budget_bytes - fixed : 0;
   const uint64_t block_bytes = f.kv_bytes_per_token * static_cast<uint64_t>(r.block_size);
+  const auto blocks_of = [&](int64_t tokens) { return static_cast<uint64_t>((tokens + r.block_size - 1) / r.block_size); };
+  // Sliding layers of a mixed model: min(ctx, window + one step's chunk) tokens per sequence, in blocks.
+  const uint64_t swa_block_bytes = sliding_kv_bytes_per_token(m, f.kv_dtype) * static_cast<uint64_t>(r.block_size);
+  const int64_t swa_span = m.swa_window + wp.step_tokens;
+  f.sliding_kv_bytes_per_seq = blocks_of(std::min(r.ctx, swa_span)) * swa_block_bytes;
   // A sequence's cost: its KV blocks plus (hybrid models) its linear-attention state slot.
   const uint64_t state = m.state_bytes_per_seq;
   f.state_bytes_per_seq = state;
-  const uint64_t one_seq_budget = f.kv_budget_bytes > state ? f.kv_budget_bytes - state : 0;
+  const uint64_t fixed_per_seq = state + blocks_of(swa_span) * swa_block_bytes;  // the longest sequence's
+  const uint64_t one_seq_budget = f.kv_budget_bytes > fixed_per_seq ? f.kv_budget_bytes - fixed_per_seq : 0;
   const uint64_t n_blocks = block_bytes ? one_seq_budget / block_bytes : 0;
   f.max_context = static_cast<int64_t>(n_blocks) * r.block_size;
   if (m.max_position > 0) f.max_context = std::min(f.max_context, m.max_position);
-  const uint64_t blocks_per_seq = static_cast<uint64_t>((r.ctx + r.block_size - 1) / r.block_size);
-  const uint64_t seq_bytes = blocks_per_seq * block_bytes + state;
+  const uint64_t seq_bytes = blocks_of(r.ctx) * block_bytes + f.sliding_kv_bytes_per_seq + state;
   f.concurrent_seqs = seq_bytes ? static_cast<int64_t>(f.kv_budget_bytes / seq_bytes) : 0;
   f.fits = f.weights_fit && f.concurrent_seqs >= 1;
   f.batch_fits = f.weights_fit && f.concurrent_seqs >= r.batch;
@@ -178,6 +199,8 @@ FitResult compute_fit(const FitModel& m, const FitTarget& t, const FitRequest& r
   f.efficiency = t.efficiency;
   f.bytes_per_token = static_cast<double>(m.weight_read_bytes) +
                       static_cast<double>(f.kv_bytes_per_token) * static_cast<double>(r.ctx) +
+                      static_cast<double>(sliding_kv_bytes_per_token(m, f.kv_dtype)) *
+                          static_cast<double>(std::min(r.ctx, m.swa_window)) +  // decode reads the window
                       static_cast<double>(state);  // the state is read (and written) once per token
   if (t.bandwidth_gbps > 0 && f.bytes_per_token > 0)
     f.decode_tok_s = t.bandwidth_gbps * 1e9 * t.efficiency / f.bytes_per_token;

@@ -2,9 +2,11 @@
 // memory pool (a GPU, this machine's RAM, or a datasheet GPU) whether a model fits, the longest context
 // and how many sequences fit, and the batch-1 decode speed that memory bandwidth allows. Pure functions
 // (no IO): fit_probe.h gathers the inputs. Not the engine's admission (that sizes the real KV pool);
-// this mirrors its rules: paged KV in blocks of block_size tokens, every attention layer keeps full-length KV,
-// KV bf16 on CUDA and f32 on the CPU (as the Runner allocates it today); a hybrid model's linear-attention
-// layers hold no KV but one f32 state slot per running sequence.
+// this mirrors its rules: paged KV in blocks of block_size tokens; full-attention layers keep KV for the whole
+// context; in a model that mixes sliding-window and full layers (Gemma 2/3/4: `bunsen serve` gives the
+// sliding ones their own block space) sliding layers keep min(context, window + step_tokens) tokens;
+// KV-shared layers keep none; KV bf16 on CUDA and f32 on the CPU (as the Runner allocates it today); a
+// hybrid model's linear-attention layers hold no KV but one f32 state slot per running sequence.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,6 +33,10 @@ struct FitModel {
   // Sum over the layers that own KV of n_kv_heads * head_dim (per-layer shapes: Gemma 4); 0: unknown,
   // n_kv_layers x n_kv_heads x head_dim is used.
   uint64_t kv_row_elems = 0;
+  // Models that mix sliding-window and full layers: the owned sliding layers' n_kv_heads * head_dim sum
+  // (not in kv_row_elems) and their largest window. 0 otherwise (sliding layers then count as full).
+  uint64_t swa_row_elems = 0;
+  int64_t swa_window = 0;
 };
 
 // From the shape: every tensor of the family's manifest (model/registry.h) × dtype size.
@@ -39,8 +45,11 @@ FitModel fit_model_from_config(const model::ModelConfig& cfg, DType weight_dtype
 FitModel fit_model_from_tensors(const model::ModelConfig& cfg, const std::vector<std::pair<std::string, uint64_t>>& tensors,
                                 const std::string& name);
 
-// 2 × n_kv_layers × n_kv_heads × head_dim × dtype size.
+// KV bytes per token of context of the full-length layers: 2 × n_kv_layers × n_kv_heads × head_dim × dtype
+// size (per-layer shapes when known; without the sliding layers of a mixed model).
 uint64_t kv_bytes_per_token(const FitModel& m, DType kv_dtype);
+// The same for the sliding layers of a mixed model (0 otherwise): they hold min(ctx, window + step) tokens.
+uint64_t sliding_kv_bytes_per_token(const FitModel& m, DType kv_dtype);
 
 // One step's scratch for step_tokens tokens and max_seqs logits rows (the llama-family workspace:
 // residual f32, activations in act_dtype, f32 logits), plus reserve_bytes (GPU: cuBLAS workspace,
@@ -85,7 +94,8 @@ struct FitResult {
   bool gpu = true;
   DType kv_dtype = DType::kBF16;
   uint64_t total_bytes = 0, budget_bytes = 0, weight_bytes = 0, workspace_bytes = 0;
-  uint64_t kv_bytes_per_token = 0;
+  uint64_t kv_bytes_per_token = 0;    // full-length layers, per token of context
+  uint64_t sliding_kv_bytes_per_seq = 0;  // mixed models: sliding layers' KV of one ctx-token sequence
   uint64_t kv_budget_bytes = 0;   // budget − weights − workspace (0 when negative)
   bool weights_fit = false;       // weights + workspace within the budget
   bool fits = false;              // ... and one sequence of ctx tokens of KV
@@ -94,7 +104,7 @@ struct FitResult {
   int64_t concurrent_seqs = 0;    // sequences of ctx tokens whose KV (+ linear-attention state) fits at once
   uint64_t state_bytes_per_seq = 0;  // hybrid models: each sequence's state slot
   double bandwidth_gbps = 0, efficiency = 1.0;
-  double bytes_per_token = 0;     // weight_read_bytes + KV of ctx tokens
+  double bytes_per_token = 0;     // weight_read_bytes + KV of ctx tokens (sliding layers: of the window)
   double decode_tok_s = 0;        // batch 1 at ctx tokens of context; 0 when the bandwidth is unknown
 };
 

@@ -40,6 +40,7 @@ nlohmann::json result_json(const FitResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"workspace_bytes", r.workspace_bytes},
           {"kv_bytes_per_token", r.kv_bytes_per_token},
+          {"sliding_kv_bytes_per_seq", r.sliding_kv_bytes_per_seq},
           {"kv_budget_bytes", r.kv_budget_bytes},
           {"weights_fit", r.weights_fit},
           {"fits", r.fits},

@@ -34,7 +34,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"json", "", "print one JSON object at the end instead of streaming"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"device", "DEV", kDeviceHelp},
-    {"kv-quant", "off|4|8|config", kKvQuantHelp},
+    {"kv-quant", "off|4|8|fp8|config", kKvQuantHelp},
     {"help", "", "show this help", "h"},
 };
 
@@ -87,7 +87,6 @@ int cmd_generate(int argc, char** argv) {
     return 0;
   }
   const Device device = parse_device(a.str("device"), "generate");
-  refuse_kv_quant_on_cuda(a.str("kv-quant"), device, "generate");
   check(a.has("prompt") != a.has("prompt-tokens"), "cli", "bunsen generate: give exactly one of --prompt or --prompt-tokens");
   const std::string dir = a.has("model") ? *a.str("model") : hub::ensure_demo_model();
   kernels::set_current_device(device);

@@ -71,7 +71,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"ssd-cache-verify", "", "verify every payload checksum when restoring from the SSD tier (headers and "
                              "token ids always are)"},
     {"threads", "N", "CPU threads (default: all cores)"},
-    {"kv-quant", "off|4|8|config", kKvQuantHelp},
+    {"kv-quant", "off|4|8|fp8|config", kKvQuantHelp},
     {"header-timeout", "SECONDS", "time a client has to send a request head (default 10)"},
     {"read-timeout", "SECONDS", "time a client has to send a request body (default 60)"},
     {"max-connections", "N", "open connections before new ones get 503 (default 4096)"},
@@ -172,7 +172,9 @@ server::ServiceDefaults service_defaults(const Args& a, const model::ModelConfig
 struct Sizing {
   int64_t batch = 8, step_tokens = 512, ctx = 32768;
   int32_t n_blocks = 0, block_size = 16;
-  int64_t kv_bytes = 0;
+  int64_t kv_bytes = 0;   // both spaces
+  // Sliding-window layers' own block space (models that mix them with full layers): 0 blocks = none.
+  int32_t n_sliding_blocks = 0;
   DType kv_dtype = DType::kF32;
   std::vector<kv::KvQuantSpec> kv_quant;  // per layer (--kv-quant); empty = none
   std::string kv_label = "f32";           // kv_dtype or the quantization scheme, for the card and /admin
@@ -215,17 +217,35 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
   s.ssd_verify = a.flag("ssd-cache-verify");
   s.kv_quant = kv_quant;
   s.kv_label = kv_quant_label(kv_quant, s.kv_dtype, static_cast<int64_t>(kv.size()));
-  const std::vector<kv::KvLayerShape> shapes = engine::owned_kv_shapes(kv);  // KV-shared layers own none
+  // A model mixing sliding-window and full layers: the sliding ones get their own pool sized for the window
+  // (engine::sliding_pool_blocks), taken off the budget first; the full layers get the rest by context.
+  const int32_t window = engine::sliding_space_window(kv);
+  const engine::KvSpace space = window > 0 ? engine::KvSpace::kFull : engine::KvSpace::kAll;
+  const std::vector<kv::KvLayerShape> shapes = engine::owned_kv_shapes(kv, space);  // KV-shared layers own none
   // K and V of every layer (codes + scale/bias for quantized layers)
-  const auto per_token = static_cast<int64_t>(
-      kv::KvStorage::bytes_per_block(shapes, 1, s.kv_dtype, engine::owned_kv_quant(kv, kv_quant)));
+  int64_t per_token = static_cast<int64_t>(
+      kv::KvStorage::bytes_per_block(shapes, 1, s.kv_dtype, engine::owned_kv_quant(kv, kv_quant, space)));
+  int64_t swa_bytes = 0;
+  if (window > 0) {
+    const auto swa_per_token = static_cast<int64_t>(
+        kv::KvStorage::bytes_per_block(engine::owned_kv_shapes(kv, engine::KvSpace::kSliding), 1, s.kv_dtype,
+                                       engine::owned_kv_quant(kv, kv_quant, engine::KvSpace::kSliding)));
+    const int64_t n = engine::sliding_pool_blocks(window, s.block_size, s.batch, s.step_tokens);
+    const int64_t full_blocks = (s.batch * std::min(s.ctx, kTypicalSeqTokens) + s.block_size - 1) / s.block_size;
+    if (n < full_blocks) {  // a saving: the window is shorter than what the pool plans per sequence
+      s.n_sliding_blocks = static_cast<int32_t>(n);
+      swa_bytes = n * s.block_size * swa_per_token;
+    } else {  // one space: sliding layers keep full-length KV like the others
+      per_token += swa_per_token;
+    }
+  }
   int64_t tokens = std::max(s.ctx, s.batch * std::min(s.ctx, kTypicalSeqTokens));
   if (per_token > 0) {
     int64_t kv_budget = 0;
     if (a.has("memory-budget")) {
       const double gb = a.number("memory-budget", 0.0);
       check(std::isfinite(gb) && gb > 0, "cli", "bunsen serve: --memory-budget must be a positive number of GB");
-      kv_budget = static_cast<int64_t>(gb * 1e9) - weight_bytes - workspace_bytes;
+      kv_budget = static_cast<int64_t>(gb * 1e9) - weight_bytes - workspace_bytes - swa_bytes;
       check(kv_budget >= per_token * 16, "cli",
             strfmt("bunsen serve: --memory-budget %.2f GB leaves no room for the KV cache: weights take %.2f GB "
                    "and the workspace %.2f GB",
@@ -233,10 +253,10 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
       tokens = kv_budget / per_token;
     } else if (cuda) {
       const kernels::MemoryInfo mi = kernels::memory_info(device);
-      kv_budget = static_cast<int64_t>(0.9 * static_cast<double>(mi.free_bytes)) - workspace_bytes;
+      kv_budget = static_cast<int64_t>(0.9 * static_cast<double>(mi.free_bytes)) - workspace_bytes - swa_bytes;
       tokens = std::max<int64_t>(0, kv_budget / per_token);
     } else {
-      tokens = std::max(s.ctx, std::min(tokens, kCpuKvBudget / per_token));
+      tokens = std::max(s.ctx, std::min(tokens, std::max<int64_t>(kCpuKvBudget - swa_bytes, 0) / per_token));
     }
     if (tokens < s.ctx) {
       check(!a.has("ctx"), "cli",
@@ -249,7 +269,7 @@ Sizing plan_sizing(const Args& a, const model::ModelConfig& cfg, const std::vect
     }
   }
   s.n_blocks = static_cast<int32_t>(std::min<int64_t>((tokens + s.block_size - 1) / s.block_size, INT32_MAX / 2));
-  s.kv_bytes = static_cast<int64_t>(s.n_blocks) * s.block_size * per_token;
+  s.kv_bytes = static_cast<int64_t>(s.n_blocks) * s.block_size * per_token + swa_bytes;
   return s;
 }
 
@@ -302,6 +322,8 @@ void print_card(const CardInfo& c) {
   const std::string kv = s.kv_bytes == 0 ? std::string("none (no model forward)")
                                          : strfmt("%s (%s): %d blocks x %d tokens", human_bytes(static_cast<double>(s.kv_bytes)).c_str(),
                                                   s.kv_label.c_str(), s.n_blocks, s.block_size) +
+                                              (s.n_sliding_blocks > 0 ? strfmt(" + %d sliding-window blocks", s.n_sliding_blocks)
+                                                                      : std::string()) +
                                               (s.prefix_cache ? ", prefix cache on" : ", prefix cache off");
   std::fprintf(stderr,
                "bunsen %s serve\n"
@@ -368,6 +390,8 @@ std::unique_ptr<engine::Backend> make_engine(model::Model& model, const Sizing& 
   ro.n_blocks = sz.n_blocks;
   ro.kv_dtype = sz.kv_dtype;
   ro.kv_quant = sz.kv_quant;
+  ro.sliding_kv = sz.n_sliding_blocks > 0;
+  ro.n_sliding_blocks = sz.n_sliding_blocks;
   runner = std::make_unique<engine::Runner>(model, ro, kernels::Context{&pool});
   engine::EngineOptions eo;
   eo.max_batch = sz.batch;
@@ -443,7 +467,6 @@ int cmd_serve(int argc, char** argv) {
   check(a.positional().size() <= 1, "cli", "bunsen serve: at most one positional MODEL");
   if (a.has("log-level")) log::set_level(parse_log_level(*a.str("log-level")));
   const Device device = parse_device(a.str("device"), "serve");
-  refuse_kv_quant_on_cuda(a.str("kv-quant"), device, "serve");
   const http::ServerOptions http_opts = http_options(a);
   std::optional<std::string> positional;
   if (!a.positional().empty()) positional = a.positional()[0];

@@ -8,6 +8,9 @@
 // (engine_ssd.cpp) snapshots finished requests and restores waiting prompts, also on the loop thread.
 // Hybrid models keep the prefix cache on through linear-attention state checkpoints (engine_state.cpp): the
 // scheduler says which checkpoints to restore before a step and which chunks end at a checkpoint boundary.
+// Runners with a sliding-window block space: a second PrefixCache over that pool (same keys) goes to the
+// Scheduler with the window, every chunk carries the sequence's sliding table, and the RAM/SSD tiers keep and
+// restore the sliding blocks of a hit's window with its full-space blocks (engine_tiers.cpp).
 #include <algorithm>
 #include <chrono>
 
@@ -79,6 +82,18 @@ std::unique_ptr<kv::PrefixCache> make_cache(Runner& runner, const EngineOptions&
   return std::make_unique<kv::PrefixCache>(runner.pool(), runner.block_size(), per_block);
 }
 
+std::unique_ptr<kv::PrefixCache> make_sliding_cache(Runner& runner, const kv::PrefixCache* cache) {
+  if (!cache || !runner.has_sliding_space()) return nullptr;
+  const kv::KvStorage& st = *runner.sliding_storage();
+  return std::make_unique<kv::PrefixCache>(runner.sliding_pool(), runner.block_size(),
+                                           st.bytes() / static_cast<size_t>(st.n_blocks()));
+}
+
+SlidingKv sliding_of(Runner& runner, kv::PrefixCache* swa_cache) {
+  if (!runner.has_sliding_space()) return {};
+  return SlidingKv{&runner.sliding_pool(), swa_cache, runner.sliding_window()};
+}
+
 std::unique_ptr<kv::StateCheckpoints> make_checkpoints(Runner& runner, const kv::PrefixCache* cache) {
   if (!cache || !runner.has_linear_state()) return nullptr;
   return std::make_unique<kv::StateCheckpoints>(runner.n_state_checkpoints(), runner.block_size());
@@ -127,7 +142,7 @@ uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32
   bool any = false;
   for (const kv::KvQuantSpec& s : kv_quant) any = any || s.bits != 0;
   if (!any) return base;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over base, then (bits, group) of every layer
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over base, then (fp8, bits, group) of every layer
   auto mix = [&](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
       h ^= (v >> (8 * i)) & 0xffu;
@@ -135,7 +150,8 @@ uint64_t cache_namespace_of(const model::ModelConfig& cfg, DType kv_dtype, int32
     }
   };
   mix(base);
-  for (const kv::KvQuantSpec& s : kv_quant) mix(static_cast<uint64_t>(s.bits) << 32 | static_cast<uint32_t>(s.group_size));
+  for (const kv::KvQuantSpec& s : kv_quant)  // fp8 in bit 48 (affine hashes are unchanged)
+    mix(static_cast<uint64_t>(s.fp8) << 48 | static_cast<uint64_t>(s.bits) << 32 | static_cast<uint32_t>(s.group_size));
   return h == 0 ? 1 : h;
 }
 
@@ -173,16 +189,25 @@ Engine::Engine(Runner& runner, EngineOptions options)
       opts_(std::move(options)),
       cache_(make_cache(runner, opts_)),
       checkpoints_(make_checkpoints(runner, cache_.get())),
-      scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get(), checkpoints_.get()) {
+      swa_cache_(make_sliding_cache(runner, cache_.get())),
+      scheduler_(checked_config(runner, opts_), runner.pool(), cache_.get(), checkpoints_.get(),
+                 sliding_of(runner, swa_cache_.get())) {
   if (opts_.cache_namespace == 0)
     opts_.cache_namespace = cache_namespace_of(runner.model().config(), runner.storage().dtype(), runner.block_size(),
                                                runner.options().kv_quant);
+  // A sliding-window block space is a KV scheme of its own: its SSD snapshots hold other tensors (in another
+  // order) than the same model's with one space, so the two never share a key (nor block the other's writes).
+  if (runner.has_sliding_space())
+    opts_.cache_namespace = kv::PrefixCache::chain_key(opts_.cache_namespace, 0x5377614b76ull /* "SwaKv" */,
+                                                       std::vector<int32_t>{runner.sliding_window()});
   counters_.prefix_cache_enabled = cache_ != nullptr;
   ssd_open();
   ram_open();
   counters_.max_batch = opts_.max_batch;
   counters_.max_num_batched_tokens = opts_.max_num_batched_tokens;
   counters_.kv_blocks_total = runner_.pool().n_blocks();
+  counters_.kv_sliding_blocks_total = runner_.sliding_pool().n_blocks();
+  counters_.kv_sliding_window = runner_.sliding_window();
   counters_.block_size = runner_.block_size();
   counters_.max_request_tokens = request_limit(runner_);
   const size_t batch = static_cast<size_t>(opts_.max_batch);
@@ -358,7 +383,7 @@ bool Engine::step_once() {
   for (const ScheduledChunk& c : out.chunks) {
     const Sequence& s = scheduler_.get(c.id);
     chunks_.push_back(SeqChunk{&s.table, s.tokens.data() + c.start_pos, c.n_tokens, c.start_pos,
-                               c.needs_logits ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone});
+                               c.needs_logits ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone, &s.swa_table});
   }
   Tensor logits;
   const bool greedy = !chunks_.empty() && all_rows_greedy(out);
@@ -543,6 +568,8 @@ void Engine::refresh_stats() {
   counters_.running = static_cast<int64_t>(scheduler_.running().size());
   counters_.waiting = static_cast<int64_t>(scheduler_.waiting().size());
   counters_.kv_blocks_free = runner_.pool().n_free();
+  counters_.kv_sliding_blocks_free =
+      runner_.sliding_pool().n_free() + (swa_cache_ ? swa_cache_->n_evictable() : 0);
   if (cache_) {
     const kv::PrefixCacheStats c = cache_->stats();
     counters_.kv_blocks_free += c.evictable;  // evictable cached blocks are free for allocation

@@ -15,6 +15,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -73,6 +75,11 @@ struct EngineStats {
   int64_t max_num_batched_tokens = 0;
   int64_t kv_blocks_total = 0;
   int64_t kv_blocks_free = 0;  // free list + evictable prefix-cache blocks (both allocatable)
+  // Sliding-window block space (Runner::has_sliding_space; all 0 without one): its blocks, the allocatable
+  // ones (free + evictable sliding prefix-cache entries) and the window it releases by.
+  int64_t kv_sliding_blocks_total = 0;
+  int64_t kv_sliding_blocks_free = 0;
+  int64_t kv_sliding_window = 0;
   int64_t block_size = 0;
   int64_t max_request_tokens = 0;  // prompt + max_tokens limit of one request
   int64_t steps = 0;               // forward passes so far
@@ -119,6 +126,14 @@ struct EngineStats {
   int64_t ram_cache_evictions = 0;
   int64_t ram_cache_hits = 0;
   int64_t ram_cache_hit_tokens = 0;
+  // The RAM tier's sliding-window part (runners with a sliding block space; 0 otherwise): blocks evicted
+  // from the sliding space's prefix cache, restored with the full-space blocks of a hit whose window they are.
+  int64_t ram_cache_sliding_capacity_blocks = 0;
+  int64_t ram_cache_sliding_entries = 0;
+  int64_t ram_cache_sliding_bytes = 0;
+  int64_t ram_cache_sliding_stores = 0;
+  int64_t ram_cache_sliding_evictions = 0;
+  int64_t ram_cache_sliding_hit_tokens = 0;  // tokens of the sliding blocks restored from RAM
 };
 
 class Backend {
@@ -148,7 +163,8 @@ struct EngineOptions {
   bool prefix_cache = true;              // automatic prefix caching of full KV blocks (device tier)
   // Prefix-cache namespace: blocks are reused only under the same value. 0: cache_namespace_of(the
   // runner's model config, KV dtype, block size). Callers that know more (tokenizer hash, adapter set,
-  // weights fingerprint) pass their own hash of all of it.
+  // weights fingerprint) pass their own hash of all of it. The Engine mixes in its runner's sliding-window
+  // block space when there is one (another KV layout).
   uint64_t cache_namespace = 0;
   // SSD tier of the prefix cache (needs prefix_cache): "" disables it. Finished requests' prefixes are
   // snapshotted to this directory by a background thread; prompts the device cache misses are restored
@@ -158,7 +174,8 @@ struct EngineOptions {
   bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
   // RAM tier of the prefix cache (needs prefix_cache): bytes of host memory (pinned for CUDA runners) that
   // blocks evicted from the device cache are copied into, and restored from on a later hit. 0: off.
-  // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already).
+  // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already). With a sliding-window block
+  // space the bytes are split between the two spaces in the proportion of their device pools.
   uint64_t ram_cache_bytes = 0;
 };
 
@@ -222,20 +239,64 @@ class Engine final : public Backend {
   void ssd_snapshot(const Sequence& s);  // a finished sequence's cached prefix -> the writer queue
   void ssd_restore_waiting();            // restores the waiting sequences about to be admitted
   void ssd_restore(const Sequence& s);
-  kv::SsdLayout ssd_layout() const;      // tensor_bytes per block
+  // The longest usable snapshot of a prefix of s deeper than `above` blocks (keys: s's first blocks); its
+  // length in blocks -> n (0 when none).
+  std::optional<kv::SsdEntry> ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above,
+                                         int64_t& n);
+  kv::SsdLayout ssd_layout() const;      // tensor_bytes per block (full space, then the sliding space)
   void fill_ssd_stats(EngineStats& s) const;  // any thread
-  bool collect_block_tensors();                // fills block_tensors_/block_bytes_; false: not contiguous
+  // The per-block tensors of one KV space (the full space: runner.storage(); the sliding one:
+  // runner.sliding_storage()): every per-block tensor of every layer in snapshot order (K, V[, params]),
+  // the bytes of one block of each, and the pitch when they are equal-sized at a constant distance.
+  struct BlockSpace {
+    std::vector<const Tensor*> tensors;
+    std::vector<size_t> bytes;
+    size_t pitch = 0;  // > 0: tensors[i].data == [0].data + i * pitch, equal bytes (a block is one 2-D copy)
+    size_t per_block() const;
+  };
+  // The RAM tier of one space: slot bookkeeping and the host memory behind the slots.
+  struct RamSpace {
+    std::unique_ptr<kv::RamTier> tier;  // null when off
+    kernels::DeviceMemory memory;       // [n_slots][tensor][block bytes] (pinned for CUDA runners)
+  };
+  // Shared by the tiers (engine_tiers.cpp), engine thread only.
+  bool collect_block_tensors();  // fills blocks_ (and swa_blocks_); false: some space is not contiguous
+  static bool collect_space(const kv::KvStorage& st, BlockSpace& out);  // false: not contiguous
+  // Sliding space: the first block of the window a query right after a hit of d blocks sees; a hit of d
+  // blocks is usable only with the sliding blocks [window_first_block(d), d).
+  int64_t window_first_block(int64_t d) const;
+  // The sliding prefix cache's entry for each of the first keys.size() blocks of s (-1: not cached).
+  std::vector<kv::BlockId> sliding_on_device(const Sequence& s, std::span<const kv::BlockKey> keys) const;
+  // The deepest d <= n whose window blocks all have have[j] (0 when none has).
+  int64_t deepest_with_window(int64_t n, const std::vector<bool>& have) const;
   // RAM tier (engine_ram.cpp), engine thread only.
   void ram_open();
-  void ram_store(kv::BlockKey key, kv::BlockKey parent, std::span<const int32_t> tokens, kv::BlockId id);
+  bool ram_open_space(RamSpace& ram, const BlockSpace& space, uint64_t bytes, const char* what);
+  void ram_store(RamSpace& ram, const BlockSpace& space, kv::BlockKey key, kv::BlockKey parent,
+                 std::span<const int32_t> tokens, kv::BlockId id);
   void ram_restore(const Sequence& s);
-  void ram_copy(int32_t slot, kv::BlockId block, bool to_device);
+  // The sliding side of a RAM restore: the hit it aims at and that hit's window blocks, pinned.
+  struct RamWindow {
+    int64_t before = 0;  // the deepest hit the device alone allows
+    int64_t n = 0;       // the hit aimed at: the deepest one whose window is on the device or in RAM
+    int64_t first = 0;   // the window is blocks [first, n) (empty unless n > before)
+    std::vector<std::pair<kv::BlockId, int32_t>> blocks;  // per window block: (held entry, -1) or (-1, RAM slot)
+    int64_t from_ram() const;
+  };
+  // keys: of the first n_full blocks of s, whose full-space blocks are on the device (d) or in RAM.
+  RamWindow ram_pick_window(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t d, int64_t n_full);
+  // Unpins the window; with `fresh` (the blocks its RAM entries were copied into, in order) they are cached.
+  void ram_put_window(const Sequence& s, std::span<const kv::BlockKey> keys, const RamWindow& w,
+                      std::span<const kv::BlockId> fresh);
+  void ram_copy(const RamSpace& ram, const BlockSpace& space, int32_t slot, kv::BlockId block, bool to_device);
+  void ram_publish_stats();
   void fill_ram_stats(EngineStats& s) const;
 
   Runner& runner_;
   EngineOptions opts_;
   std::unique_ptr<kv::PrefixCache> cache_;  // engine thread only; null when disabled (before scheduler_)
   std::unique_ptr<kv::StateCheckpoints> checkpoints_;  // hybrids with a prefix cache; null otherwise
+  std::unique_ptr<kv::PrefixCache> swa_cache_;  // sliding space's prefix cache (with cache_); null otherwise
   Scheduler scheduler_;  // engine thread only
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;  // engine thread only
   mutable std::mutex mu_;
@@ -258,14 +319,13 @@ class Engine final : public Backend {
   std::vector<const ScheduledChunk*> row_chunks_;  // the chunk of each logits row
   std::unique_ptr<ThreadPool> sample_pool_;        // samples a step's rows side by side
   std::unique_ptr<kv::SsdTier> ssd_;               // null when the SSD tier is off
-  std::vector<const Tensor*> block_tensors_;       // per-block KV tensors in snapshot order (K, V[, params])
-  std::vector<size_t> block_bytes_;                // bytes of one block of each of them
-  size_t block_pitch_ = 0;  // > 0: block_tensors_[i].data == [0].data + i * pitch, equal bytes (one 2-D copy)
-  std::unique_ptr<kv::RamTier> ram_;               // null when the RAM tier is off
+  BlockSpace blocks_;                              // the full space's per-block tensors (RAM and SSD tiers)
+  BlockSpace swa_blocks_;                          // the sliding space's (empty without one)
+  RamSpace ram_;                                   // RAM tier of the full space (tier null: the RAM tier is off)
+  RamSpace swa_ram_;                               // ... of the sliding space (on with ram_ when there is one)
   bool ram_failed_ = false;                        // a copy failed: stores and restores stop
-  kernels::DeviceMemory ram_memory_;               // [n_slots][tensor][block bytes] pinned host memory
   mutable std::mutex ram_stats_mu_;
-  kv::RamTierStats ram_stats_;                     // copy for other threads (guarded by ram_stats_mu_)
+  kv::RamTierStats ram_stats_, swa_ram_stats_;     // copies for other threads (guarded by ram_stats_mu_)
   std::unordered_set<SeqId> ssd_probed_;           // waiting sequences already looked up on disk
   bool ssd_snapshots_ = true;                      // off while shutting down
   EngineStats counters_;                       // engine thread's totals; copied into stats_ each step

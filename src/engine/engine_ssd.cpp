@@ -7,6 +7,10 @@
 // the payload into freshly allocated pool blocks (memcpy / staged upload) and inserts them into the device
 // cache, so admission hits them. Not the scheduler: only PrefixCache::match/allocate/release are used.
 // The RAM tier (engine_ram.cpp) is consulted first for the same sequences.
+// Runners with a sliding-window block space: each snapshot target also carries the sliding blocks of the
+// window at its end (a version-2 file, kv/ssd_format.h), cut back to the deepest prefix whose window the
+// sliding cache still holds; a restore brings those back into the sliding cache with the full-space blocks,
+// and is taken only when it makes a hit deeper than the device alone allows (engine_tiers.cpp).
 // Cost: a restore runs on the engine thread and delays that step by the file's mapping + verification +
 // a copy of the restored bytes (memory/PCIe speed once the page cache holds the file, disk speed when not).
 #include <algorithm>
@@ -23,8 +27,11 @@ namespace {
 constexpr size_t kMaxPendingSnapshotBytes = size_t{2} << 30;  // host bytes waiting for the writer
 constexpr size_t kUploadChunkBytes = size_t{64} << 20;
 
+// Whether `e` is the prefix of n_blocks blocks of `tokens` in this engine's layout (per_block: bytes per
+// block of each tensor, and the sliding part's tensors and window), with the sliding window blocks
+// [swa_first, n_blocks) when there is a sliding space.
 bool entry_usable(const kv::SsdEntry& e, const kv::SsdLayout& per_block, std::span<const int32_t> tokens,
-                  int64_t n_blocks) {
+                  int64_t n_blocks, int64_t swa_first) {
   const auto n_tok = static_cast<size_t>(n_blocks * per_block.block_size);
   if (e.tokens.size() != n_tok || !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin())) return false;
   const kv::SsdLayout& l = e.layout;
@@ -32,43 +39,20 @@ bool entry_usable(const kv::SsdEntry& e, const kv::SsdLayout& per_block, std::sp
       l.n_kv_heads != per_block.n_kv_heads || l.head_dim != per_block.head_dim ||
       l.tensor_bytes.size() != per_block.tensor_bytes.size() || e.tensors.size() != l.tensor_bytes.size())
     return false;
+  const kv::SsdSlidingPart& sp = l.sliding;
+  if (sp.n_tensors != per_block.sliding.n_tensors) return false;
+  if (sp.n_tensors > 0 &&
+      (sp.window != per_block.sliding.window || sp.first_block != static_cast<uint64_t>(swa_first) ||
+       sp.n_blocks != static_cast<uint64_t>(n_blocks - swa_first)))
+    return false;
+  const size_t n_full = l.tensor_bytes.size() - sp.n_tensors;
   for (size_t i = 0; i < l.tensor_bytes.size(); ++i)
-    if (l.tensor_bytes[i] != per_block.tensor_bytes[i] * static_cast<uint64_t>(n_blocks)) return false;
+    if (l.tensor_bytes[i] != per_block.tensor_bytes[i] * (i < n_full ? static_cast<uint64_t>(n_blocks) : sp.n_blocks))
+      return false;
   return true;
 }
 
 }  // namespace
-
-bool Engine::collect_block_tensors() {
-  if (!block_tensors_.empty()) return true;
-  const kv::KvStorage& st = runner_.storage();
-  // Every per-block tensor of every layer: K and V, plus their scale/bias tensors when quantized.
-  for (const kv::KvLayerView& l : st.layers()) {
-    for (const Tensor* t : {&l.k, &l.v, &l.k_params, &l.v_params}) {
-      if (t->empty()) continue;
-      const int64_t per_block = t->ndim == 4 ? t->dim(1) * t->dim(2) * t->dim(3) : -1;
-      if (per_block <= 0 || t->stride(0) != per_block || !t->rows_contiguous()) {
-        block_tensors_.clear();
-        block_bytes_.clear();
-        return false;
-      }
-      block_tensors_.push_back(t);
-      block_bytes_.push_back(static_cast<size_t>(per_block) * dtype_size(t->dtype));
-    }
-  }
-  // Equal block sizes at a constant distance (one packed region): copies of a block take one 2-D copy.
-  block_pitch_ = 0;
-  if (block_tensors_.size() > 1) {
-    const auto* base = static_cast<const std::byte*>(block_tensors_[0]->data);
-    const auto pitch = static_cast<const std::byte*>(block_tensors_[1]->data) - base;
-    bool uniform = pitch > 0;
-    for (size_t i = 0; i < block_tensors_.size() && uniform; ++i)
-      uniform = block_bytes_[i] == block_bytes_[0] &&
-                static_cast<const std::byte*>(block_tensors_[i]->data) - base == pitch * static_cast<ptrdiff_t>(i);
-    if (uniform) block_pitch_ = static_cast<size_t>(pitch);
-  }
-  return true;
-}
 
 void Engine::ssd_open() {
   if (opts_.ssd_cache_dir.empty()) return;
@@ -111,7 +95,13 @@ kv::SsdLayout Engine::ssd_layout() const {
   l.n_kv_heads = layers.empty() ? 0 : static_cast<int32_t>(layers[0].k.dim(2));
   l.head_dim = layers.empty() ? 0 : static_cast<int32_t>(layers[0].k.dim(3));
   l.dtype = runner_.storage().dtype();
-  l.tensor_bytes.assign(block_bytes_.begin(), block_bytes_.end());
+  l.tensor_bytes.assign(blocks_.bytes.begin(), blocks_.bytes.end());
+  if (runner_.has_sliding_space()) {  // n_layers counts both spaces' layers
+    l.n_layers += static_cast<int32_t>(runner_.sliding_storage()->layers().size());
+    l.tensor_bytes.insert(l.tensor_bytes.end(), swa_blocks_.bytes.begin(), swa_blocks_.bytes.end());
+    l.sliding.n_tensors = static_cast<uint32_t>(swa_blocks_.tensors.size());
+    l.sliding.window = runner_.sliding_window();
+  }
   return l;
 }
 
@@ -127,36 +117,52 @@ void Engine::ssd_snapshot(const Sequence& s) {
   };
   if (n == 0) return release_held();
   const std::vector<kv::BlockKey> keys = cache_->block_keys(s.cache_namespace, s.tokens, n);
+  // Sliding space: where the sliding cache holds each block, and the deepest prefixes whose window it holds.
+  const std::vector<kv::BlockId> swa = sliding_on_device(s, keys);
+  std::vector<bool> have(swa.size());
+  for (size_t j = 0; j < swa.size(); ++j) have[j] = swa[j] >= 0;
   // Two prefix lengths: every cached block (the next turn of a conversation extends it), and the blocks a
   // resend of the same prompt looks up (never its last token).
   kv::SsdSnapshot snap;
   for (int64_t nb : {n, std::min<int64_t>((s.n_prompt - 1) / bs, n)}) {
+    if (swa_cache_ && nb > 0) nb = deepest_with_window(nb, have);
     const kv::SsdEntryKey key{s.cache_namespace, keys[static_cast<size_t>(std::max<int64_t>(nb, 1) - 1)]};
     if (nb <= 0 || (!snap.targets.empty() && snap.targets[0].key == key) || !ssd_->wants(key)) continue;
-    snap.targets.push_back({key, nb});
+    snap.targets.push_back({key, nb, swa_cache_ ? window_first_block(nb) : 0, {}});
     snap.n_blocks = std::max(snap.n_blocks, nb);
   }
-  size_t per_block = 0;
-  for (size_t b : block_bytes_) per_block += b;
-  if (snap.targets.empty() || !ssd_->has_room(per_block * static_cast<size_t>(snap.n_blocks))) return release_held();
+  size_t bytes = blocks_.per_block() * static_cast<size_t>(snap.n_blocks);
+  for (const auto& t : snap.targets)
+    bytes += swa_blocks_.per_block() * static_cast<size_t>(t.n_blocks - t.swa_first_block);
+  if (snap.targets.empty() || !ssd_->has_room(bytes)) return release_held();
   snap.layout = ssd_layout();
   snap.tokens.assign(s.tokens.begin(), s.tokens.begin() + snap.n_blocks * bs);
   kernels::Context ctx;
-  try {
-    for (size_t i = 0; i < block_bytes_.size(); ++i) {
-      const Tensor& t = *block_tensors_[i];
-      const size_t bb = block_bytes_[i];
-      std::vector<std::byte> buf(bb * static_cast<size_t>(snap.n_blocks));
-      for (int64_t j = 0; j < snap.n_blocks; ++j) {
-        const auto* src = static_cast<const std::byte*>(t.data) + static_cast<size_t>(held[j]) * bb;
-        if (runner_.device().is_cpu())
-          std::memcpy(buf.data() + static_cast<size_t>(j) * bb, src, bb);
-        else
-          kernels::copy_async(ctx, buf.data() + static_cast<size_t>(j) * bb, src, bb);
+  const bool cpu = runner_.device().is_cpu();
+  // Blocks ids[0..n) of every tensor of `space`, into one buffer per tensor ([n, block bytes]).
+  auto copy_out = [&](const BlockSpace& space, std::span<const kv::BlockId> ids) {
+    std::vector<std::vector<std::byte>> out;
+    for (size_t i = 0; i < space.tensors.size(); ++i) {
+      const size_t bb = space.bytes[i];
+      std::vector<std::byte> buf(bb * ids.size());
+      for (size_t j = 0; j < ids.size(); ++j) {
+        const auto* src = static_cast<const std::byte*>(space.tensors[i]->data) + static_cast<size_t>(ids[j]) * bb;
+        if (cpu) std::memcpy(buf.data() + j * bb, src, bb);
+        else kernels::copy_async(ctx, buf.data() + j * bb, src, bb);
       }
-      snap.tensors.push_back(std::move(buf));
+      out.push_back(std::move(buf));
     }
-    if (!runner_.device().is_cpu()) kernels::synchronize(ctx);
+    return out;
+  };
+  try {
+    if (!cpu) kernels::synchronize(runner_.context());  // queued RAM-tier copies into these blocks land first
+    snap.tensors = copy_out(blocks_, std::span<const kv::BlockId>(held).first(static_cast<size_t>(snap.n_blocks)));
+    for (auto& t : snap.targets)  // nothing runs between the lookup and this copy: the entries stay put
+      if (swa_cache_)
+        t.swa_tensors = copy_out(swa_blocks_, std::span<const kv::BlockId>(swa).subspan(
+                                                  static_cast<size_t>(t.swa_first_block),
+                                                  static_cast<size_t>(t.n_blocks - t.swa_first_block)));
+    if (!cpu) kernels::synchronize(ctx);
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("ssd cache: snapshot copy failed: %s", e.what()));
     return release_held();
@@ -167,14 +173,30 @@ void Engine::ssd_snapshot(const Sequence& s) {
 
 void Engine::ssd_restore_waiting() {
   const bool ssd = ssd_ && cache_ && ssd_->store().enabled();
-  if (!ssd && !ram_) return;
+  if (!ssd && !ram_.tier) return;
   auto slots = opts_.max_batch - static_cast<int64_t>(scheduler_.running().size());
   for (Sequence* s : scheduler_.waiting()) {
     if (slots-- <= 0) break;
     if (s->num_cached_tokens >= 0 || !ssd_probed_.insert(s->id).second) continue;  // preempted or seen
-    if (ram_) ram_restore(*s);  // RAM first: what it restores, the disk lookup then finds on the device
+    if (ram_.tier) ram_restore(*s);  // RAM first: what it restores, the disk lookup then finds on the device
     if (ssd) ssd_restore(*s);
   }
+}
+
+std::optional<kv::SsdEntry> Engine::ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above,
+                                               int64_t& n) {
+  const kv::SsdLayout per_block = ssd_layout();
+  for (auto nb = static_cast<int64_t>(keys.size()); nb > above; --nb) {
+    const kv::SsdEntryKey key{s.cache_namespace, keys[static_cast<size_t>(nb - 1)]};
+    if (!ssd_->store().contains(key)) continue;
+    std::optional<kv::SsdEntry> entry = ssd_->store().get(key);  // nullopt when damaged (quarantined by the store)
+    if (entry && entry_usable(*entry, per_block, s.tokens, nb, swa_cache_ ? window_first_block(nb) : 0)) {
+      n = nb;
+      return entry;
+    }
+  }
+  n = 0;
+  return std::nullopt;
 }
 
 void Engine::ssd_restore(const Sequence& s) {
@@ -186,47 +208,87 @@ void Engine::ssd_restore(const Sequence& s) {
   auto release_all = [&] {
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_->release(*it);
   };
-  if (d == max_blocks) return release_all();
   const std::vector<kv::BlockKey> keys = cache_->block_keys(s.cache_namespace, s.tokens, max_blocks);
-  const kv::SsdLayout per_block = ssd_layout();
-  std::optional<kv::SsdEntry> entry;
-  int64_t n = 0;
-  for (int64_t nb = max_blocks; nb > d && !entry; --nb) {
-    const kv::SsdEntryKey key{s.cache_namespace, keys[static_cast<size_t>(nb - 1)]};
-    if (!ssd_->store().contains(key)) continue;
-    entry = ssd_->store().get(key);  // nullopt when damaged (quarantined by the store)
-    if (entry && !entry_usable(*entry, per_block, s.tokens, nb)) entry.reset();
-    n = entry ? nb : 0;
+  // Sliding space: the hit the device alone allows is the deepest one whose window the sliding cache holds.
+  const std::vector<kv::BlockId> on_device = sliding_on_device(s, keys);
+  int64_t before = d;
+  if (swa_cache_) {
+    std::vector<bool> have(on_device.size());
+    for (size_t j = 0; j < have.size(); ++j) have[j] = on_device[j] >= 0;
+    before = deepest_with_window(d, have);
   }
+  if (before == max_blocks) return release_all();
+  int64_t n = 0;
+  const std::optional<kv::SsdEntry> entry = ssd_lookup(s, keys, before, n);
+  if (swa_cache_ && n - d > cache_->n_available()) n = 0;  // its window fits this length only
   n = std::min<int64_t>(n, d + cache_->n_available());
-  if (!entry || n <= d) {
+  // Sliding space: hold the window blocks the device has; the others come from the file into fresh blocks.
+  std::vector<kv::BlockId> swa_held;
+  std::vector<int64_t> swa_missing;  // block indices
+  const int64_t first = swa_cache_ && entry && n > before ? window_first_block(n) : n;
+  for (int64_t j = first; j < n; ++j) {
+    const kv::BlockId id = on_device[static_cast<size_t>(j)];
+    if (id >= 0) {
+      swa_cache_->acquire(id);
+      swa_held.push_back(id);
+    } else {
+      swa_missing.push_back(j);
+    }
+  }
+  auto release_swa = [&] {
+    for (kv::BlockId id : swa_held) swa_cache_->release(id);
+  };
+  if (!entry || n <= before || (swa_cache_ && static_cast<int64_t>(swa_missing.size()) > swa_cache_->n_available())) {
     ssd_->count_lookup(false, 0);
+    release_swa();
     return release_all();
   }
+  std::vector<kv::BlockId> fresh_swa;
   try {
     std::vector<kernels::HostToDevice> ranges;
     for (int64_t j = d; j < n; ++j) {
       blocks.push_back(*cache_->allocate());
-      for (size_t i = 0; i < block_bytes_.size(); ++i) {
-        const Tensor& t = *block_tensors_[i];
-        const size_t bb = block_bytes_[i];
-        ranges.push_back({static_cast<std::byte*>(t.data) + static_cast<size_t>(blocks.back()) * bb,
+      for (size_t i = 0; i < blocks_.tensors.size(); ++i) {
+        const size_t bb = blocks_.bytes[i];
+        ranges.push_back({static_cast<std::byte*>(blocks_.tensors[i]->data) + static_cast<size_t>(blocks.back()) * bb,
                           entry->tensors[i].data() + static_cast<size_t>(j) * bb, bb});
       }
     }
-    if (runner_.device().is_cpu())
+    for (int64_t j : swa_missing) {  // the file's sliding tensors follow the full space's, from block `first`
+      fresh_swa.push_back(*swa_cache_->allocate());
+      for (size_t i = 0; i < swa_blocks_.tensors.size(); ++i) {
+        const size_t bb = swa_blocks_.bytes[i];
+        auto* dst = static_cast<std::byte*>(swa_blocks_.tensors[i]->data) + static_cast<size_t>(fresh_swa.back()) * bb;
+        ranges.push_back({dst, entry->tensors[blocks_.tensors.size() + i].data() + static_cast<size_t>(j - first) * bb,
+                          bb});
+      }
+    }
+    if (runner_.device().is_cpu()) {
       for (const auto& r : ranges) std::memcpy(r.dst, r.src, r.bytes);
-    else
+    } else {
+      // The RAM tier's copies (out of evicted blocks, into restored ones) are queued on the runner's
+      // non-blocking stream; the upload (another stream) must not overtake them on these blocks.
+      kernels::synchronize(runner_.context());
       kernels::upload(runner_.device(), ranges, kUploadChunkBytes);
+    }
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("ssd cache: restore failed: %s", e.what()));
     ssd_->count_lookup(false, 0);
+    for (kv::BlockId id : fresh_swa) swa_cache_->release(id);  // not cached: back to the free list
+    release_swa();
     return release_all();  // the new blocks are not cached: they go back to the free list
   }
-  const auto n_tok = static_cast<size_t>(n * bs);
+  for (size_t k = 0; k < swa_missing.size(); ++k) {
+    const int64_t j = swa_missing[k];
+    swa_cache_->release_keyed(keys[static_cast<size_t>(j)], j > 0 ? keys[static_cast<size_t>(j - 1)] : 0,
+                              std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(j * bs), bs),
+                              fresh_swa[k]);
+  }
+  release_swa();
+  const auto n_tok = static_cast<size_t>(std::max(n, d) * bs);
   cache_->release_sequence(s.cache_namespace, std::span<const int32_t>(s.tokens.data(), n_tok),
                            static_cast<int64_t>(n_tok), blocks);
-  ssd_->count_lookup(true, (n - d) * bs);
+  ssd_->count_lookup(true, (n - before) * bs);
 }
 
 }  // namespace bunsen::engine

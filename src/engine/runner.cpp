@@ -1,6 +1,8 @@
 // Runner: builds the StepBatch arrays for a list of sequence chunks in one packed host buffer, mirrors them
 // on the model's device (one async copy), calls Model::forward and brings the logits back to the host.
 // Not a sampler. Invariant: on the CPU the packed host buffer is the batch itself (no copies).
+// With a sliding-window block space (runner_sliding.cpp) the packed buffer also holds that space's slots and
+// block tables, and the KV members come in two sets; without one the layout and the work are as before.
 #include "engine/runner.h"
 
 #include <algorithm>
@@ -9,8 +11,6 @@
 
 namespace bunsen::engine {
 namespace {
-
-std::vector<kv::KvLayerShape> kv_shapes(const model::Model& m) { return owned_kv_shapes(m.kv_layout()); }
 
 int64_t blocks_per_seq(const RunnerOptions& o) {
   return (o.max_context + o.block_size - 1) / o.block_size;
@@ -28,26 +28,30 @@ const RunnerOptions& checked(const RunnerOptions& o) {
   return o;
 }
 
-kv::KvStorageOptions kv_options(const RunnerOptions& o, Device dev) {
-  bool quant = false;
-  for (const kv::KvQuantSpec& q : o.kv_quant) quant = quant || q.bits != 0;
-  check(!(quant && dev.is_cuda()), "engine",
-        "the quantized KV cache (--kv-quant 4|8|config) is CPU-only for now; use --kv-quant off on CUDA");
-  return {pool_blocks(o), o.block_size, o.kv_dtype.value_or(dev.is_cuda() ? DType::kBF16 : DType::kF32),
-          o.kv_quant};
+// The full space (or the only one) when `swa_window` is 0 or space is kFull; the sliding space otherwise.
+KvSpace space_of(int32_t swa_window, bool sliding) {
+  return swa_window == 0 ? KvSpace::kAll : sliding ? KvSpace::kSliding : KvSpace::kFull;
 }
 
-kv::KvStorageOptions kv_options(const model::Model& m, const RunnerOptions& o) {
-  kv::KvStorageOptions opts = kv_options(o, m.device());
-  opts.quant = owned_kv_quant(m.kv_layout(), o.kv_quant);
-  return opts;
+kv::KvStorageOptions kv_options(const model::Model& m, const RunnerOptions& o, KvSpace space, int32_t n_blocks) {
+  const Device dev = m.device();
+  return {n_blocks, o.block_size, o.kv_dtype.value_or(dev.is_cuda() ? DType::kBF16 : DType::kF32),
+          owned_kv_quant(m.kv_layout(), o.kv_quant, space)};
 }
 
-kernels::DeviceMemory kv_memory(const model::Model& m, const RunnerOptions& o) {
+kernels::DeviceMemory kv_memory(const model::Model& m, const RunnerOptions& o, KvSpace space, int32_t n_blocks) {
   if (!m.device().is_cuda()) return {};
   return kernels::DeviceMemory::allocate(
-      m.device(), kv::KvStorage::required_bytes(kv_shapes(m), kv_options(m, o)),
+      m.device(), kv::KvStorage::required_bytes(owned_kv_shapes(m.kv_layout(), space), kv_options(m, o, space, n_blocks)),
       /*zero=*/true);
+}
+
+kv::KvStorage make_storage(const model::Model& m, const RunnerOptions& o, KvSpace space, int32_t n_blocks,
+                           kernels::DeviceMemory& mem) {
+  const std::vector<kv::KvLayerShape> shapes = owned_kv_shapes(m.kv_layout(), space);
+  const kv::KvStorageOptions opts = kv_options(m, o, space, n_blocks);
+  if (m.device().is_cuda()) return kv::KvStorage(shapes, opts, mem.data(), mem.size(), m.device());
+  return kv::KvStorage(shapes, opts);
 }
 
 size_t align(size_t v) {
@@ -55,21 +59,6 @@ size_t align(size_t v) {
 }
 
 }  // namespace
-
-std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout) {
-  std::vector<kv::KvLayerShape> out;
-  for (const auto& l : layout)
-    if (l.shares_kv_with < 0 && !l.is_linear()) out.push_back({l.n_kv_heads, l.head_dim});
-  return out;
-}
-
-std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec>& layout,
-                                            const std::vector<kv::KvQuantSpec>& quant) {
-  std::vector<kv::KvQuantSpec> out;
-  for (size_t i = 0; i < layout.size() && i < quant.size(); ++i)
-    if (layout[i].shares_kv_with < 0 && !layout[i].is_linear()) out.push_back(quant[i]);
-  return out;
-}
 
 int32_t state_slot_count(const std::vector<model::KvLayerSpec>& layout, int64_t max_seqs) {
   return state_shapes(layout).empty() ? 0 : static_cast<int32_t>(max_seqs);
@@ -81,29 +70,18 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
       ctx_(ctx),
       device_(model.device()),
       max_blocks_(blocks_per_seq(opts)),
-      kv_memory_(kv_memory(model, opts)),
+      swa_(plan_sliding(model, opts)),
+      kv_memory_(kv_memory(model, opts, space_of(swa_.window, false), pool_blocks(opts))),
       pool_(pool_blocks(opts), state_slot_count(model.kv_layout(), opts.max_seqs)),
-      storage_(device_.is_cuda() ? kv::KvStorage(kv_shapes(model), kv_options(model, opts),
-                                                 kv_memory_.data(), kv_memory_.size(), device_)
-                                 : kv::KvStorage(kv_shapes(model), kv_options(model, opts))) {
-  // One view per model layer: a KV-shared layer gets its source layer's view (storage_ holds owned layers).
+      storage_(make_storage(model, opts, space_of(swa_.window, false), pool_blocks(opts), kv_memory_)),
+      swa_pool_(swa_.n_blocks) {
   const std::vector<model::KvLayerSpec> layout = model.kv_layout();
-  size_t owned = 0;
-  for (size_t i = 0; i < layout.size(); ++i) {
-    if (layout[i].is_linear()) {  // no paged KV: its state slots follow below
-      kv_views_.push_back({});
-      continue;
-    }
-    const int src = layout[i].shares_kv_with;
-    if (src >= 0) {
-      check(static_cast<size_t>(src) < i && layout[static_cast<size_t>(src)].shares_kv_with < 0, "engine",
-            strfmt("kv layout: layer %zu shares the cache of layer %d, which is not an earlier owning layer", i, src));
-      kv_views_.push_back(kv_views_[static_cast<size_t>(src)]);
-      continue;
-    }
-    const kv::KvLayerView& l = storage_.layers()[owned++];
-    kv_views_.push_back({l.k, l.v, l.k_params, l.v_params, l.bits, l.group_size});
+  if (swa_.window > 0) {
+    swa_memory_ = kv_memory(model, opts, KvSpace::kSliding, swa_.n_blocks);
+    swa_storage_ =
+        std::make_unique<kv::KvStorage>(make_storage(model, opts, KvSpace::kSliding, swa_.n_blocks, swa_memory_));
   }
+  init_views(layout);
   init_state(layout);
   const size_t ws_bytes = model.workspace_bytes(opts.max_tokens_per_step, opts.max_logit_rows);
   const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
@@ -150,6 +128,9 @@ Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs)
   m.logit_rows = place(static_cast<size_t>(n_out) * sizeof(int32_t));
   m.seq_starts = place(static_cast<size_t>(n_seqs + 1) * sizeof(int32_t));
   m.state_slots = place(static_cast<size_t>(n_seqs) * sizeof(int32_t));
+  const size_t swa = swa_.window > 0 ? 1 : 0;  // no sliding space: empty arrays, the layout is unchanged
+  m.swa_slot_mapping = place(swa * t * sizeof(int64_t));
+  m.swa_block_tables = place(swa * static_cast<size_t>(n_seqs * max_blocks_) * sizeof(int32_t));
   m.end = std::max<size_t>(at, kAlignment);
   return m;
 }
@@ -166,6 +147,10 @@ model::StepBatch Runner::batch_view(const MetaLayout& m, const char* base, Devic
   b.logit_rows = Tensor::view(at(m.logit_rows), DType::kI32, {n_out}, dev);
   b.seq_starts = Tensor::view(at(m.seq_starts), DType::kI32, {n_seqs + 1}, dev);
   b.state_slots = Tensor::view(at(m.state_slots), DType::kI32, {n_seqs}, dev);
+  if (swa_.window > 0) {
+    b.swa_slot_mapping = Tensor::view(at(m.swa_slot_mapping), DType::kI64, {n}, dev);
+    b.swa_block_tables = Tensor::view(at(m.swa_block_tables), DType::kI32, {n_seqs, max_blocks_}, dev);
+  }
   return b;
 }
 
@@ -201,6 +186,10 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
   int32_t* state_slots = hb.state_slots.ptr<int32_t>();
   const bool stateful = pool_.n_state_slots() > 0;
   std::fill_n(tables, n_seqs * max_blocks_, -1);
+  const bool sliding = swa_.window > 0;
+  int32_t* swa_tables = sliding ? hb.swa_block_tables.ptr<int32_t>() : nullptr;
+  int64_t* swa_slots = sliding ? hb.swa_slot_mapping.ptr<int64_t>() : nullptr;
+  if (sliding) std::fill_n(swa_tables, n_seqs * max_blocks_, -1);
   int64_t t = 0, r = 0;
   for (int64_t s = 0; s < static_cast<int64_t>(chunks.size()); ++s) {
     const SeqChunk& c = chunks[static_cast<size_t>(s)];
@@ -209,6 +198,7 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
     check(static_cast<int64_t>(blocks.size()) <= max_blocks_, "engine",
           "step: sequence longer than max_context");
     std::copy(blocks.begin(), blocks.end(), tables + s * max_blocks_);
+    if (sliding) fill_sliding(c, swa_tables + s * max_blocks_, swa_slots + t);
     starts[s] = static_cast<int32_t>(t);
     state_slots[s] = stateful ? c.table->state_slot() : -1;
     if (stateful && (state_slots[s] < 0 || state_slots[s] >= pool_.n_state_slots()))
@@ -232,6 +222,7 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
     pos[t] = 0;
     sidx[t] = static_cast<int32_t>(s);
     slots[t] = -1;
+    if (sliding) swa_slots[t] = -1;
     rows[r++] = static_cast<int32_t>(t);
   }
   starts[n_seqs] = static_cast<int32_t>(t);

@@ -13,9 +13,18 @@
 // They also get RunnerOptions::state_checkpoints checkpoint slots of the same shapes (runner_state.cpp):
 // save_state/load_state copy one slot to/from one checkpoint, enqueued on context() so they are ordered with
 // steps; a chunk that resumes a sequence at position > 0 continues from whatever its slot holds.
+// Sliding-window block space (RunnerOptions::sliding_kv, runner_sliding.cpp): a model that mixes sliding and
+// full-attention layers (Gemma 2/3/4) keeps its sliding layers' K/V in a second KvStorage + BlockPool sized for
+// the window, not the context. A chunk then carries a second table (SeqChunk::swa_table) indexed by the same
+// logical blocks; its leading entries may be released (the Scheduler frees blocks that left the window) and
+// reach the kernels as block 0 of that space (valid memory the window mask never lets a query see). The
+// forward gets that space's slot mapping and block tables (StepBatch::swa_*) and the sliding layers' views.
+// KV-shared layers follow their source layer's space. Models without such a mix (or sliding_kv off) keep
+// one space and the exact previous layout.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -38,13 +47,19 @@ struct RunnerOptions {
   int32_t block_size = 16;
   int32_t n_blocks = 0;           // 0: enough for max_seqs sequences of max_context tokens
   std::optional<DType> kv_dtype;  // default: f32 on the CPU, bf16 on CUDA
-  // Per-layer KV quantization (--kv-quant); empty = none. Quantized layers are CPU-only for now: a CUDA
-  // runner with any quantized layer throws at construction.
+  // Per-layer KV quantization (--kv-quant: affine int4/int8 or fp8 e4m3); empty = none. CPU and CUDA.
   std::vector<kv::KvQuantSpec> kv_quant;
   bool cuda_graphs = true;        // capture decode steps as CUDA graphs (per batch bucket)
   // Hybrid models: linear-attention state checkpoints (prefix-cache hits restore one); 0 = none, which also
   // turns the prefix cache off for them. Ignored for models without linear-attention layers.
   int32_t state_checkpoints = 8;
+  // Give the sliding-window layers of a model that mixes them with full-attention layers their own block
+  // space (see the top of this file). Every chunk must then carry swa_table (the Engine's Scheduler fills
+  // it). Off: one space holding full-length KV for every layer (what callers with their own tables expect).
+  bool sliding_kv = false;
+  // Blocks of the sliding space; 0: sliding_pool_blocks(...) (no sliding space when that is not smaller
+  // than the full pool). Must be >= sliding_min_blocks(...) so a sequence alone always progresses.
+  int32_t n_sliding_blocks = 0;
 };
 
 struct RunnerStats {
@@ -60,13 +75,31 @@ struct SeqChunk {
   int64_t n = 0;
   int64_t start_pos = 0;
   enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+  // Runners with a sliding space: the sequence's sliding-layer table (same logical blocks as `table`; its
+  // released leading entries are never written). Ignored (may be null) otherwise.
+  const kv::BlockTable* swa_table = nullptr;
 };
+
+// Which owned cache layers a block space holds: all of them (one space), the full-attention ones or the
+// sliding-window ones (a runner with a sliding space).
+enum class KvSpace { kAll, kFull, kSliding };
 
 // The cache layers a model owns, in layer order (KV-shared layers, which read another layer's cache, own
 // none), and the per-layer quantization list `quant` ([n_layers], may be shorter) restricted to them.
-std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout);
+std::vector<kv::KvLayerShape> owned_kv_shapes(const std::vector<model::KvLayerSpec>& layout,
+                                              KvSpace space = KvSpace::kAll);
 std::vector<kv::KvQuantSpec> owned_kv_quant(const std::vector<model::KvLayerSpec>& layout,
-                                            const std::vector<kv::KvQuantSpec>& quant);
+                                            const std::vector<kv::KvQuantSpec>& quant, KvSpace space = KvSpace::kAll);
+// The window a sliding space releases by: the largest window of the owned sliding layers when the model
+// also owns full-attention layers; 0 (no sliding space) otherwise.
+int32_t sliding_space_window(const std::vector<model::KvLayerSpec>& layout);
+// Sliding blocks that max_seqs running sequences can hold at once under steps of step_tokens tokens: between
+// steps each keeps positions [next - window, next) (ceil(window / bs) + 1 blocks); a step adds its chunks
+// (step_tokens in all, each straddling at most one more block). Doubled so finished prompts' window blocks
+// can stay in the prefix cache.
+int64_t sliding_pool_blocks(int32_t window, int32_t block_size, int64_t max_seqs, int64_t step_tokens);
+// The fewest sliding blocks one sequence needs to progress (one-token chunks): ceil(window / bs) + 2.
+int64_t sliding_min_blocks(int32_t window, int32_t block_size);
 // The state shapes of the linear-attention layers, in layer order (empty for models without them).
 std::vector<kv::StateLayerShape> state_shapes(const std::vector<model::KvLayerSpec>& layout);
 
@@ -86,6 +119,12 @@ class Runner {
   model::Model& model() { return model_; }
   kv::BlockPool& pool() { return pool_; }
   const kv::KvStorage& storage() const { return storage_; }
+  // The sliding-window block space (sliding_kv and a model mixing sliding and full layers); sliding_window()
+  // is 0 and sliding_storage() null without one.
+  bool has_sliding_space() const { return swa_.window > 0; }
+  int32_t sliding_window() const { return swa_.window; }
+  kv::BlockPool& sliding_pool() { return swa_pool_; }
+  const kv::KvStorage* sliding_storage() const { return swa_storage_.get(); }
   // Linear-attention state slots (hybrid models; empty otherwise). pool() hands out their ids: a chunk's
   // block table must hold one (BlockTable::acquire_state_slot) when has_linear_state().
   const kv::StateStorage& state_storage() const { return state_; }
@@ -106,8 +145,17 @@ class Runner {
  private:
   // Byte offsets of one step's metadata arrays inside the packed buffers (each kAlignment-aligned).
   struct MetaLayout {
-    size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, seq_starts, state_slots, end;
+    size_t token_ids, positions, seq_index, slot_mapping, block_tables, logit_rows, seq_starts, state_slots,
+        swa_slot_mapping, swa_block_tables, end;
   };
+  struct SlidingPlan {
+    int32_t window = 0;    // 0: no sliding space
+    int32_t n_blocks = 0;
+  };
+  static SlidingPlan plan_sliding(const model::Model& m, const RunnerOptions& o);
+  void init_views(const std::vector<model::KvLayerSpec>& layout);  // kv_views_ (runner_sliding.cpp)
+  // Fills chunk s's sliding table row and token slots (runner_sliding.cpp).
+  void fill_sliding(const SeqChunk& c, int32_t* table_row, int64_t* slots) const;
   MetaLayout meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const;
   void init_state(const std::vector<model::KvLayerSpec>& layout);  // state_ and checkpoints_ (runner_state.cpp)
   void copy_state(const kv::StateStorage& from, int32_t from_slot, const kv::StateStorage& to, int32_t to_slot);
@@ -127,9 +175,13 @@ class Runner {
   kernels::Context ctx_;
   Device device_;
   int64_t max_blocks_;               // width of the block tables
-  kernels::DeviceMemory kv_memory_;  // CUDA: every layer's K and V; empty on the CPU
+  SlidingPlan swa_;                  // before every KV member: they are sized from it
+  kernels::DeviceMemory kv_memory_;  // CUDA: every (full-space) layer's K and V; empty on the CPU
   kv::BlockPool pool_;
   kv::KvStorage storage_;
+  kernels::DeviceMemory swa_memory_;  // CUDA: the sliding space's K and V; empty otherwise
+  kv::BlockPool swa_pool_;            // 0 blocks without a sliding space
+  std::unique_ptr<kv::KvStorage> swa_storage_;  // null without a sliding space
   std::vector<kernels::PagedKv> kv_views_;  // storage_'s layers as the kernels take them (built once)
   kernels::DeviceMemory state_memory_;       // CUDA: the linear-attention state slots; empty otherwise
   kv::StateStorage state_;

@@ -7,6 +7,8 @@
 // sequence's blocks to the cache, which keeps the full computed ones and frees the rest.
 // Hybrids with checkpoints: prefill chunks stop at the prompt's checkpoint boundary (marked save_state; the
 // Engine takes the checkpoint) and a hit is cut back to its deepest checkpointed block (a restore entry).
+// Sliding-window block space (scheduler_sliding.cpp): each new block takes one block in both spaces, steps
+// release the sliding blocks that left the window, and cut_hit also needs the hit's window blocks.
 #include "engine/scheduler.h"
 
 #include <algorithm>
@@ -33,6 +35,7 @@ Sequence::Sequence(NewSequence req, int32_t block_size, int64_t arrival_order)
       max_tokens(req.max_tokens),
       eos_ids(std::move(req.eos_ids)),
       table(block_size),
+      swa_table(block_size),
       arrival(arrival_order),
       cache_namespace(req.cache_namespace) {
   tokens.reserve(static_cast<size_t>(n_prompt + max_tokens));
@@ -49,8 +52,13 @@ int64_t SchedulerOutput::n_logit_rows() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache,
-                     kv::StateCheckpoints* checkpoints)
-    : cfg_(cfg), pool_(pool), cache_(cache), checkpoints_(checkpoints) {
+                     kv::StateCheckpoints* checkpoints, SlidingKv sliding)
+    : cfg_(cfg), pool_(pool), cache_(cache), checkpoints_(checkpoints), sw_(sliding) {
+  check(!sw_.pool || (sw_.window > 0 && sw_.pool->n_blocks() > 0), "engine",
+        strfmt("a sliding block space needs a window > 0 (got %d) and blocks", sw_.window));
+  check(!sw_.cache || (sw_.pool && &sw_.cache->pool() == sw_.pool && sw_.cache->block_size() == cfg.block_size &&
+                       cache),
+        "engine", "the sliding prefix cache must use the sliding pool and the block size, beside a full-space cache");
   check(!cache || (&cache->pool() == &pool && cache->block_size() == cfg.block_size), "engine",
         "the prefix cache must use the scheduler's block pool and block size");
   check(!cache || pool.n_state_slots() == 0 || checkpoints, "engine",
@@ -80,6 +88,15 @@ void Scheduler::add(NewSequence req) {
                        "the whole pool has %d blocks (%lld tokens)",
                        (long long)n_prompt, (long long)req.max_tokens, (long long)(n_prompt + req.max_tokens),
                        (long long)blocks, cfg_.block_size, pool_.n_blocks(), (long long)pool_tokens));
+  if (sw_.pool) {  // one sequence alone holds at most the window plus a one-token chunk
+    const int64_t bs = cfg_.block_size, sw_need = std::min<int64_t>(blocks, (sw_.window + bs - 1) / bs + 2);
+    if (sw_need > sw_.pool->n_blocks())
+      throw Error("memory_admission",
+                  strfmt("prompt (%lld tokens) + max_tokens (%lld) needs %lld sliding-window KV blocks of %d tokens "
+                         "(window %d); the sliding pool has %d blocks",
+                         (long long)n_prompt, (long long)req.max_tokens, (long long)sw_need, cfg_.block_size,
+                         sw_.window, sw_.pool->n_blocks()));
+  }
   auto seq = std::make_unique<Sequence>(std::move(req), cfg_.block_size, next_arrival_++);
   Sequence* s = seq.get();
   seqs_.emplace(s->id, std::move(seq));
@@ -109,6 +126,7 @@ void Scheduler::remove_from_running(Sequence& s) {
 }
 
 void Scheduler::release(Sequence& s) {
+  if (sw_.pool) release_sliding(s);
   if (cache_) {
     cache_->release_sequence(s.cache_namespace, s.tokens, s.num_computed_tokens, s.table.blocks());
     s.table.clear();
@@ -127,28 +145,40 @@ int64_t Scheduler::attach_cached_prefix(Sequence& s, int32_t& checkpoint) {
   std::vector<kv::BlockId> hits;
   int64_t n = cache_->match(s.cache_namespace, s.tokens, max_blocks, hits);
   for (kv::BlockId b : hits) s.table.append(b);
-  if (checkpoints_) n = cut_to_checkpoint(s, n, checkpoint);
+  if (checkpoints_ || sw_.pool) n = cut_hit(s, n, checkpoint);
   s.num_computed_tokens = n * cfg_.block_size;
   return s.num_computed_tokens;
 }
 
-int64_t Scheduler::cut_to_checkpoint(Sequence& s, int64_t n_hit, int32_t& checkpoint) {
+int64_t Scheduler::cut_hit(Sequence& s, int64_t n_hit, int32_t& checkpoint) {
   const int32_t bs = cfg_.block_size;
-  const std::vector<kv::BlockKey> keys = cache_->block_keys(s.cache_namespace, s.tokens, n_hit);
+  const std::vector<kv::BlockKey> keys = keys_of(s, n_hit);  // a copy: keys_of may grow the memo later
+  std::vector<kv::BlockId> found;
+  std::vector<int64_t> missing;  // sliding: missing[j] = hit blocks in [0, j) the sliding cache lacks
+  if (sw_.pool) {
+    found = sliding_hits(s, n_hit);
+    missing.assign(static_cast<size_t>(n_hit) + 1, 0);
+    for (int64_t j = 0; j < n_hit; ++j)
+      missing[static_cast<size_t>(j + 1)] = missing[static_cast<size_t>(j)] + (found[static_cast<size_t>(j)] < 0);
+  }
   int64_t d = n_hit;
   for (; d > 0; --d) {
-    const auto blk = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>((d - 1) * bs), bs);
-    const auto slot = checkpoints_->find(keys[static_cast<size_t>(d - 1)],
-                                         d > 1 ? keys[static_cast<size_t>(d - 2)] : 0, blk);
-    if (slot) {
+    if (sw_.pool && missing[static_cast<size_t>(d)] != missing[static_cast<size_t>(first_live_block(d * bs))])
+      continue;  // a block inside the window at position d * bs is gone
+    if (checkpoints_) {
+      const auto blk = std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>((d - 1) * bs), bs);
+      const auto slot = checkpoints_->find(keys[static_cast<size_t>(d - 1)],
+                                           d > 1 ? keys[static_cast<size_t>(d - 2)] : 0, blk);
+      if (!slot) continue;
       checkpoint = *slot;
-      break;
     }
+    break;
   }
   std::vector<kv::BlockId> held = s.table.blocks();  // exactly the n_hit hit blocks
   s.table.clear();
   for (int64_t i = n_hit; i-- > d;) cache_->release(held[static_cast<size_t>(i)]);  // deepest first
   for (int64_t i = 0; i < d; ++i) s.table.append(held[static_cast<size_t>(i)]);
+  if (sw_.pool) attach_sliding(s, d, found);
   return d;
 }
 
@@ -213,7 +243,10 @@ int64_t Scheduler::reserve(Sequence& s, int64_t want, bool may_preempt) {
     const int64_t n = std::min(want, fit);
     if (n > 0) {
       const int32_t need = s.table.blocks_needed(done + n);
-      for (int32_t i = 0; i < need; ++i) s.table.append(cache_ ? *cache_->allocate() : *pool_.allocate());
+      for (int32_t i = 0; i < need; ++i) {
+        s.table.append(cache_ ? *cache_->allocate() : *pool_.allocate());
+        if (sw_.pool) s.swa_table.append(allocate_sliding());
+      }
       return n;
     }
     if (!may_preempt) return 0;
@@ -264,6 +297,7 @@ void Scheduler::admit_waiting() {
       const auto& held = s.table.blocks();  // only hit blocks (reserve allocated nothing); deepest first
       for (auto it = held.rbegin(); it != held.rend(); ++it) cache_->release(*it);
       s.table.clear();
+      if (sw_.pool) release_sliding(s);
       s.table.release_state_slot(pool_);
       s.num_computed_tokens = 0;
       break;
@@ -317,6 +351,7 @@ std::vector<SeqId> Scheduler::on_step_done(std::span<const SampledToken> sampled
     if (!s || is_finished(s->status)) continue;  // cancelled while the step ran
     check(s->num_computed_tokens == c.start_pos, "engine", "on_step_done: chunk does not continue its sequence");
     s->num_computed_tokens += c.n_tokens;
+    if (sw_.pool) release_out_of_window(*s);
     if (!c.needs_logits) continue;
     if (std::find(s->eos_ids.begin(), s->eos_ids.end(), tok) != s->eos_ids.end()) {
       finish(*s, SeqStatus::kFinishedStop);

@@ -14,6 +14,12 @@
 // a prefill chunk never crosses the prompt's last full block boundary b = floor((n_prompt - 1) / bs) * bs
 // (the chunk ending there is marked save_state), and a prefix hit is cut back to the deepest hit block with
 // a checkpoint (the output lists the checkpoint to restore into the sequence's state slot before the step).
+// Sliding-window block space (SlidingKv, scheduler_sliding.cpp): every sequence also holds a sliding table with
+// the same logical blocks; each new block takes one block of each space (a step fits when both have room);
+// after each step the sliding blocks whose positions are all < num_computed_tokens - window are released
+// (into the sliding prefix cache, keyed like the full blocks, when there is one). A prefix hit of d blocks is
+// usable only when the sliding cache still holds the blocks covering [d * bs - window, d * bs): the hit is cut
+// back to the deepest such d (and, for hybrids, one with a checkpoint); the earlier entries start released.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -33,6 +39,14 @@ struct SchedulerConfig {
   int64_t max_num_seqs = 8;               // running sequences at once
   int64_t max_num_batched_tokens = 512;   // tokens per step (>= max_num_seqs: every decode row fits)
   int32_t block_size = 16;                // must equal the pool's block size
+};
+
+// The sliding-window block space of a runner that has one (Runner::has_sliding_space): its pool, the
+// prefix cache over that pool (same block size; null when the full space has none) and the window.
+struct SlidingKv {
+  kv::BlockPool* pool = nullptr;  // null: no sliding space
+  kv::PrefixCache* cache = nullptr;
+  int32_t window = 0;
 };
 
 // One sequence's share of a step: its tokens [start_pos, start_pos + n_tokens).
@@ -72,8 +86,9 @@ class Scheduler {
  public:
   // `cache` (optional, over the same pool, outliving the scheduler) turns prefix caching on. A pool with
   // state slots (hybrid model) and a cache need `checkpoints` (same block size, outliving the scheduler).
+  // `sliding` (pool non-null) gives sequences a second table in that space (see the top of this file).
   Scheduler(const SchedulerConfig& cfg, kv::BlockPool& pool, kv::PrefixCache* cache = nullptr,
-            kv::StateCheckpoints* checkpoints = nullptr);
+            kv::StateCheckpoints* checkpoints = nullptr, SlidingKv sliding = {});
 
   // Queues a request. Throws Error("memory_admission", ...) when prompt + max_tokens cannot fit the whole
   // pool even alone, Error("engine", ...) on an empty prompt, negative max_tokens or a duplicate id.
@@ -100,6 +115,7 @@ class Scheduler {
   const SchedulerConfig& config() const { return cfg_; }
   const kv::BlockPool& pool() const { return pool_; }
   const kv::PrefixCache* prefix_cache() const { return cache_; }
+  const SlidingKv& sliding() const { return sw_; }
 
  private:
   Sequence* lookup(SeqId id) const;
@@ -114,15 +130,29 @@ class Scheduler {
   // Attaches the cached prefix of a waiting sequence (num_computed_tokens = hit tokens); returns the hit
   // tokens. Hybrids: the hit ends at a checkpoint, whose slot goes to `checkpoint` (-1 without a hit).
   int64_t attach_cached_prefix(Sequence& s, int32_t& checkpoint);
-  // Hybrids: the deepest d <= n_hit with a checkpoint at the end of block d - 1 (its slot -> checkpoint);
-  // the hit blocks past d go back to the cache.
-  int64_t cut_to_checkpoint(Sequence& s, int64_t n_hit, int32_t& checkpoint);
+  // Hybrids and sliding spaces: the deepest d <= n_hit with a checkpoint at the end of block d - 1 (its slot
+  // -> checkpoint) and whose window blocks the sliding cache holds (attached to swa_table); the hit blocks
+  // past d go back to the cache.
+  int64_t cut_hit(Sequence& s, int64_t n_hit, int32_t& checkpoint);
+  // Sliding space (scheduler_sliding.cpp): the chain keys of s's first n full blocks (memoised in s).
+  const std::vector<kv::BlockKey>& keys_of(Sequence& s, int64_t n) const;
+  // Which of the first n hit blocks the sliding cache holds: their ids, -1 where it does not.
+  std::vector<kv::BlockId> sliding_hits(Sequence& s, int64_t n) const;
+  // The first block holding a position >= next_pos - window (the blocks before it are never seen again).
+  int64_t first_live_block(int64_t next_pos) const;
+  // Attaches the sliding blocks of a hit of d blocks: released entries, then found[lo(d)..d) retained.
+  void attach_sliding(Sequence& s, int64_t d, const std::vector<kv::BlockId>& found);
+  kv::BlockId allocate_sliding();
+  // Releases the sliding blocks that left the window after a step / every sliding block of s (the full
+  // computed ones into the sliding cache).
+  void release_out_of_window(Sequence& s);
+  void release_sliding(Sequence& s);
   // Hybrids with checkpoints: the prompt's last full block boundary (0: none), and `want` capped so a chunk
   // starting at num_computed_tokens stops there.
   int64_t checkpoint_pos(const Sequence& s) const;
   int64_t cap_at_checkpoint(const Sequence& s, int64_t want) const;
   ScheduledChunk prefill_chunk(const Sequence& s, int64_t n) const;
-  int32_t n_available() const { return cache_ ? cache_->n_available() : pool_.n_free(); }
+  int32_t n_available() const;  // blocks a new logical block can take (both spaces)
   void finish(Sequence& s, SeqStatus why);
   void remove_from_running(Sequence& s);
 
@@ -130,6 +160,7 @@ class Scheduler {
   kv::BlockPool& pool_;
   kv::PrefixCache* cache_ = nullptr;
   kv::StateCheckpoints* checkpoints_ = nullptr;
+  SlidingKv sw_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;
   std::vector<Sequence*> running_;  // sorted by arrival
   std::deque<Sequence*> waiting_;   // FCFS; preempted sequences return to the front

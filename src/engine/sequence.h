@@ -4,12 +4,15 @@
 // Invariants: tokens = prompt ++ generated (EOS excluded); a waiting sequence owns no blocks and has
 // num_computed_tokens == 0; a running one owns exactly ceil(num_computed_tokens / block_size) blocks between
 // steps (full computed ones may be shared with other sequences and the prefix cache); a finished one owns none.
+// With a sliding-window block space, swa_table has as many entries as table; its leading entries are released
+// (their positions left the window) and its live ones cover at least [num_computed_tokens - window, ...).
 #pragma once
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
 
 namespace bunsen::engine {
 
@@ -39,6 +42,9 @@ struct Sequence {
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   SeqStatus status = SeqStatus::kWaiting;
   kv::BlockTable table;
+  kv::BlockTable swa_table;  // sliding-window layers' blocks (runners with a sliding space; empty otherwise)
+  // Prefix-cache keys of the first full blocks (a memo, extended as sliding blocks leave the window).
+  std::vector<kv::BlockKey> block_keys;
   int64_t arrival;  // admission order (smaller = older); FCFS and preemption order
   int32_t n_preemptions = 0;
   uint64_t cache_namespace = 0;

@@ -87,12 +87,32 @@ int64_t BlockTable::slot(int64_t pos) const {
         strfmt("position %lld beyond block table capacity %lld", static_cast<long long>(pos),
                static_cast<long long>(capacity_tokens())));
   BlockId block = blocks_[static_cast<size_t>(pos / block_size_)];
+  if (block < 0)
+    throw Error("kv", strfmt("position %lld lies in released block %lld of a sliding-window table",
+                             static_cast<long long>(pos), static_cast<long long>(pos / block_size_)));
   return static_cast<int64_t>(block) * block_size_ + pos % block_size_;
 }
 
+BlockId BlockTable::release_front() {
+  check(n_released_ < static_cast<int32_t>(blocks_.size()), "kv",
+        strfmt("release_front: all %zu blocks of the table are released already", blocks_.size()));
+  const BlockId id = blocks_[static_cast<size_t>(n_released_)];
+  blocks_[static_cast<size_t>(n_released_++)] = kReleased;
+  return id;
+}
+
+void BlockTable::append_released() {
+  check(n_released_ == static_cast<int32_t>(blocks_.size()), "kv",
+        strfmt("append_released: the table holds %zu live blocks; released entries must be a prefix",
+               blocks_.size() - static_cast<size_t>(n_released_)));
+  blocks_.push_back(kReleased);
+  ++n_released_;
+}
+
 void BlockTable::release_all(BlockPool& pool) {
-  for (BlockId id : blocks_) pool.release(id);
+  for (size_t i = static_cast<size_t>(n_released_); i < blocks_.size(); ++i) pool.release(blocks_[i]);
   blocks_.clear();
+  n_released_ = 0;
   release_state_slot(pool);
 }
 

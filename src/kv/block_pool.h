@@ -40,6 +40,9 @@ class BlockPool {
 
 // Logical -> physical mapping of one sequence, plus slot arithmetic; for hybrid models also the sequence's
 // linear-attention state slot (its cache is blocks + that slot, both returned by release_all).
+// Sliding-window tables (the engine's second block space, engine/runner.h) also release their leading
+// blocks once every position in them has left the window: those entries read kReleased (-1), are always a
+// prefix of the table, own no reference and are skipped by release_all.
 class BlockTable {
  public:
   explicit BlockTable(int32_t block_size) : block_size_(block_size) {}
@@ -49,7 +52,16 @@ class BlockTable {
   // Number of additional blocks needed to hold `n_tokens` tokens in total.
   int32_t blocks_needed(int64_t n_tokens) const;
   void append(BlockId id) { blocks_.push_back(id); }
-  // Cache slot of token position `pos` (block * block_size + offset). pos must be < capacity_tokens().
+  static constexpr BlockId kReleased = -1;
+  // Leading entries released (kReleased); blocks()[n_released()...] are live.
+  int32_t n_released() const { return n_released_; }
+  // Marks the first live block released and returns its id: the caller drops its reference.
+  BlockId release_front();
+  // Appends a released entry (a prefix hit whose early blocks are out of the window); only while the table
+  // holds no live block.
+  void append_released();
+  // Cache slot of token position `pos` (block * block_size + offset). pos must be < capacity_tokens() and
+  // its block live.
   int64_t slot(int64_t pos) const;
   // Returns all blocks (and the state slot) to the pool and clears the table.
   void release_all(BlockPool& pool);
@@ -60,11 +72,15 @@ class BlockTable {
   bool acquire_state_slot(BlockPool& pool);
   void release_state_slot(BlockPool& pool);
   // Forgets the blocks without releasing them: the caller has taken over their references (PrefixCache).
-  void clear() { blocks_.clear(); }
+  void clear() {
+    blocks_.clear();
+    n_released_ = 0;
+  }
 
  private:
   int32_t block_size_;
   std::vector<BlockId> blocks_;
+  int32_t n_released_ = 0;
   int32_t state_slot_ = -1;
 };
 

@@ -26,7 +26,9 @@ void check_layer(const KvLayerShape& l, const KvQuantSpec& q, size_t i) {
                static_cast<long long>(l.n_kv_heads), static_cast<long long>(l.head_dim)));
   if (q.bits == 0) return;
   check(q.bits == 4 || q.bits == 8, "kv", strfmt("layer %zu: KV quantization bits must be 4 or 8, got %d", i, q.bits));
-  check(q.group_size > 0, "kv", strfmt("layer %zu: KV quantization group_size must be > 0, got %d", i, q.group_size));
+  check(q.group_size > 0 || (q.fp8 && q.group_size == 0), "kv",
+        strfmt("layer %zu: KV quantization group_size must be > 0 (0 = head_dim: fp8 only), got %d", i, q.group_size));
+  check(!q.fp8 || q.bits == 8, "kv", strfmt("layer %zu: fp8 (e4m3) KV needs bits 8, got %d", i, q.bits));
   const int g = kv_effective_group(l.head_dim, q.group_size);
   check((static_cast<int64_t>(g) * q.bits) % 8 == 0, "kv",
         strfmt("layer %zu: %d-bit KV needs an even group (head_dim %lld)", i, q.bits,
@@ -78,6 +80,7 @@ KvLayerView layer_view(const KvLayerShape& l, const KvQuantSpec& q, const KvStor
   }
   v.bits = q.bits;
   v.group_size = kv_effective_group(l.head_dim, q.group_size);
+  v.fp8 = q.fp8;
   const int64_t codes[] = {o.n_blocks, o.block_size, l.n_kv_heads, l.head_dim * q.bits / 8};
   const int64_t params[] = {o.n_blocks, o.block_size, l.n_kv_heads, 2 * (l.head_dim / v.group_size)};
   v.k = Tensor::view(base, DType::kU8, codes, device);

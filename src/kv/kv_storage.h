@@ -27,17 +27,20 @@ struct KvLayerView {
   Tensor v_params;  // quantized only: same as k_params
   int bits = 0;        // 0: unquantized
   int group_size = 0;  // quantized only: the effective group (see kv_effective_group)
+  bool fp8 = false;    // bits 8 only: e4m3 codes, params (scale, 0) per group
 };
 
 // One layer's KV quantization: bits 0 (off, the storage dtype), 4 or 8 (affine, f32 scale and bias per
-// group of group_size head_dim elements).
+// group of group_size head_dim elements), or fp8 (bits 8, e4m3 codes, f32 scale = amax / 448 per group
+// and a 0 bias, so the params layout is the affine one; group_size 0 = the whole head_dim).
 struct KvQuantSpec {
   int bits = 0;
   int group_size = 64;
+  bool fp8 = false;
   bool operator==(const KvQuantSpec&) const = default;
 };
 
-// The group a layer really uses: group_size when it divides head_dim, else the whole head_dim.
+// The group a layer really uses: group_size when it divides head_dim, else (and for 0) the whole head_dim.
 int kv_effective_group(int64_t head_dim, int group_size);
 
 struct KvStorageOptions {

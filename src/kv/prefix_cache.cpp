@@ -83,17 +83,38 @@ int64_t PrefixCache::match(uint64_t ns, std::span<const int32_t> tokens, int64_t
     auto it = map_.find(key);
     if (it == map_.end() || !verify(it->second, parent, blk)) break;
     const BlockId id = it->second;
-    Slot& s = slots_[static_cast<size_t>(id)];
-    if (s.in_lru) {  // unreferenced until now: no longer evictable
-      lru_.erase(s.lru);
-      s.in_lru = false;
-    }
-    pool_.retain(id);
+    acquire(id);
     out.push_back(id);
     parent = key;
     ++hits;
   }
   return hits;
+}
+
+std::optional<BlockId> PrefixCache::find(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const {
+  check(static_cast<int64_t>(block_tokens.size()) == block_size_, "kv",
+        strfmt("find: a block holds %d tokens, got %zu", block_size_, block_tokens.size()));
+  auto it = map_.find(key);
+  if (it == map_.end() || !verify(it->second, parent, block_tokens)) return std::nullopt;
+  return it->second;
+}
+
+void PrefixCache::acquire(BlockId id) {
+  check(is_cached(id), "kv", strfmt("acquire: block %d is not cached", id));
+  Slot& s = slots_[static_cast<size_t>(id)];
+  if (s.in_lru) {  // unreferenced until now: no longer evictable
+    lru_.erase(s.lru);
+    s.in_lru = false;
+  }
+  pool_.retain(id);
+}
+
+void PrefixCache::release_keyed(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens, BlockId id) {
+  check(static_cast<int64_t>(block_tokens.size()) == block_size_, "kv",
+        strfmt("release_keyed: a block holds %d tokens, got %zu", block_size_, block_tokens.size()));
+  check(pool_.refcount(id) > 0, "kv", strfmt("release_keyed: block %d is free", id));
+  insert(key, parent, block_tokens, id);
+  release(id);
 }
 
 void PrefixCache::record_lookup(int64_t hit_blocks, int64_t looked_up_blocks, int64_t hit_tokens,

@@ -6,6 +6,9 @@
 // holds (refcount 1) sits in the LRU exactly once and is the only kind ever evicted; only full blocks are
 // cached; a match verifies the parent key and the tokens of every block, so a hash collision is a miss.
 // With the cache: free + evictable + (blocks held by sequences) == total.
+// The engine's sliding-window block space has its own PrefixCache over its own pool, under the same keys:
+// its blocks leave a sequence one at a time (release_keyed) as they fall out of the window, and a hit
+// looks single blocks up by key (find + acquire) instead of walking the chain from block 0.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -60,6 +63,13 @@ class PrefixCache {
                         std::span<const BlockId> blocks);
   // Drops one reference (undoing a match); a cached block left unreferenced enters the LRU.
   void release(BlockId id);
+  // Caches one full block under `key` (unless the block or the key is cached already), then drops the
+  // caller's reference, as release_sequence does for one block.
+  void release_keyed(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens, BlockId id);
+  // The cached block under `key` whose parent key and tokens match (verified), or nullopt. Takes nothing.
+  std::optional<BlockId> find(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const;
+  // Takes a reference on a cached block (from find()) for the caller: it stops being evictable.
+  void acquire(BlockId id);
 
   // A block for writing: the pool's free list first, then the least recently used evictable entry.
   std::optional<BlockId> allocate();

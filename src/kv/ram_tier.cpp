@@ -52,18 +52,28 @@ std::optional<int32_t> RamTier::store(BlockKey key, BlockKey parent, std::span<c
   return slot;
 }
 
-std::optional<int32_t> RamTier::acquire(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) {
+std::optional<int32_t> RamTier::find(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const {
   auto it = map_.find(key);
   if (it == map_.end()) return std::nullopt;
   const int32_t slot = it->second;
-  Slot& s = slots_[static_cast<size_t>(slot)];
+  const Slot& s = slots_[static_cast<size_t>(slot)];
   const auto* t = tokens_.data() + static_cast<ptrdiff_t>(slot) * block_size_;
   if (s.parent != parent || static_cast<int32_t>(block_tokens.size()) != block_size_ ||
       !std::equal(block_tokens.begin(), block_tokens.end(), t))
     return std::nullopt;
-  ++s.pins;
-  touch(slot);
   return slot;
+}
+
+std::optional<int32_t> RamTier::acquire(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) {
+  const std::optional<int32_t> slot = find(key, parent, block_tokens);
+  if (!slot) return std::nullopt;
+  ++slots_[static_cast<size_t>(*slot)].pins;
+  touch(*slot);
+  return slot;
+}
+
+bool RamTier::holds(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const {
+  return find(key, parent, block_tokens).has_value();
 }
 
 void RamTier::release(int32_t slot) {

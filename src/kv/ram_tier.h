@@ -4,6 +4,8 @@
 // step that overwrites the device block and nothing waits); a prompt whose next blocks the device cache
 // misses but this tier holds gets them copied back before its prefill. Not storage (the engine owns the
 // pinned buffer), not thread-safe (the engine thread owns it), never touches a device.
+// The engine keeps one RamTier per KV block space (the full space and, for Gemma-style models, the
+// sliding-window space, both under the same chain keys).
 // Invariants: a key is in at most one slot; a pinned slot is never replaced; a lookup verifies the parent
 // key and the block's tokens (a hash collision is a miss).
 #pragma once
@@ -40,6 +42,8 @@ class RamTier {
   std::optional<int32_t> store(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens);
   // The slot holding `key` when its parent key and tokens match; pinned (release() it) and most recent.
   std::optional<int32_t> acquire(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens);
+  // Whether acquire() would find `key` (verified the same way); changes nothing.
+  bool holds(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const;
   void release(int32_t slot);
   void count_hit(int64_t tokens);
 
@@ -55,6 +59,7 @@ class RamTier {
     std::list<int32_t>::iterator lru;
   };
   void touch(int32_t slot);
+  std::optional<int32_t> find(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens) const;
 
   int32_t block_size_;
   size_t bytes_per_slot_;

@@ -71,7 +71,8 @@ uint64_t ssd_checksum64(std::span<const std::byte> data) {
 
 void ssd_plan_offsets(SsdFileHeader& h) {
   uint64_t n_tensors = h.layout.tensor_bytes.size();
-  h.header_bytes = kSsdFixedHeaderBytes + 16 * n_tensors + 8;
+  const uint64_t ext = h.layout.sliding.n_tensors > 0 ? kSsdSlidingExtBytes : 0;
+  h.header_bytes = kSsdFixedHeaderBytes + 16 * n_tensors + ext + 8;
   h.payload_offset = align_up(h.header_bytes + 4 * h.n_tokens, kSsdPayloadAlign);
   h.tensor_offsets.resize(n_tensors);
   uint64_t at = h.payload_offset;
@@ -86,7 +87,8 @@ void ssd_plan_offsets(SsdFileHeader& h) {
 std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
   std::vector<std::byte> out(h.header_bytes);
   std::memcpy(out.data(), kMagic, 8);
-  put_le<uint32_t>(out, 8, kSsdFormatVersion);
+  const bool sliding = h.layout.sliding.n_tensors > 0;
+  put_le<uint32_t>(out, 8, sliding ? kSsdFormatVersion : kSsdFormatVersionNoSliding);
   put_le<uint32_t>(out, 12, static_cast<uint32_t>(h.header_bytes));
   put_le<uint64_t>(out, 16, h.key.name_space);
   put_le<uint64_t>(out, 24, h.key.prefix_hash);
@@ -105,6 +107,13 @@ std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
     put_le<uint64_t>(out, kSsdFixedHeaderBytes + 16 * t, h.layout.tensor_bytes[t]);
     put_le<uint64_t>(out, kSsdFixedHeaderBytes + 16 * t + 8, h.tensor_checksums[t]);
   }
+  if (sliding) {
+    const size_t at = kSsdFixedHeaderBytes + 16 * h.layout.tensor_bytes.size();
+    put_le<uint32_t>(out, at, h.layout.sliding.n_tensors);
+    put_le<int32_t>(out, at + 4, h.layout.sliding.window);
+    put_le<uint64_t>(out, at + 8, h.layout.sliding.first_block);
+    put_le<uint64_t>(out, at + 16, h.layout.sliding.n_blocks);
+  }
   size_t body = h.header_bytes - 8;
   put_le<uint64_t>(out, body, ssd_checksum64(std::span<const std::byte>(out.data(), body)));
   return out;
@@ -113,7 +122,8 @@ std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
 uint64_t ssd_peek_header_bytes(std::span<const std::byte> fixed) {
   if (fixed.size() < kSsdFixedHeaderBytes || std::memcmp(fixed.data(), kMagic, 8) != 0) return 0;
   uint64_t hb = get_le<uint32_t>(fixed, 12);
-  if (hb < kSsdFixedHeaderBytes + 8 || hb > kSsdFixedHeaderBytes + 16ull * kSsdMaxTensors + 8) return 0;
+  if (hb < kSsdFixedHeaderBytes + 8 || hb > kSsdFixedHeaderBytes + 16ull * kSsdMaxTensors + kSsdSlidingExtBytes + 8)
+    return 0;
   return hb;
 }
 
@@ -128,7 +138,9 @@ std::optional<SsdFileHeader> ssd_decode_header(std::span<const std::byte> bytes,
   if (bytes.size() < hb || file_size < hb) return fail("truncated header");
   uint64_t stored = get_le<uint64_t>(bytes, hb - 8);
   if (ssd_checksum64(bytes.first(hb - 8)) != stored) return fail("header checksum mismatch");
-  if (get_le<uint32_t>(bytes, 8) != kSsdFormatVersion) return fail("other format version");
+  const uint32_t version = get_le<uint32_t>(bytes, 8);
+  if (version != kSsdFormatVersion && version != kSsdFormatVersionNoSliding) return fail("other format version");
+  const uint64_t ext = version == kSsdFormatVersion ? kSsdSlidingExtBytes : 0;
   SsdFileHeader h;
   h.key.name_space = get_le<uint64_t>(bytes, 16);
   h.key.prefix_hash = get_le<uint64_t>(bytes, 24);
@@ -142,13 +154,26 @@ std::optional<SsdFileHeader> ssd_decode_header(std::span<const std::byte> bytes,
   if (dtype > static_cast<uint32_t>(DType::kU32)) return fail("bad dtype");
   h.layout.dtype = static_cast<DType>(dtype);
   uint32_t n_tensors = get_le<uint32_t>(bytes, 68);
-  if (kSsdFixedHeaderBytes + 16ull * n_tensors + 8 != hb) return fail("bad tensor count");
+  if (kSsdFixedHeaderBytes + 16ull * n_tensors + ext + 8 != hb) return fail("bad tensor count");
   if (h.n_tokens > file_size / 4) return fail("bad token count");
   h.tokens_checksum = get_le<uint64_t>(bytes, 72);
   for (uint32_t t = 0; t < n_tensors; ++t) {
     h.layout.tensor_bytes.push_back(get_le<uint64_t>(bytes, kSsdFixedHeaderBytes + 16 * t));
     h.tensor_checksums.push_back(get_le<uint64_t>(bytes, kSsdFixedHeaderBytes + 16 * t + 8));
     if (h.layout.tensor_bytes.back() > file_size) return fail("bad tensor size");
+  }
+  if (ext > 0) {  // version 2: the sliding part must name real tensors and blocks inside the prefix
+    const size_t at = kSsdFixedHeaderBytes + 16ull * n_tensors;
+    SsdSlidingPart& sp = h.layout.sliding;
+    sp.n_tensors = get_le<uint32_t>(bytes, at);
+    sp.window = get_le<int32_t>(bytes, at + 4);
+    sp.first_block = get_le<uint64_t>(bytes, at + 8);
+    sp.n_blocks = get_le<uint64_t>(bytes, at + 16);
+    const uint64_t prefix_blocks =
+        h.layout.block_size > 0 ? h.n_tokens / static_cast<uint64_t>(h.layout.block_size) : 0;
+    if (sp.n_tensors == 0 || sp.n_tensors > n_tensors || sp.window <= 0 || sp.n_blocks == 0 ||
+        sp.first_block > prefix_blocks || sp.n_blocks > prefix_blocks - sp.first_block)
+      return fail("bad sliding part");
   }
   uint64_t payload_offset = get_le<uint64_t>(bytes, 80);
   uint64_t file_bytes = get_le<uint64_t>(bytes, 88);

@@ -1,14 +1,18 @@
-// SSD snapshot file format (version 1) for the prefix cache's disk tier: key and layout types, a fast 64-bit
-// checksum, and encode/decode of the file header. Not I/O: SsdStore (ssd_store.h) reads and writes files.
-// Invariants: all integers are little-endian; decode never reads outside the bytes it is given and accepts
-// only a header whose checksum, magic, version and internal offsets all agree with the file size.
+// SSD snapshot file format (versions 1 and 2) for the prefix cache's disk tier: key and layout types, a fast
+// 64-bit checksum, and encode/decode of the file header. Not I/O: SsdStore (ssd_store.h) reads and writes
+// files. Invariants: all integers are little-endian; decode never reads outside the bytes it is given and
+// accepts only a header whose checksum, magic, version and internal offsets all agree with the file size.
 //
-// File layout: [header: fixed 96 bytes | n_tensors x {u64 bytes, u64 checksum} | u64 header checksum]
-//              [token ids: n_tokens x i32] [zero pad to 4096] [tensor 0] [pad to 256] [tensor 1] ...
+// File layout: [header: fixed 96 bytes | n_tensors x {u64 bytes, u64 checksum} | v2: sliding extension, 24
+//              bytes | u64 header checksum] [token ids: n_tokens x i32] [zero pad to 4096] [tensor 0]
+//              [pad to 256] [tensor 1] ...
 // Fixed part (byte offsets): 0 magic "BSNKVSSD", 8 u32 version, 12 u32 header_bytes, 16 u64 namespace,
 // 24 u64 prefix_hash, 32 u64 seq, 40 u64 n_tokens, 48 i32 n_layers, 52 i32 block_size, 56 i32 n_kv_heads,
 // 60 i32 head_dim, 64 u32 dtype, 68 u32 n_tensors, 72 u64 tokens checksum, 80 u64 payload_offset,
 // 88 u64 file_bytes. The header checksum covers bytes [0, header_bytes - 8).
+// Version 2 = a snapshot that also holds sliding-window blocks (SsdLayout::sliding); its extension: +0 u32
+// sliding n_tensors, +4 i32 window, +8 u64 first_block, +16 u64 n_blocks. A snapshot without them is
+// written as version 1, byte for byte as before version 2 existed.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,8 +25,10 @@
 
 namespace bunsen::kv {
 
-constexpr uint32_t kSsdFormatVersion = 1;
+constexpr uint32_t kSsdFormatVersion = 2;          // the newest version this code reads and writes
+constexpr uint32_t kSsdFormatVersionNoSliding = 1;  // still written for snapshots without sliding blocks
 constexpr size_t kSsdFixedHeaderBytes = 96;
+constexpr size_t kSsdSlidingExtBytes = 24;          // version 2's extension
 constexpr uint64_t kSsdPayloadAlign = 4096;  // payloads start page-aligned (mmap, O_DIRECT-friendly)
 constexpr uint64_t kSsdTensorAlign = 256;
 constexpr uint32_t kSsdMaxTensors = 1u << 16;
@@ -41,9 +47,21 @@ struct SsdEntryKeyHash {
   }
 };
 
+// The sliding-window part of a snapshot (version 2): the LAST n_tensors entries of tensor_bytes hold the
+// sliding-window layers' blocks [first_block, first_block + n_blocks) of the prefix (each
+// [n_blocks, block_size, ...]), the window a query right after the prefix sees. n_tensors 0: none.
+struct SsdSlidingPart {
+  uint32_t n_tensors = 0;
+  int32_t window = 0;  // tokens
+  uint64_t first_block = 0;
+  uint64_t n_blocks = 0;
+  bool operator==(const SsdSlidingPart&) const = default;
+};
+
 // What the payload tensors are. By convention tensor_bytes lists [K0, V0, K1, V1, ...] (each
 // [n_blocks, block_size, n_kv_heads, head_dim] dtype), optionally followed by extra state tensors
-// (linear-attention checkpoints); the store only checks that payload sizes match tensor_bytes.
+// (linear-attention checkpoints) and, with `sliding`, the sliding space's tensors; the store only checks
+// that payload sizes match tensor_bytes.
 struct SsdLayout {
   int32_t n_layers = 0;
   int32_t block_size = 0;
@@ -51,6 +69,7 @@ struct SsdLayout {
   int32_t head_dim = 0;
   DType dtype = DType::kBF16;
   std::vector<uint64_t> tensor_bytes;
+  SsdSlidingPart sliding;
   bool operator==(const SsdLayout&) const = default;
 };
 

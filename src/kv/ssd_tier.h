@@ -22,11 +22,18 @@ namespace bunsen::kv {
 // One finished prefix, copied out of the KV cache: payload tensors hold n_blocks blocks each
 // ([n_blocks, block_size, n_kv_heads, head_dim] per K and V of every layer, in layout order). It is
 // written once per target: target i is the prefix of targets[i].n_blocks blocks under targets[i].key
-// (a prefix of each tensor, so several prefix lengths share one copy).
+// (a prefix of each tensor, so several prefix lengths share one copy). Models with a sliding-window block
+// space: layout.sliding.n_tensors > 0, the last that many entries of layout.tensor_bytes are the sliding
+// space's tensors, and each target carries its own copy of them (the window at ITS end differs), written as
+// a version-2 file; `tensors` then holds the full space's tensors only.
 struct SsdSnapshot {
   struct Target {
     SsdEntryKey key;
     int64_t n_blocks = 0;  // <= the snapshot's n_blocks
+    // Sliding space only: its blocks [swa_first_block, n_blocks) of this prefix, one buffer per sliding
+    // tensor ([n_blocks - swa_first_block] blocks each, layout order).
+    int64_t swa_first_block = 0;
+    std::vector<std::vector<std::byte>> swa_tensors;
   };
   std::vector<Target> targets;
   int64_t n_blocks = 0;

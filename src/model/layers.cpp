@@ -1,5 +1,8 @@
-// Weight-fetching helpers for arch/ files: float and MLX affine-quantized Linear/Embedding modules.
+// Weight-fetching helpers for arch/ files: float and MLX affine-quantized Linear/Embedding modules, and the
+// fused-projection helper (project) the decoders share.
 #include "model/layers.h"
+
+#include <array>
 
 #include "core/status.h"
 
@@ -138,6 +141,36 @@ size_t workspace_bytes(std::span<const WorkspaceSpec> specs) {
     total += (bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
   return total;
+}
+
+void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts) {
+  constexpr size_t kMax = 4;
+  bool all_float = parts.size() >= 1 && parts.size() <= kMax, all_quant = all_float;
+  for (const auto& [l, out] : parts) {
+    all_float = all_float && !l->quantized();
+    all_quant = all_quant && l->quantized();
+  }
+  if (all_float) {
+    std::array<kernels::LinearPart, kMax> lp;
+    size_t n = 0;
+    for (const auto& [l, out] : parts) lp[n++] = {out, l->w, l->b};
+    return kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n));
+  }
+  if (all_quant) {
+    std::array<kernels::QuantLinearPart, kMax> qp;
+    size_t n = 0;
+    for (const auto& [l, out] : parts) qp[n++] = {out, l->q, l->b};
+    return kernels::linear_q_multi(ctx, x, std::span<const kernels::QuantLinearPart>(qp.data(), n));
+  }
+  for (const auto& [l, out] : parts) (*l)(ctx, out, x);
+}
+
+bool fusable_q_swiglu(const Linear& gate, const Linear& up) {
+  if (!gate.quantized() || !up.quantized()) return false;
+  const kernels::QuantWeight &g = gate.q, &u = up.q;
+  return (g.bits == 4 || g.bits == 8) && g.bits == u.bits && g.group_size == u.group_size &&
+         g.rows() == u.rows() && g.cols() == u.cols() && g.scales.dtype == u.scales.dtype &&
+         (gate.b.empty() || up.b.empty() || gate.b.dtype == up.b.dtype);
 }
 
 }  // namespace bunsen::model

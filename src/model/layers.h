@@ -3,6 +3,7 @@
 // once at load. Not a module system: forward code stays in arch/. Invariant: a quantized module passed
 // every shape check of load_quant_weight (errors name the module); it lives where its store lives.
 #pragma once
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <utility>
@@ -58,6 +59,15 @@ kernels::QuantWeight load_quant_weight(const WeightStore& ws, const std::string&
                                        int64_t in, QuantSpec spec);
 // Rows [begin, end) of a [out, in] linear (split of a fused projection: a contiguous view, no copy).
 Linear slice_rows(const Linear& l, int64_t begin, int64_t end);
+
+// outs[i] = linears[i](x) for 1..4 projections of one input (q/k/v, gate/up): one fused GEMV launch on CUDA
+// decode steps when all are float (linear_multi) or all quantized (linear_q_multi), the plain linears
+// otherwise; on the CPU exactly the plain linears.
+void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts);
+
+// gate and up can take kernels::linear_q_swiglu's fused launch: both quantized with one shape, 4 or 8 bits,
+// one group size and scale dtype.
+bool fusable_q_swiglu(const Linear& gate, const Linear& up);
 
 // One 2-D workspace tensor of a step.
 struct WorkspaceSpec {

@@ -30,11 +30,24 @@ struct StepBatch {
   // starts from a zero state (kernels::StateMeta).
   Tensor seq_starts;   // [n_seqs + 1] i32
   Tensor state_slots;  // [n_seqs] i32
+  // Sliding-window layers, when the Runner keeps them in their own block space (RunnerOptions::sliding_kv and a
+  // model that mixes sliding and full layers): that space's slots and block tables (entries of blocks that
+  // left the window point at some valid block; the window mask never lets a query see them). Both empty
+  // otherwise: every layer then uses slot_mapping and block_tables.
+  Tensor swa_slot_mapping;  // [n_tokens] i64
+  Tensor swa_block_tables;  // [n_seqs, max_blocks_per_seq] i32
   int64_t max_seq_len = 0;  // host scalar: max over tokens of position + 1 (dynamic RoPE)
   int64_t n_single = 0;     // host scalar: leading tokens that are their sequence's only token in the step
                             // (decode rows); the rest are prefill chunks
 
   int64_t n_tokens() const { return token_ids.numel(); }
+  // The slot mapping and block tables of a layer with sliding window `window` (0: full attention).
+  const Tensor& slots_for(int window) const {
+    return window > 0 && !swa_slot_mapping.empty() ? swa_slot_mapping : slot_mapping;
+  }
+  const Tensor& tables_for(int window) const {
+    return window > 0 && !swa_block_tables.empty() ? swa_block_tables : block_tables;
+  }
   int64_t n_out() const { return logit_rows.numel(); }
 };
 

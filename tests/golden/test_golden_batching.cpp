@@ -2,7 +2,9 @@
 // fixture's prompt as a prefix run concurrently on an Engine with batching, chunked prefill and the prefix
 // cache, then run again (prefix-cache hits, incl. hybrid state checkpoints); every answer (greedy tokens and
 // their logprobs) must equal, bit for bit, the same request run alone on an engine with batch 1 and no cache.
-// CPU, f32 weights from the fixture's synthetic generator.
+// The batched engine keeps sliding-window layers in their own block space (RunnerOptions::sliding_kv: blocks
+// that left the window are released; the fixtures' windows are shorter than the prompts); the lone one keeps
+// full-length KV. CPU, f32 weights from the fixture's synthetic generator.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -90,7 +92,14 @@ TEST_P(GoldenBatching, BatchedAndCachedAnswersEqualAlone) {
     for (const auto& p : prompts) alone.push_back(run_all(e, {p})[0]);
     e.shutdown();
   }
-  engine::Runner runner(*m, runner_options(kRequests, max_context));
+  engine::RunnerOptions sliding = runner_options(kRequests, max_context);
+  sliding.sliding_kv = true;
+  engine::Runner runner(*m, sliding);
+  const int32_t window = engine::sliding_space_window(m->kv_layout());
+  if (window > 0) {  // a mix of sliding and full layers: the sliding space exists and the prompts outgrow it
+    EXPECT_TRUE(runner.has_sliding_space());
+    EXPECT_GT(static_cast<int64_t>(ids.size()), window) << "the prompts must be longer than the window";
+  }
   engine::EngineOptions o;
   o.max_batch = kRequests;
   o.max_num_batched_tokens = 24;

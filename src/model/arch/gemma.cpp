@@ -6,6 +6,8 @@
 // soft-cap. Checkpoint quirks resolved at load: the language model's key prefix (HF 5.x, the gemma3
 // wrapper's model.language_model., the Hub/MLX language_model.model.), tied heads, MLX-quantized modules.
 // Runs where its weights live: f32 activations on the CPU; on CUDA an f32 residual stream, bf16 otherwise.
+// Sliding layers write and read through StepBatch::slots_for/tables_for(window): the Runner's sliding block
+// space when it has one, the shared tables otherwise.
 #include "model/arch/gemma.h"
 
 #include <array>
@@ -154,17 +156,17 @@ void attend(const ForwardArgs& a, bool cuda, Tensor o3, Tensor q3, const kernels
             const kernels::AttentionParams& p) {
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), nd = b.n_single;
+  const Tensor& tables = b.tables_for(p.sliding_window);
+  const Tensor& slots = b.slots_for(p.sliding_window);
   if (cuda && nd > 0 && nd < n) {
     auto rows = [](const Tensor& t, int64_t lo, int64_t hi) { return t.slice(0, lo, hi); };
-    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
-                                    rows(b.slot_mapping, 0, nd)};
-    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
-                                    rows(b.slot_mapping, nd, n)};
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), tables, rows(slots, 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), tables, rows(slots, nd, n)};
     kernels::paged_attention(*a.ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, p);
     kernels::paged_attention(*a.ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, p);
     return;
   }
-  const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+  const kernels::AttentionMeta meta{b.positions, b.seq_index, tables, slots};
   kernels::paged_attention(*a.ctx, o3, q3, kv, meta, p);
 }
 
@@ -174,14 +176,7 @@ void Gemma::attention_block(const ForwardArgs& a, const GemmaLayer& l, const ker
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  if (l.q.quantized() || l.k.quantized() || l.v.quantized()) {
-    l.q(ctx, q_, h);
-    l.k(ctx, k_, h);
-    l.v(ctx, v_, h);
-  } else {  // one GEMV launch for the three on CUDA decode steps; three linears elsewhere
-    const kernels::LinearPart qkv[] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
-    kernels::linear_multi(ctx, h, qkv);
-  }
+  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
   if (!l.q_norm.empty()) {  // per-head (1 + w) RMSNorm over head_dim, before RoPE
     Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
     kernels::rms_norm(ctx, qh, qh, l.q_norm, eps, kNormOffset);
@@ -191,19 +186,13 @@ void Gemma::attention_block(const ForwardArgs& a, const GemmaLayer& l, const ker
   Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
   const RopeTable& rt = l.local ? rope_local_ : rope_global_;
   const kernels::RopeParams rope{rt.inv_freq.data(), rt.rotary_dim, rt.attention_scaling};
-  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slot_mapping, rope);
+  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slots_for(l.attn.sliding_window), rope);
   attend(a, device().is_cuda(), o3, q3, kv, l.attn);
   l.o(ctx, out, attn_);
 }
 
 void Gemma::mlp_block(kernels::Context& ctx, const GemmaLayer& l, Tensor h, Tensor out) {
-  if (l.gate.quantized() || l.up.quantized()) {
-    l.gate(ctx, gate_, h);
-    l.up(ctx, up_, h);
-  } else {  // one GEMV launch for both on CUDA decode steps
-    const kernels::LinearPart gu[] = {{gate_, l.gate.w, l.gate.b}, {up_, l.up.w, l.up.b}};
-    kernels::linear_multi(ctx, h, gu);
-  }
+  project(ctx, h, {{&l.gate, gate_}, {&l.up, up_}});  // one GEMV launch for both on CUDA decode steps
   kernels::gelu_tanh_mul(ctx, act_, gate_, up_);
   l.down(ctx, out, act_);
 }

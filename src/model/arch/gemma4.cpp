@@ -5,6 +5,7 @@
 //   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));  x *= scalar
 // Attention: q/k RMSNorm over head_dim, v RMSNorm without weight, scale 1, per-layer head_dim and KV heads,
 // K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write none).
+// Sliding layers (and the KV-shared layers of a sliding source) use StepBatch::slots_for/tables_for(window).
 // Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or the layer plan (gemma4_params.cpp).
 #include "model/arch/gemma4.h"
 
@@ -37,23 +38,6 @@ struct StepBuffers {
 // A contiguous [rows, cols] view over the start of a wider buffer (per-layer widths differ).
 Tensor narrow(const Tensor& buf, int64_t cols) {
   return Tensor::view(buf.data, buf.dtype, {buf.dim(0), cols}, buf.device);
-}
-
-// outs[i] = linears[i](x) for up to 3 projections of one input: one GEMV launch on CUDA decode steps
-// (linear_multi) when all are float, the plain linears otherwise (bit-identical on the CPU).
-void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts) {
-  std::array<kernels::LinearPart, 3> lp;
-  size_t n = 0;
-  bool quantized = false;
-  for (const auto& [l, out] : parts) {
-    quantized = quantized || l->quantized();
-    if (n < lp.size()) lp[n++] = {out, l->w, l->b};
-  }
-  if (quantized || n != parts.size()) {
-    for (const auto& [l, out] : parts) (*l)(ctx, out, x);
-    return;
-  }
-  kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n));
 }
 
 class Gemma4 final : public Model {
@@ -180,21 +164,21 @@ void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
     else kernels::rms_norm(ctx, v_heads, v_heads, ones, eps);
     kernels::rms_norm(ctx, k_heads, k_heads, l.k_norm, eps);
     kernels::rope_kv_write(ctx, q3, k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), kv, b.positions,
-                           b.slot_mapping, rope);
+                           b.slots_for(pl.window), rope);
   }
   const kernels::AttentionParams ap{1.0f, pl.window, 0.0f};
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {
     // Mixed step on CUDA: decode rows and prefill chunks take different kernels (as in llama.cpp's arch).
     auto rows = [](const Tensor& t, int64_t from, int64_t to) { return t.slice(0, from, to); };
-    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
-                                    rows(b.slot_mapping, 0, nd)};
-    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
-                                    rows(b.slot_mapping, nd, n)};
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.tables_for(pl.window),
+                                    rows(b.slots_for(pl.window), 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.tables_for(pl.window),
+                                    rows(b.slots_for(pl.window), nd, n)};
     kernels::paged_attention(ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, ap);
     kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, ap);
   } else {
-    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.tables_for(pl.window), b.slots_for(pl.window)};
     kernels::paged_attention(ctx, o3, q3, kv, meta, ap);
   }
   l.o(ctx, s.proj, o);

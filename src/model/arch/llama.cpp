@@ -6,6 +6,7 @@
 // and on CUDA (the packed weights are uploaded as they are; the kernels dequantize).
 // Runs wherever its weights live: on the CPU every activation is f32; on CUDA the residual stream (x, the
 // gathered logit rows) stays f32 and the other activations are bf16 (kernels accumulate in f32).
+// Sliding-window layers use StepBatch::slots_for/tables_for(window) (their own block space when the Runner has one).
 #include "model/arch/llama.h"
 
 #include <algorithm>
@@ -153,14 +154,7 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
-  if (l.q.quantized() || l.k.quantized() || l.v.quantized()) {
-    l.q(ctx, q_, h);
-    l.k(ctx, k_, h);
-    l.v(ctx, v_, h);
-  } else {  // one GEMV launch for the three on CUDA decode steps; the same three linears elsewhere
-    const kernels::LinearPart qkv[] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
-    kernels::linear_multi(ctx, h, qkv);
-  }
+  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
   if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
     Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
     kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
@@ -168,20 +162,20 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   }
   Tensor q3 = q_.reshape({n, cfg_.n_heads, hd}), k3 = k_.reshape({n, cfg_.n_kv_heads, hd});
   Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
-  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slot_mapping, l.rope);  // rotary_dim 0: write only
+  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slots_for(l.attn.sliding_window), l.rope);  // rotary_dim 0: write only
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {
     // A mixed step on CUDA: decode rows and prefill chunks take different kernels (flash-decoding and
     // tensor-core flash attention); each row's result does not depend on the split.
     auto rows = [](const Tensor& t, int64_t a, int64_t z) { return t.slice(0, a, z); };
-    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
-                                    rows(b.slot_mapping, 0, nd)};
-    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
-                                    rows(b.slot_mapping, nd, n)};
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.tables_for(l.attn.sliding_window),
+                                    rows(b.slots_for(l.attn.sliding_window), 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.tables_for(l.attn.sliding_window),
+                                    rows(b.slots_for(l.attn.sliding_window), nd, n)};
     kernels::paged_attention(ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, l.attn);
     kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, l.attn);
   } else {
-    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.tables_for(l.attn.sliding_window), b.slots_for(l.attn.sliding_window)};
     kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
   }
   l.o(ctx, out, attn_);
@@ -192,6 +186,11 @@ void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tenso
                      !l.up.quantized() && l.gate.w.dtype == l.up.w.dtype;
   if (fused) {  // decode-sized CUDA step: gate, up and silu_mul in one GEMV launch
     kernels::linear_swiglu(ctx, act_, h, l.gate.w, l.up.w, l.gate.b, l.up.b);
+    l.down(ctx, out, act_);
+    return;
+  }
+  if (device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fusable_q_swiglu(l.gate, l.up)) {
+    kernels::linear_q_swiglu(ctx, act_, h, l.gate.q, l.up.q, l.gate.b, l.up.b);  // the quantized twin
     l.down(ctx, out, act_);
     return;
   }

@@ -4,6 +4,7 @@
 // == 0 (HF's rule). Expert checkpoints in the transformers 5.x stacked layout, Hub per-expert tensors or MLX
 // switch_mlp (float or quantized) all load without a copy (moe.cpp). Runs on the CPU (f32 activations) and
 // CUDA (f32 residual stream, bf16 activations), like llama.cpp. Not llama.cpp: that file is left alone.
+// Sliding-window layers use StepBatch::slots_for/tables_for(window) (their own block space when the Runner has one).
 #include "model/arch/qwen3_moe.h"
 
 #include <array>
@@ -173,32 +174,25 @@ void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kerne
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
-  if (l.q.quantized() || l.k.quantized() || l.v.quantized()) {
-    l.q(ctx, q_, h);
-    l.k(ctx, k_, h);
-    l.v(ctx, v_, h);
-  } else {
-    const kernels::LinearPart qkv[] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
-    kernels::linear_multi(ctx, h, qkv);
-  }
+  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
   kernels::rms_norm(ctx, qh, qh, l.q_norm, eps);
   kernels::rms_norm(ctx, kh, kh, l.k_norm, eps);
   Tensor q3 = q_.reshape({n, cfg_.n_heads, hd}), k3 = k_.reshape({n, cfg_.n_kv_heads, hd});
   Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
-  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slot_mapping, rope_params_);
+  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slots_for(l.attn.sliding_window), rope_params_);
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {  // decode rows and prefill chunks take different kernels
     auto rows = [](const Tensor& t, int64_t s, int64_t e) { return t.slice(0, s, e); };
-    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.block_tables,
-                                    rows(b.slot_mapping, 0, nd)};
-    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.block_tables,
-                                    rows(b.slot_mapping, nd, n)};
+    const kernels::AttentionMeta md{rows(b.positions, 0, nd), rows(b.seq_index, 0, nd), b.tables_for(l.attn.sliding_window),
+                                    rows(b.slots_for(l.attn.sliding_window), 0, nd)};
+    const kernels::AttentionMeta mp{rows(b.positions, nd, n), rows(b.seq_index, nd, n), b.tables_for(l.attn.sliding_window),
+                                    rows(b.slots_for(l.attn.sliding_window), nd, n)};
     kernels::paged_attention(ctx, rows(o3, 0, nd), rows(q3, 0, nd), kv, md, l.attn);
     kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, l.attn);
   } else {
-    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.block_tables, b.slot_mapping};
+    const kernels::AttentionMeta meta{b.positions, b.seq_index, b.tables_for(l.attn.sliding_window), b.slots_for(l.attn.sliding_window)};
     kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
   }
   l.o(ctx, out, attn_);
@@ -210,6 +204,8 @@ void Qwen3Moe::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor
                      !l.up.quantized() && l.gate.w.dtype == l.up.w.dtype;
   if (fused) {
     kernels::linear_swiglu(ctx, act_, h, l.gate.w, l.up.w);
+  } else if (device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fusable_q_swiglu(l.gate, l.up)) {
+    kernels::linear_q_swiglu(ctx, act_, h, l.gate.q, l.up.q);
   } else {
     l.gate(ctx, gate_, h);
     l.up(ctx, up_, h);

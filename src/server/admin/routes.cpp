@@ -56,6 +56,11 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
              {"block_size", es.block_size},
              {"bytes", info.kv_pool_bytes},
              {"dtype", info.kv_dtype}};
+  if (es.kv_sliding_blocks_total > 0)  // sliding-window layers' own block space (Gemma 2/3/4)
+    j["kv"]["sliding"] = {{"window", es.kv_sliding_window},
+                          {"blocks_total", es.kv_sliding_blocks_total},
+                          {"blocks_free", es.kv_sliding_blocks_free},
+                          {"blocks_used", es.kv_sliding_blocks_total - es.kv_sliding_blocks_free}};
   // Prefix cache, device tier: hits/misses in full blocks looked up at admission, hit_ratio over tokens.
   j["prompt_cache"] = {{"enabled", es.prefix_cache_enabled},
                        {"entries", es.prefix_cache_entries},
@@ -85,6 +90,13 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                            {"hits", es.ssd_cache_hits},
                                            {"misses", es.ssd_cache_misses},
                                            {"hit_tokens", es.ssd_cache_hit_tokens}}}}}};
+  if (es.ram_cache_sliding_capacity_blocks > 0)  // the RAM tier's part for the sliding-window block space
+    j["prompt_cache"]["tiers"]["ram"]["sliding"] = {{"capacity_blocks", es.ram_cache_sliding_capacity_blocks},
+                                                    {"entries", es.ram_cache_sliding_entries},
+                                                    {"bytes", es.ram_cache_sliding_bytes},
+                                                    {"stores", es.ram_cache_sliding_stores},
+                                                    {"evictions", es.ram_cache_sliding_evictions},
+                                                    {"hit_tokens", es.ram_cache_sliding_hit_tokens}};
   // SSD tier: hits/misses count lookups of prompts the device tier did not fully cover.
   j["ssd"] = {{"enabled", es.ssd_cache_enabled},
               {"entries", es.ssd_cache_entries},
@@ -125,6 +137,12 @@ std::string metrics_text(ModelService& service) {
                static_cast<double>(es.kv_blocks_total - es.kv_blocks_free));
   out += gauge("bunsen_kv_blocks_free", "KV cache blocks free.", static_cast<double>(es.kv_blocks_free));
   out += gauge("bunsen_kv_blocks_total", "KV cache blocks in the pool.", static_cast<double>(es.kv_blocks_total));
+  if (es.kv_sliding_blocks_total > 0) {
+    out += gauge("bunsen_kv_sliding_blocks_free", "Sliding-window KV blocks free (or evictable).",
+                 static_cast<double>(es.kv_sliding_blocks_free));
+    out += gauge("bunsen_kv_sliding_blocks_total", "Sliding-window KV blocks in their pool.",
+                 static_cast<double>(es.kv_sliding_blocks_total));
+  }
   out += gauge("bunsen_prefix_cache_hit_ratio", "Prompt tokens served from the prefix cache / prompt tokens.",
                ratio(m.cached_tokens(), m.prompt_tokens()));
   out += gauge("bunsen_prefix_cache_entries", "KV blocks held by the prefix cache (device tier).",

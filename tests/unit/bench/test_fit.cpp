@@ -161,6 +161,28 @@ TEST(Fit, HybridCountsAttentionKvAndStateSlots) {
   EXPECT_EQ(r.max_context, std::min<int64_t>(blocks * 16, 262144));
 }
 
+// Gemma-3-1B: 26 layers, 1 kv head × 256, window 512, every 6th layer full (4 full, 22 sliding). Full
+// layers: 2 × 4 × 256 × 2 = 4 KiB per token of context; sliding ones 2 × 22 × 256 × 2 = 22,528 bytes per
+// token of min(ctx, window + step) (a step of 2048 tokens on GPUs).
+TEST(Fit, SlidingLayersCountTheWindowNotTheContext) {
+  const FitModel m = synthetic_fit_model("gemma3-1b", DType::kBF16);
+  EXPECT_EQ(m.swa_window, 512);
+  EXPECT_EQ(kv_bytes_per_token(m, DType::kBF16), 4096u);
+  EXPECT_EQ(sliding_kv_bytes_per_token(m, DType::kBF16), 22528u);
+  FitRequest req;
+  req.ctx = 32768;
+  const FitResult r = compute_fit(m, sku("H200"), req);
+  const uint64_t swa_seq = (2560ull / 16) * 16 * 22528;  // window + step = 2560 tokens
+  EXPECT_EQ(r.sliding_kv_bytes_per_seq, swa_seq);
+  EXPECT_EQ(r.concurrent_seqs, static_cast<int64_t>(r.kv_budget_bytes / (32768ull * 4096 + swa_seq)));
+  const int64_t blocks = static_cast<int64_t>((r.kv_budget_bytes - swa_seq) / (16ull * 4096));
+  EXPECT_EQ(r.max_context, std::min<int64_t>(blocks * 16, m.max_position));
+  req.ctx = 100;  // shorter than the window: sliding layers hold the whole context
+  EXPECT_EQ(compute_fit(m, sku("H200"), req).sliding_kv_bytes_per_seq, 7ull * 16 * 22528);
+  // Llama (no sliding layers) is unchanged: everything is full-length KV.
+  EXPECT_EQ(llama8b().swa_row_elems, 0u);
+}
+
 TEST(Fit, BadRequestIsAnError) {
   FitRequest req;
   req.ctx = 0;

@@ -51,12 +51,16 @@ TEST(SyntheticGemma4, LayerPlans) {
 }
 
 TEST(SyntheticGemma4, FitCountsOwnedKvLayersWithTheirShapes) {
-  // e4b: 24 owning layers (18 shared): 20 sliding x 2 x 256 + 4 full x 2 x 512 per K (and V), bf16.
-  EXPECT_EQ(kv_bytes_per_token(fit_model_from_config(shape("gemma4-e4b"), DType::kBF16, "e4b"), DType::kBF16),
-            2u * (20 * 2 * 256 + 4 * 2 * 512) * 2);
-  // 26B-A4B: 25 sliding x 8 x 256 + 5 full x 2 x 512.
-  EXPECT_EQ(kv_bytes_per_token(fit_model_from_config(shape("gemma4-26b-a4b"), DType::kBF16, "moe"), DType::kBF16),
-            2u * (25 * 8 * 256 + 5 * 2 * 512) * 2);
+  // e4b: 24 owning layers (18 shared): 4 full x 2 x 512 per K (and V) per token of context, bf16; the
+  // 20 sliding x 2 x 256 ones per token of the window (their own block space).
+  const FitModel e4b = fit_model_from_config(shape("gemma4-e4b"), DType::kBF16, "e4b");
+  EXPECT_EQ(kv_bytes_per_token(e4b, DType::kBF16), 2u * (4 * 2 * 512) * 2);
+  EXPECT_EQ(sliding_kv_bytes_per_token(e4b, DType::kBF16), 2u * (20 * 2 * 256) * 2);
+  // 26B-A4B: 5 full x 2 x 512; 25 sliding x 8 x 256 (window 1024).
+  const FitModel moe = fit_model_from_config(shape("gemma4-26b-a4b"), DType::kBF16, "moe");
+  EXPECT_EQ(kv_bytes_per_token(moe, DType::kBF16), 2u * (5 * 2 * 512) * 2);
+  EXPECT_EQ(sliding_kv_bytes_per_token(moe, DType::kBF16), 2u * (25 * 8 * 256) * 2);
+  EXPECT_EQ(moe.swa_window, 1024);
 }
 
 }  // namespace

@@ -144,6 +144,10 @@ TEST(EnginePrefixCache, OtherNamespaceMisses) {
   EXPECT_EQ(base, cache_namespace_of(cfg, DType::kF32, 16, off));
   EXPECT_NE(base, cache_namespace_of(cfg, DType::kF32, 16, int8));
   EXPECT_NE(cache_namespace_of(cfg, DType::kF32, 16, int8), cache_namespace_of(cfg, DType::kF32, 16, int4));
+  // fp8 (e4m3) codes have int8's sizes but another meaning: a namespace of their own.
+  const std::vector<kv::KvQuantSpec> fp8(off.size(), kv::KvQuantSpec{8, 64, true});
+  EXPECT_NE(cache_namespace_of(cfg, DType::kF32, 16, fp8), cache_namespace_of(cfg, DType::kF32, 16, int8));
+  EXPECT_NE(cache_namespace_of(cfg, DType::kF32, 16, fp8), base);
   model::ModelConfig other = cfg;
   other.rope.theta *= 2;
   EXPECT_NE(base, cache_namespace_of(other, DType::kF32, 16));

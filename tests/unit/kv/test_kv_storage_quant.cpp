@@ -43,6 +43,27 @@ TEST(KvStorageQuant, LayoutPerLayer) {
   EXPECT_GE(static_cast<char*>(l0.v_params.data), static_cast<char*>(l0.k_params.data) + l0.k_params.nbytes());
 }
 
+TEST(KvStorageQuant, Fp8LayerHasOneScalePairPerHeadByDefault) {
+  const std::vector<KvLayerShape> layers = {{2, 128}, {3, 64}};
+  KvStorageOptions o;
+  o.n_blocks = 3;
+  o.block_size = 4;
+  o.quant = {{8, 0, true}, {8, 32, true}};  // group 0: the whole head_dim
+  KvStorage kv(layers, o);
+  const KvLayerView& l0 = kv.layers()[0];
+  EXPECT_TRUE(l0.fp8);
+  EXPECT_EQ(l0.bits, 8);
+  EXPECT_EQ(l0.group_size, 128);
+  EXPECT_EQ(l0.k.dim(3), 128);
+  EXPECT_EQ(l0.k_params.dim(3), 2);  // (scale, 0) per (token, kv head)
+  EXPECT_EQ(kv.layers()[1].group_size, 32);
+  EXPECT_EQ(kv.layers()[1].v_params.dim(3), 4);
+  EXPECT_EQ(kv.bytes(), KvStorage::bytes_per_block(layers, 4, DType::kF32, o.quant) * 3);
+  EXPECT_EQ(KvStorage::required_bytes(layers, o) >= kv.bytes(), true);
+  o.quant = {{4, 64, true}};
+  EXPECT_THROW(KvStorage(layers, o), Error);  // fp8 needs bits 8
+}
+
 TEST(KvStorageQuant, BytesPerTokenInt8UnderHalfOfF32) {
   const std::vector<KvLayerShape> qwen3(28, KvLayerShape{8, 128});  // a Qwen3-1.7B-like KV layout
   const std::vector<KvQuantSpec> q8(28, {8, 64}), q4(28, {4, 64});

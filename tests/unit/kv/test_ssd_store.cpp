@@ -336,6 +336,82 @@ TEST_F(SsdStoreTest, OtherFormatVersionIsAMiss) {
   EXPECT_EQ(store.stats().quarantined, 1u);
 }
 
+// A sample with a sliding-window part: its last two tensors hold blocks [1, 3) of the prefix (12 tokens).
+Sample make_sliding_sample(uint64_t prefix_hash, uint32_t seed) {
+  Sample s = make_sample(prefix_hash, seed, 12);
+  uint32_t x = seed * 40503u + 7;
+  for (int t = 0; t < 2; ++t) {
+    std::vector<std::byte> p(2 * 4 * 1 * 8 * 2);
+    for (auto& b : p) b = static_cast<std::byte>((x = x * 1664525u + 1013904223u) >> 24);
+    s.layout.tensor_bytes.push_back(p.size());
+    s.payloads.push_back(std::move(p));
+  }
+  s.layout.sliding = {2, 8, 1, 2};
+  return s;
+}
+
+// Re-seals the header after editing it with `edit(bytes)` (a writer that wrote these values on purpose).
+template <typename Edit>
+void reseal_header(const fs::path& p, Edit edit) {
+  uint32_t header_bytes = read_u32(p, 12);
+  std::vector<std::byte> head(header_bytes);
+  {
+    std::ifstream f(p, std::ios::binary);
+    f.read(reinterpret_cast<char*>(head.data()), header_bytes);
+  }
+  edit(head);
+  uint64_t sum = bunsen::kv::ssd_checksum64(std::span<const std::byte>(head).first(header_bytes - 8));
+  std::memcpy(head.data() + header_bytes - 8, &sum, 8);
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.write(reinterpret_cast<const char*>(head.data()), header_bytes);
+}
+
+TEST_F(SsdStoreTest, SlidingPartIsVersion2AndPlainSnapshotsStayVersion1) {
+  Sample plain = make_sample(1, 1), sliding = make_sliding_sample(2, 2);
+  {
+    SsdStore store(opts());
+    ASSERT_TRUE(put(store, plain));
+    ASSERT_TRUE(put(store, sliding));
+  }
+  EXPECT_EQ(read_u32(file_of(plain.key), 8), 1u);
+  EXPECT_EQ(read_u32(file_of(plain.key), 12), bunsen::kv::kSsdFixedHeaderBytes + 4 * 16 + 8) << "v1 header";
+  EXPECT_EQ(read_u32(file_of(sliding.key), 8), 2u);
+  EXPECT_EQ(read_u32(file_of(sliding.key), 12),
+            bunsen::kv::kSsdFixedHeaderBytes + 6 * 16 + bunsen::kv::kSsdSlidingExtBytes + 8);
+  SsdStore store(opts(1ull << 30, /*verify=*/true));  // after a restart, payload checksums verified too
+  EXPECT_EQ(store.entries(), 2u);
+  expect_hit(store, plain);
+  expect_hit(store, sliding);  // layout (with its sliding part), tokens and all six payloads
+  EXPECT_EQ(store.stats().quarantined, 0u);
+}
+
+TEST_F(SsdStoreTest, SlidingPartOutsideThePrefixOrAFalseVersionIsQuarantined) {
+  Sample a = make_sliding_sample(1, 1), b = make_sliding_sample(2, 2), c = make_sample(3, 3);
+  {
+    SsdStore store(opts());
+    ASSERT_TRUE(put(store, a));
+    ASSERT_TRUE(put(store, b));
+    ASSERT_TRUE(put(store, c));
+  }
+  const size_t ext = bunsen::kv::kSsdFixedHeaderBytes + 6 * 16;
+  reseal_header(file_of(a.key), [&](std::vector<std::byte>& h) {  // blocks [2, 4) of a 3-block prefix
+    uint64_t first = 2;
+    std::memcpy(h.data() + ext + 8, &first, 8);
+  });
+  reseal_header(file_of(b.key), [&](std::vector<std::byte>& h) {  // more sliding tensors than tensors
+    uint32_t n = 7;
+    std::memcpy(h.data() + ext, &n, 4);
+  });
+  reseal_header(file_of(c.key), [&](std::vector<std::byte>& h) {  // a version-1 header called version 2
+    uint32_t v = 2;
+    std::memcpy(h.data() + 8, &v, 4);
+  });
+  SsdStore store(opts());
+  EXPECT_EQ(store.entries(), 0u);
+  EXPECT_EQ(store.stats().quarantined, 3u);
+  for (const Sample* s : {&a, &b, &c}) EXPECT_FALSE(store.get(s->key).has_value());
+}
+
 TEST_F(SsdStoreTest, StaleTempFileFromACrashIsIgnoredAndCleaned) {
   Sample a = make_sample(1, 1), b = make_sample(2, 2);
   {

@@ -74,6 +74,38 @@ TEST(SsdTier, WritesEveryTargetAsAPrefixOfTheCopy) {
   EXPECT_GT(tier.stats().bytes, 0);
 }
 
+TEST(SsdTier, SlidingBlocksAreWrittenPerTargetAsVersion2) {
+  TempDir dir;
+  SsdTier tier(opts(dir.path));
+  SsdSnapshot s = make_snapshot(4, {});
+  s.layout.tensor_bytes.push_back(8);  // one sliding tensor of 8 bytes per block
+  s.layout.sliding = {1, 6, 0, 0};
+  const SsdEntryKey deep{kNs, 41}, shallow{kNs, 42};
+  SsdSnapshot::Target t4{deep, 4, 2, {std::vector<std::byte>(16, std::byte{7})}};     // blocks [2, 4)
+  SsdSnapshot::Target t2{shallow, 2, 0, {std::vector<std::byte>(16, std::byte{9})}};  // blocks [0, 2)
+  s.targets = {t4, t2};
+  EXPECT_EQ(s.bytes(), 4u * kBlockSize * 4 + 2 * 4 * 16 + 2 * 16);  // tokens, full tensors, windows
+  ASSERT_TRUE(tier.submit(std::move(s)));
+  tier.flush();
+  auto e4 = tier.store().get(deep);
+  auto e2 = tier.store().get(shallow);
+  ASSERT_TRUE(e4 && e2);
+  EXPECT_EQ(e4->layout.tensor_bytes, (std::vector<uint64_t>{64, 64, 16}));
+  EXPECT_EQ(e4->layout.sliding, (SsdSlidingPart{1, 6, 2, 2}));
+  EXPECT_EQ(e2->layout.sliding, (SsdSlidingPart{1, 6, 0, 2}));
+  ASSERT_EQ(e4->tensors.size(), 3u);
+  EXPECT_EQ(e4->tensors[2][15], std::byte{7});
+  EXPECT_EQ(e2->tensors[2][0], std::byte{9});
+  EXPECT_EQ(e2->tensors[1][16], static_cast<std::byte>(101));  // the full space: tensor 1, block 1
+
+  SsdSnapshot bad = make_snapshot(2, {{SsdEntryKey{kNs, 43}, 2}});  // no sliding copy for its target
+  bad.layout.tensor_bytes.push_back(8);
+  bad.layout.sliding = {1, 6, 0, 0};
+  ASSERT_TRUE(tier.submit(std::move(bad)));
+  tier.flush();  // the writer logs it and writes nothing
+  EXPECT_FALSE(tier.store().contains(SsdEntryKey{kNs, 43}));
+}
+
 TEST(SsdTier, AKeyIsQueuedOnceAndNotWhenStored) {
   TempDir dir;
   const SsdEntryKey k{kNs, 5};
