@@ -1,6 +1,7 @@
-// --kv-quant for bunsen serve and bunsen generate: off | 4 | 8 | config, resolved into one KvQuantSpec per
-// layer. `config` reads DIR/kv_config.json, [{"layer_idx": i, "bits": 4|8, "group_size": 64}] (layers not
-// listed stay unquantized), and is the default when that file exists (as in mlx-bun). Not the kernels:
+// --kv-quant for bunsen serve and bunsen generate: off | 4 | 8 | fp8 | config, resolved into one KvQuantSpec
+// per layer. `config` reads DIR/kv_config.json, [{"layer_idx": i, "bits": 4|8, "group_size": 64}] (an entry
+// may say "mode": "fp8" for e4m3 codes; layers not listed stay unquantized), and is the default when that
+// file exists (as in mlx-bun). Not the kernels:
 // only flag parsing, validation and the labels/namespace the CLI prints and passes on. Errors are one
 // line: Error("cli", "bunsen VERB: ...").
 #pragma once
@@ -15,15 +16,13 @@
 namespace bunsen::cli {
 
 inline constexpr const char* kKvQuantHelp =
-    "KV cache quantization: off, 4 or 8 (affine, group 64 along head_dim, f32 scale+bias; CPU only), or "
-    "config (DIR/kv_config.json per layer; the default when that file exists)";
+    "KV cache quantization: off, 4 or 8 (affine, group 64 along head_dim, f32 scale+bias), fp8 (e4m3, one f32 "
+    "scale per token and kv head), or config (DIR/kv_config.json per layer; the default when that file exists)";
 
-// Per-layer specs for a model with n_layers layers in model_dir ("" = none); empty = unquantized. On CUDA
-// an explicit quantized choice is an error, and the kv_config.json default falls back to off (warned).
+// Per-layer specs for a model with n_layers layers in model_dir ("" = none); empty = unquantized. The
+// same on CPU and CUDA (`device` is kept for the callers' signature).
 std::vector<kv::KvQuantSpec> resolve_kv_quant(const std::optional<std::string>& flag, const std::string& model_dir,
                                               int64_t n_layers, Device device, const std::string& verb);
-// The CUDA refusal alone, before a model is loaded: throws when `flag` asks for quantization on CUDA.
-void refuse_kv_quant_on_cuda(const std::optional<std::string>& flag, Device device, const std::string& verb);
 // Parses a kv_config.json document (tests call this directly).
 std::vector<kv::KvQuantSpec> parse_kv_config(const std::string& json_text, int64_t n_layers, const std::string& where);
 // "f32", "int8 g64", "int4 g64 (12/28 layers, rest bf16)", ... for the card and the admin info.

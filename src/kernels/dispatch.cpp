@@ -92,6 +92,7 @@ void need_kv_params(const char* op, const char* name, const Tensor& t, const Pag
 void need_quant_cache(const char* op, const PagedKv& c) {
   if (c.bits != 4 && c.bits != 8)
     fail(op, strfmt("quantized KV cache: bits %d must be 4 or 8", c.bits));
+  if (c.fp8 && c.bits != 8) fail(op, strfmt("quantized KV cache: fp8 (e4m3) needs bits 8, got %d", c.bits));
   for (const Tensor* t : {&c.k, &c.v}) need_dtype(op, t == &c.k ? "cache.k" : "cache.v", *t, DType::kU8);
   const int64_t head_dim = c.head_dim();
   if (c.group_size <= 0 || head_dim % c.group_size != 0 || (c.group_size * c.bits) % 8 != 0 ||
@@ -117,14 +118,11 @@ void need_cache(const char* op, const PagedKv& c) {
   if (c.bits != 0) need_quant_cache(op, c);
 }
 
-// The CUDA kernels read f32/bf16 caches only: a quantized cache on the GPU is refused before any launch.
-void refuse_cuda_quant(const char* op, const PagedKv& c) {
-  if (c.bits != 0 && c.k.device.is_cuda())
-    fail(op, strfmt("the %d-bit quantized KV cache (--kv-quant) is CPU-only for now; use --kv-quant off on CUDA",
-                    c.bits));
-}
-
 }  // namespace
+
+void detail::check_paged_kv(const char* op, const PagedKv& cache) {
+  need_cache(op, cache);
+}
 
 const char* cpu_backend_name() {
   return use_ref() ? "ref" : cpu::isa_name(cpu::active_isa());
@@ -239,7 +237,6 @@ void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p) {
 
 void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
   const char* op = "kv_write";
-  refuse_cuda_quant(op, cache);
   const bool gpu = on_cuda(op, {&cache.k, &cache.v, &cache.k_params, &cache.v_params, &k, &v, &slot_mapping});
   need_cache(op, cache);
   need_heads(op, "k", k, gpu);
@@ -316,7 +313,6 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p) {
   const char* op = "paged_attention";
-  refuse_cuda_quant(op, cache);
   const bool gpu = on_cuda(op, {&out, &q, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &meta.positions,
                                 &meta.seq_index, &meta.block_tables});
   need_cache(op, cache);

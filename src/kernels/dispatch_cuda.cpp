@@ -39,10 +39,21 @@ cuda::DevCache cache_view(const PagedKv& c) {
   d.n_blocks = c.k.shape[0];
   d.block_size = c.k.shape[1];
   d.n_kv_heads = c.k.shape[2];
-  d.head_dim = c.k.shape[3];
+  d.head_dim = c.head_dim();  // elements (codes: k.shape[3] bytes)
   for (int i = 0; i < 3; ++i) {
     d.k_strides[i] = c.k.strides[i];
     d.v_strides[i] = c.v.strides[i];
+  }
+  if (c.quantized()) {
+    d.k_params = c.k_params.ptr<float>();
+    d.v_params = c.v_params.ptr<float>();
+    for (int i = 0; i < 3; ++i) {
+      d.kp_strides[i] = c.k_params.strides[i];
+      d.vp_strides[i] = c.v_params.strides[i];
+    }
+    d.bits = c.bits;
+    d.group_size = c.group_size;
+    d.fp8 = c.fp8;
   }
   return d;
 }

@@ -1,6 +1,7 @@
-// Black-box --kv-quant on bunsen generate: int8 greedy decode of the demo model equals the f32-KV one;
-// DIR/kv_config.json is read by default (a bad file fails with a one-line error naming it) and ignored
-// under --kv-quant off; unknown values are one-line errors.
+// Black-box --kv-quant on bunsen generate: int8 greedy decode of the demo model equals the f32-KV one
+// (int4 and fp8 run to the end); DIR/kv_config.json is read by default (a bad file fails with a one-line
+// error naming it; "mode": "fp8" entries are taken) and ignored under --kv-quant off; unknown values are
+// one-line errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -50,6 +51,9 @@ TEST(CliKvQuant, Int8GreedyMatchesF32Kv) {
   Proc q4 = run(args + " --kv-quant 4");
   ASSERT_EQ(q4.code, 0) << q4.err;
   EXPECT_EQ(ids_of(q4).size(), ids_of(off).size());
+  Proc f8 = run(args + " --kv-quant fp8");
+  ASSERT_EQ(f8.code, 0) << f8.err;
+  EXPECT_EQ(ids_of(f8).size(), ids_of(off).size());
 }
 
 TEST(CliKvQuant, KvConfigIsTheDefaultWhenPresent) {
@@ -58,6 +62,14 @@ TEST(CliKvQuant, KvConfigIsTheDefaultWhenPresent) {
                                                           {"layer_idx": 1, "bits": 4, "group_size": 64}])");
   Proc ok = run("generate --model " + good + " --prompt-tokens 1,2,3 --max-tokens 4 --json --device cpu");
   EXPECT_EQ(ok.code, 0) << ok.err;
+  const std::string fp8 = demo_with_kv_config("fp8", R"([{"layer_idx": 0, "mode": "fp8"},
+                                                         {"layer_idx": 1, "bits": 8, "mode": "fp8", "group_size": 32}])");
+  Proc f = run("generate --model " + fp8 + " --prompt-tokens 1,2,3 --max-tokens 4 --json --device cpu");
+  EXPECT_EQ(f.code, 0) << f.err;
+  const std::string fp8_bits = demo_with_kv_config("fp8_bits", R"([{"layer_idx": 0, "bits": 4, "mode": "fp8"}])");
+  Proc fb = run("generate --model " + fp8_bits + " --prompt-tokens 1 --device cpu");
+  EXPECT_EQ(fb.code, 2);
+  EXPECT_NE(fb.err.find("fp8 needs bits 8"), std::string::npos) << fb.err;
   const std::string bad = demo_with_kv_config("bad", R"([{"layer_idx": 99, "bits": 8}])");
   Proc r = run("generate --model " + bad + " --prompt-tokens 1,2,3 --max-tokens 4 --device cpu");
   EXPECT_EQ(r.code, 2);  // a usage error ("cli")
@@ -72,9 +84,9 @@ TEST(CliKvQuant, KvConfigIsTheDefaultWhenPresent) {
 }
 
 TEST(CliKvQuant, UnknownValueIsOneLineError) {
-  Proc r = run("generate --prompt-tokens 1,2 --kv-quant fp8 --device cpu");
+  Proc r = run("generate --prompt-tokens 1,2 --kv-quant fp16 --device cpu");
   EXPECT_EQ(r.code, 2);  // a usage error ("cli")
-  EXPECT_NE(r.err.find("--kv-quant must be off, 4, 8 or config, got 'fp8'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--kv-quant must be off, 4, 8, fp8 or config, got 'fp16'"), std::string::npos) << r.err;
 }
 
 }  // namespace

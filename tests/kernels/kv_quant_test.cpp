@@ -1,8 +1,9 @@
-// Quantized KV cache (PagedKv::bits 4/8): the row quantizer's round trip (error <= half a step, codes
-// span the range), kv_write on every path writing identical codes, and paged_attention over a quantized
-// cache against an independent reference: the cache dequantized here (own nibble decoding and formula)
-// into an f32 cache, then ref::paged_attention. Odd sizes, GQA, sliding windows, group = head_dim when
-// 64 does not divide it; dispatch errors for malformed quantized caches and for CUDA.
+// Quantized KV cache (PagedKv::bits 4/8, and fp8 e4m3): the row quantizer's round trip (int: error <= half
+// a step, codes span the range; fp8: every e4m3 code round-trips, ties go to even, saturation, relative
+// error <= 2^-4), kv_write on every path writing identical codes, and paged_attention over a quantized
+// cache against an independent reference: the cache dequantized here (own nibble / e4m3 decoding and
+// formula) into an f32 cache, then ref::paged_attention. Odd sizes, GQA, sliding windows, group = head_dim
+// when 64 does not divide it; dispatch errors for malformed quantized caches.
 #include <algorithm>
 #include <numeric>
 
@@ -17,12 +18,97 @@ int group_for(int64_t head_dim) {
   return head_dim % 64 == 0 ? 64 : static_cast<int>(head_dim);
 }
 
+// The value of an e4m3 code from its definition (sign, 4-bit exponent with bias 7, 3-bit mantissa;
+// exponent 0 subnormal; S.1111.111 NaN), not kv_quant.h's decoder.
+float e4m3_here(uint32_t c) {
+  const uint32_t e = (c >> 3) & 15u, m = c & 7u;
+  if (e == 15u && m == 7u) return NAN;
+  const double mag = e == 0 ? m / 8.0 * std::pow(2.0, -6) : (1.0 + m / 8.0) * std::pow(2.0, static_cast<int>(e) - 7);
+  return static_cast<float>((c & 0x80u) ? -mag : mag);
+}
+
 // Decodes element d of a code row with its own bit arithmetic (not kv_code).
-float dequant_here(const uint8_t* codes, const float* params, int bits, int group, int64_t d) {
+float dequant_here(const uint8_t* codes, const float* params, int bits, int group, int64_t d, bool fp8 = false) {
   const uint32_t byte = bits == 8 ? codes[d] : codes[d / 2];
   const uint32_t code = bits == 8 ? byte : (d % 2 == 0 ? byte & 15u : byte >> 4);
   const int64_t g = d / group;
-  return std::fmaf(params[2 * g], static_cast<float>(code), params[2 * g + 1]);
+  return std::fmaf(params[2 * g], fp8 ? e4m3_here(code) : static_cast<float>(code), params[2 * g + 1]);
+}
+
+TEST(KvQuantFp8, EveryCodeRoundTripsAndDecodesByDefinition) {
+  int finite = 0;
+  for (uint32_t c = 0; c < 256; ++c) {
+    const float v = e4m3_to_f32(static_cast<uint8_t>(c));
+    const float want = e4m3_here(c);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(v)) << c;
+      continue;
+    }
+    ++finite;
+    EXPECT_EQ(v, want) << "code " << c;
+    EXPECT_EQ(f32_to_e4m3(v), c) << "code " << c << " value " << v;
+    EXPECT_EQ(e4m3_table()[c], v) << c;
+  }
+  EXPECT_EQ(finite, 254);
+  EXPECT_EQ(e4m3_to_f32(0x7e), kFp8E4m3Max);
+}
+
+TEST(KvQuantFp8, RoundsToNearestEvenAndSaturates) {
+  // Between each pair of adjacent non-negative codes: just below / above the midpoint, and the midpoint
+  // itself (which goes to the code with the even mantissa).
+  for (uint32_t c = 0; c < 0x7e; ++c) {
+    const float lo = e4m3_here(c), hi = e4m3_here(c + 1), mid = 0.5f * (lo + hi);
+    EXPECT_EQ(f32_to_e4m3(std::nextafter(mid, lo)), c) << c;
+    EXPECT_EQ(f32_to_e4m3(std::nextafter(mid, hi)), c + 1) << c;
+    EXPECT_EQ(f32_to_e4m3(mid), (c & 1u) ? c + 1 : c) << "tie between codes " << c << " and " << c + 1;
+    EXPECT_EQ(f32_to_e4m3(-mid), ((c & 1u) ? c + 1 : c) | 0x80u) << c;
+  }
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(470.0f), 0x7e);  // saturates (plain RNE would overflow to NaN)
+  EXPECT_EQ(f32_to_e4m3(1e30f), 0x7e);
+  EXPECT_EQ(f32_to_e4m3(-INFINITY), 0xfe);
+  EXPECT_EQ(f32_to_e4m3(1e-30f), 0x00);
+  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);
+  EXPECT_TRUE(std::isnan(e4m3_to_f32(f32_to_e4m3(NAN))));
+}
+
+TEST(KvQuantFp8, RowRoundTripWithinRelativeHalfUlp) {
+  std::mt19937 rng(9);
+  for (int64_t head_dim : {8, 64, 72, 128})
+    for (float range : {1e-4f, 1.0f, 3000.0f})
+      for (int group : {static_cast<int>(head_dim), 8}) {
+        std::vector<float> x(static_cast<size_t>(head_dim)), back(x.size());
+        std::uniform_real_distribution<float> dist(-range, range * 0.3f);
+        for (float& v : x) v = dist(rng);
+        std::vector<uint8_t> codes(static_cast<size_t>(head_dim));
+        std::vector<float> params(static_cast<size_t>(2 * head_dim / group));
+        kv_quantize_row(x.data(), head_dim, 8, group, codes.data(), params.data(), /*fp8=*/true);
+        kv_dequantize_row(codes.data(), params.data(), head_dim, 8, group, back.data(), /*fp8=*/true);
+        for (int64_t g0 = 0; g0 < head_dim; g0 += group) {
+          float amax = 0.0f;
+          for (int64_t d = g0; d < g0 + group; ++d) amax = std::max(amax, std::fabs(x[d]));
+          const float scale = params[static_cast<size_t>(2 * (g0 / group))];
+          EXPECT_EQ(scale, amax / 448.0f);
+          EXPECT_EQ(params[static_cast<size_t>(2 * (g0 / group) + 1)], 0.0f);
+          bool hit_max = false;
+          for (int64_t d = g0; d < g0 + group; ++d) {
+            // Half an e4m3 ulp (2^-4 relative) for normals, half the subnormal step (2^-10 * scale) below.
+            const float tol = std::fabs(x[d]) * 0.0625f * 1.0001f + scale * 0.0009765625f * 1.0001f;
+            EXPECT_LE(std::fabs(back[d] - x[d]), tol) << "head_dim " << head_dim << " d " << d;
+            EXPECT_EQ(back[d], dequant_here(codes.data(), params.data(), 8, group, d, true));
+            hit_max = hit_max || (codes[d] & 0x7fu) == 0x7eu;
+          }
+          EXPECT_TRUE(hit_max) << "the largest magnitude maps to +-448";
+        }
+      }
+  std::vector<float> zeros(16, 0.0f), back(16, 1.0f);
+  std::vector<uint8_t> codes(16, 0xff);
+  std::vector<float> params(2, -1.0f);
+  kv_quantize_row(zeros.data(), 16, 8, 16, codes.data(), params.data(), true);
+  kv_dequantize_row(codes.data(), params.data(), 16, 8, 16, back.data(), true);
+  EXPECT_EQ(params[0], 0.0f);
+  EXPECT_EQ(back, zeros);
+  EXPECT_EQ(codes, std::vector<uint8_t>(16, 0));
 }
 
 TEST(KvQuant, RoundTripWithinHalfAStep) {
@@ -72,6 +158,7 @@ TEST(KvQuant, ConstantGroupIsExact) {
 struct QScenario {
   int64_t n_heads = 4, n_kv_heads = 2, head_dim = 64, block_size = 5, n_blocks = 64;
   int bits = 8;
+  bool fp8 = false;  // bits 8 e4m3
   std::vector<int64_t> seq_lens, new_tokens;
   AttentionParams params{};
 };
@@ -81,13 +168,15 @@ struct QScenario {
 struct QBatch {
   OwnedTensor k, v, kp, vp, block_tables, positions, seq_index, slots, q;
   int bits = 0, group = 0;
-  PagedKv cache() const { return {k.tensor, v.tensor, kp.tensor, vp.tensor, bits, group}; }
+  bool fp8 = false;
+  PagedKv cache() const { return {k.tensor, v.tensor, kp.tensor, vp.tensor, bits, group, fp8}; }
   AttentionMeta meta() const { return {positions.tensor, seq_index.tensor, block_tables.tensor, slots.tensor}; }
 };
 
 QBatch make_qbatch(const QScenario& s, std::mt19937& rng, bool write_with_ref) {
   QBatch b;
   b.bits = s.bits;
+  b.fp8 = s.fp8;
   b.group = group_for(s.head_dim);
   const int64_t n_seqs = static_cast<int64_t>(s.seq_lens.size()), n_groups = s.head_dim / b.group;
   b.k = OwnedTensor::make(DType::kU8, {s.n_blocks, s.block_size, s.n_kv_heads, s.head_dim * s.bits / 8});
@@ -132,14 +221,15 @@ QBatch make_qbatch(const QScenario& s, std::mt19937& rng, bool write_with_ref) {
 }
 
 // The whole quantized cache dequantized into f32 [n_blocks, block_size, n_kv_heads, head_dim].
-OwnedTensor dequantize_cache(const Tensor& codes, const Tensor& params, int bits, int group, int64_t head_dim) {
+OwnedTensor dequantize_cache(const Tensor& codes, const Tensor& params, int bits, int group, int64_t head_dim,
+                             bool fp8) {
   const int64_t rows = codes.shape[0] * codes.shape[1] * codes.shape[2];
   OwnedTensor out = OwnedTensor::make(DType::kF32, {codes.shape[0], codes.shape[1], codes.shape[2], head_dim});
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t d = 0; d < head_dim; ++d)
       out.tensor.ptr<float>()[r * head_dim + d] =
           dequant_here(codes.ptr<uint8_t>() + r * codes.shape[3], params.ptr<float>() + r * params.shape[3], bits,
-                       group, d);
+                       group, d, fp8);
   return out;
 }
 
@@ -154,8 +244,8 @@ void check_quant_attention(const QScenario& s, const std::string& what) {
     EXPECT_EQ(0, std::memcmp(b.k.tensor.data, r.k.tensor.data, b.k.tensor.nbytes())) << what;
     EXPECT_EQ(0, std::memcmp(b.v.tensor.data, r.v.tensor.data, b.v.tensor.nbytes())) << what;
   }
-  OwnedTensor kf = dequantize_cache(b.k.tensor, b.kp.tensor, s.bits, b.group, s.head_dim);
-  OwnedTensor vf = dequantize_cache(b.v.tensor, b.vp.tensor, s.bits, b.group, s.head_dim);
+  OwnedTensor kf = dequantize_cache(b.k.tensor, b.kp.tensor, s.bits, b.group, s.head_dim, s.fp8);
+  OwnedTensor vf = dequantize_cache(b.v.tensor, b.vp.tensor, s.bits, b.group, s.head_dim, s.fp8);
   const int64_t n = b.q.tensor.shape[0];
   OwnedTensor want = OwnedTensor::make(DType::kF32, {n, s.n_heads, s.head_dim});
   ref::paged_attention(want.tensor, b.q.tensor, PagedKv{kf.tensor, vf.tensor}, b.meta(), s.params);
@@ -175,11 +265,12 @@ void check_quant_attention(const QScenario& s, const std::string& what) {
 }
 
 TEST(KvQuantAttention, MatchesDequantizedReferenceGqaOddSizes) {
-  for (int bits : {8, 4})
+  for (int bits : {8, 4, 9})  // 9: fp8
     for (int64_t group : {1, 3, 4})
       for (int64_t head_dim : {64, 72, 128}) {
         QScenario s;
-        s.bits = bits;
+        s.bits = bits == 9 ? 8 : bits;
+        s.fp8 = bits == 9;
         s.n_kv_heads = 2;
         s.n_heads = 2 * group;
         s.head_dim = head_dim;
@@ -188,16 +279,18 @@ TEST(KvQuantAttention, MatchesDequantizedReferenceGqaOddSizes) {
         s.seq_lens = {1, 37, 70, 9};
         s.new_tokens = {1, 6, 1, 9};  // decode, prefill chunk, decode, whole prompt
         s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        check_quant_attention(s, strfmt("int%d gqa %lld head_dim %lld", bits, (long long)group, (long long)head_dim));
+        check_quant_attention(s, strfmt("%s gqa %lld head_dim %lld", bits == 9 ? "fp8" : bits == 8 ? "int8" : "int4",
+                                        (long long)group, (long long)head_dim));
       }
 }
 
 TEST(KvQuantAttention, SlidingWindowAndSoftcap) {
-  for (int bits : {8, 4})
+  for (int bits : {8, 4, 9})  // 9: fp8
     for (int window : {1, 7, 33})
       for (float softcap : {0.0f, 5.0f}) {
         QScenario s;
-        s.bits = bits;
+        s.bits = bits == 9 ? 8 : bits;
+        s.fp8 = bits == 9;
         s.n_heads = 8;
         s.n_kv_heads = 1;
         s.head_dim = 96;  // group 96
@@ -206,7 +299,8 @@ TEST(KvQuantAttention, SlidingWindowAndSoftcap) {
         s.seq_lens = {100, 23, 64};
         s.new_tokens = {1, 23, 4};
         s.params = {0.4f, window, softcap};
-        check_quant_attention(s, strfmt("int%d window %d softcap %g", bits, window, softcap));
+        check_quant_attention(s, strfmt("%s window %d softcap %g", bits == 9 ? "fp8" : bits == 8 ? "int8" : "int4",
+                                        window, softcap));
       }
 }
 
@@ -231,26 +325,14 @@ TEST(KvQuantAttention, DispatchRejectsMalformedQuantizedCaches) {
   expect_kernel_error([&] { paged_attention(ctx, out.tensor, b.q.tensor, bad, b.meta(), s.params); },
                       {"cache.v_params"});
   bad = b.cache();
+  bad.bits = 4;
+  bad.fp8 = true;
+  expect_kernel_error([&] { paged_attention(ctx, out.tensor, b.q.tensor, bad, b.meta(), s.params); },
+                      {"paged_attention", "fp8", "bits 8"});
+  bad = b.cache();
   bad.k_params = {};
   expect_kernel_error([&] { kv_write(ctx, bad, b.q.tensor.slice(1, 0, 2), b.q.tensor.slice(1, 0, 2), b.slots.tensor); },
                       {"kv_write", "cache.k_params"});
-}
-
-TEST(KvQuantAttention, CudaCacheIsRefusedWithOneLine) {
-  // Views that claim to live on cuda:0 (never dereferenced): the refusal comes before any routing.
-  static uint8_t fake[64];
-  const Device dev = Device::cuda(0);
-  PagedKv c{Tensor::view(fake, DType::kU8, {1, 1, 1, 8}, dev), Tensor::view(fake, DType::kU8, {1, 1, 1, 8}, dev),
-            Tensor::view(fake, DType::kF32, {1, 1, 1, 2}, dev), Tensor::view(fake, DType::kF32, {1, 1, 1, 2}, dev),
-            8, 8};
-  Tensor kv = Tensor::view(fake, DType::kF32, {1, 1, 8}, dev);
-  Tensor slots = Tensor::view(fake, DType::kI64, {1}, dev);
-  Context ctx;
-  expect_kernel_error([&] { kv_write(ctx, c, kv, kv, slots); }, {"kv_write", "--kv-quant off", "CPU-only"});
-  Tensor meta = Tensor::view(fake, DType::kI32, {1}, dev);
-  Tensor tables = Tensor::view(fake, DType::kI32, {1, 1}, dev);
-  expect_kernel_error([&] { paged_attention(ctx, kv, kv, c, {meta, meta, tables, slots}, {}); },
-                      {"paged_attention", "--kv-quant off"});
 }
 
 }  // namespace

@@ -52,10 +52,10 @@ void dequantize_rows(const PagedKv& cache, int64_t block, int64_t offset, int64_
   const int64_t head_dim = cache.head_dim();
   kv_dequantize_row(static_cast<const uint8_t*>(*k_row),
                     reinterpret_cast<const float*>(kv_row(cache.k_params, block, offset, kvh)), head_dim, cache.bits,
-                    cache.group_size, dst);
+                    cache.group_size, dst, cache.fp8);
   kv_dequantize_row(static_cast<const uint8_t*>(*v_row),
                     reinterpret_cast<const float*>(kv_row(cache.v_params, block, offset, kvh)), head_dim, cache.bits,
-                    cache.group_size, dst + head_dim);
+                    cache.group_size, dst + head_dim, cache.fp8);
   *k_row = dst;
   *v_row = dst + head_dim;
 }

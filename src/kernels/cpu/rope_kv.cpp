@@ -54,9 +54,9 @@ void kv_write(ThreadPool& pool, const PagedKv& cache, Tensor k, Tensor v, Tensor
         char* vd = kv_row(cache.v, block, offset, h);
         if (cache.quantized()) {
           kv_quantize_row(ks, head_dim, cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(kd),
-                          reinterpret_cast<float*>(kv_row(cache.k_params, block, offset, h)));
+                          reinterpret_cast<float*>(kv_row(cache.k_params, block, offset, h)), cache.fp8);
           kv_quantize_row(vs, head_dim, cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(vd),
-                          reinterpret_cast<float*>(kv_row(cache.v_params, block, offset, h)));
+                          reinterpret_cast<float*>(kv_row(cache.v_params, block, offset, h)), cache.fp8);
           continue;
         }
         for (int64_t d = 0; d < head_dim; ++d) {

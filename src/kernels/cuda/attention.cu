@@ -6,7 +6,8 @@
 // block covers one slice of the key range and writes (max, sum, acc) partials to the stream's scratch
 // arena; a combine kernel merges them. This file also routes: pure decode steps on a bf16 cache go to
 // flash-decoding (attention_decode.cu), other bf16 steps with head_dim 64/128 to the tensor-core kernel
-// (attention_prefill.cu); this SIMT kernel is the general fallback (f32 caches, odd head dims).
+// (attention_prefill.cu; a quantized cache too: both dequantize its codes while staging); this SIMT kernel
+// is the general fallback (f32 caches, odd head dims, f32 q, quantized caches the others do not take).
 // Invariants: masks as ref (causal, sliding window); a visible key whose sequence or block id is
 // invalid is read as a NaN score (poisoning that row) and never dereferenced.
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -85,8 +87,9 @@ __device__ void load_rows(const AttnArgs& a, TileRows<kRows>& rows, float* q_s) 
   }
 }
 
-// Stages keys [kb, kb + nk) of sequence `seq` (kv head blockIdx.y) into k_s / v_s as f32.
-template <typename CT, int kRows>
+// Stages keys [kb, kb + nk) of sequence `seq` (kv head blockIdx.y) into k_s / v_s as f32 (F != plain: CT is
+// uint8_t, codes dequantized with their row's params).
+template <typename CT, int F, int kRows>
 __device__ void load_kv_tile(const AttnArgs& a, TileRows<kRows>& rows, int seq, int kb, int nk, float* k_s,
                              float* v_s) {
   const int D = a.head_dim, g = blockIdx.y;
@@ -108,8 +111,15 @@ __device__ void load_kv_tile(const AttnArgs& a, TileRows<kRows>& rows, int seq, 
     float kv = 0.0f, vv = 0.0f;
     if (blk >= 0) {
       const int64_t off = (kb + j) % a.block_size;
-      kv = to_f32(kc[blk * a.k_s0 + off * a.k_s1 + g * a.k_s2 + d]);
-      vv = to_f32(vc[blk * a.v_s0 + off * a.v_s1 + g * a.v_s2 + d]);
+      if constexpr (F == kKvPlain) {
+        kv = to_f32(kc[blk * a.k_s0 + off * a.k_s1 + g * a.k_s2 + d]);
+        vv = to_f32(vc[blk * a.v_s0 + off * a.v_s1 + g * a.v_s2 + d]);
+      } else {
+        kv = kv_dequant<F>(kc + blk * a.k_s0 + off * a.k_s1 + g * a.k_s2,
+                           a.k_params + blk * a.kp_s0 + off * a.kp_s1 + g * a.kp_s2, d, a.kv_group);
+        vv = kv_dequant<F>(vc + blk * a.v_s0 + off * a.v_s1 + g * a.v_s2,
+                           a.v_params + blk * a.vp_s0 + off * a.vp_s1 + g * a.vp_s2, d, a.kv_group);
+      }
     }
     k_s[j * (D + 1) + d] = kv;
     v_s[j * D + d] = vv;
@@ -117,7 +127,7 @@ __device__ void load_kv_tile(const AttnArgs& a, TileRows<kRows>& rows, int seq, 
   __syncthreads();
 }
 
-template <typename CT, int kDpl, int kRpw>
+template <typename CT, int F, int kDpl, int kRpw>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnArgs a) {
   constexpr int kRows = kWarps * kRpw;
   extern __shared__ float smem[];
@@ -161,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnArgs a) {
     }
     for (int kb = k0; kb < k1; kb += kTileKeys) {
       const int nk = min(kTileKeys, k1 - kb);
-      load_kv_tile<CT, kRows>(a, rows, seq, kb, nk, k_s, v_s);
+      load_kv_tile<CT, F, kRows>(a, rows, seq, kb, nk, k_s, v_s);
       float s[kRpw];
 #pragma unroll
       for (int i = 0; i < kRpw; ++i) s[i] = 0.0f;
@@ -259,28 +269,28 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const AttnArgs a) {
   }
 }
 
-template <typename CT, int kDpl>
+template <typename CT, int F, int kDpl>
 void launch(cudaStream_t stream, const AttnArgs& a, int row_tiles, int n_kv_heads) {
   constexpr int kRpw = kDpl <= 8 ? 8 : 4;
-  auto kernel = attention_kernel<CT, kDpl, kRpw>;
+  auto kernel = attention_kernel<CT, F, kDpl, kRpw>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel),
                      smem_floats(32 * kDpl, kWarps * kRpw) * sizeof(float), "paged_attention");
   const size_t bytes = smem_floats(a.head_dim, kWarps * kRpw) * sizeof(float);
   kernel<<<dim3(row_tiles, n_kv_heads, a.n_splits), kThreads, bytes, stream>>>(a);
 }
 
-template <typename CT>
+template <typename CT, int F>
 void launch_for_head_dim(cudaStream_t stream, const AttnArgs& a, int row_tiles, int n_kv_heads) {
   if (a.head_dim <= 32)
-    launch<CT, 1>(stream, a, row_tiles, n_kv_heads);
+    launch<CT, F, 1>(stream, a, row_tiles, n_kv_heads);
   else if (a.head_dim <= 64)
-    launch<CT, 2>(stream, a, row_tiles, n_kv_heads);
+    launch<CT, F, 2>(stream, a, row_tiles, n_kv_heads);
   else if (a.head_dim <= 128)
-    launch<CT, 4>(stream, a, row_tiles, n_kv_heads);
+    launch<CT, F, 4>(stream, a, row_tiles, n_kv_heads);
   else if (a.head_dim <= 256)
-    launch<CT, 8>(stream, a, row_tiles, n_kv_heads);
+    launch<CT, F, 8>(stream, a, row_tiles, n_kv_heads);
   else
-    launch<CT, 16>(stream, a, row_tiles, n_kv_heads);
+    launch<CT, F, 16>(stream, a, row_tiles, n_kv_heads);
 }
 
 int ceil_div(int64_t a, int64_t b) {
@@ -318,9 +328,10 @@ void paged_attention(void* stream, const DevAttention& at) {
   const DevHeads& q = at.q;
   if (q.n_tokens == 0 || q.n_heads == 0) return;
   auto detail = [&] {
-    return heads_desc("q", q) + strfmt(", cache [%lld, %lld, %lld, %lld] %s", (long long)at.cache.n_blocks,
+    return heads_desc("q", q) + strfmt(", cache [%lld, %lld, %lld, %lld] %s bits %d%s", (long long)at.cache.n_blocks,
                                        (long long)at.cache.block_size, (long long)at.cache.n_kv_heads,
-                                       (long long)at.cache.head_dim, dtype_name(at.cache.dtype));
+                                       (long long)at.cache.head_dim, dtype_name(at.cache.dtype), at.cache.bits,
+                                       at.cache.fp8 ? " fp8" : "");
   };
   if (q.head_dim < 1 || q.head_dim > kMaxHeadDim)
     throw Error("cuda", std::string(op) + ": unsupported " + detail());
@@ -358,9 +369,18 @@ void paged_attention(void* stream, const DevAttention& at) {
         static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
   }
-  with_act_type(at.cache.dtype, [&](auto ct) {
-    launch_for_head_dim<typename decltype(ct)::type>(s, a, row_tiles, n_kv_heads);
-  });
+  if (at.cache.bits != 0) {
+    if (a.kv_group <= 0 || a.head_dim % a.kv_group != 0 || at.cache.k_params == nullptr)
+      throw Error("cuda", std::string(op) + strfmt(": quantized cache needs params and a group (%d) dividing ", a.kv_group) +
+                              detail());
+    with_quant_fmt(at.cache, [&](auto fmt) {
+      launch_for_head_dim<uint8_t, decltype(fmt)::value>(s, a, row_tiles, n_kv_heads);
+    });
+  } else {
+    with_act_type(at.cache.dtype, [&](auto ct) {
+      launch_for_head_dim<typename decltype(ct)::type, kKvPlain>(s, a, row_tiles, n_kv_heads);
+    });
+  }
   check_launch(op, detail);
   if (a.n_splits > 1) {
     combine_kernel<<<static_cast<unsigned>(q.n_tokens * q.n_heads), kThreads, 0, s>>>(a);

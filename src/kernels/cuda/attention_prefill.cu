@@ -4,8 +4,10 @@
 // softmax per row in shared memory. Rows of several sequences in one tile are handled in passes, one
 // sequence per pass, like the SIMT kernel in attention.cu (which remains the reference-shaped fallback).
 // Not for decode rows (attention.cu's flash-decoding kernel) and not for f32 caches or head_dim other than
-// 64/128. Invariants: masks as ref (causal, sliding window, soft-cap); a visible key whose block id is
-// invalid yields NaN for its row and is never dereferenced; P is rounded to bf16 before P·V.
+// 64/128. A quantized cache (--kv-quant) is dequantized while staging a tile: its values are rounded to bf16
+// in shared memory (as a bf16 cache holds them). Invariants: masks as ref (causal, sliding window,
+// soft-cap); a visible key whose block id is invalid yields NaN for its row and is never dereferenced; P is
+// rounded to bf16 before P·V.
 #include <cuda_bf16.h>  // before mma.h: enables its bf16 fragments
 #include <mma.h>
 
@@ -13,6 +15,7 @@
 
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -47,7 +50,22 @@ struct RowInfo {
   int key_block[kKeys];
 };
 
-template <int kHd>
+// Eight dequantized elements of a quantized row as bf16 (one 16-byte chunk of a staged tile).
+template <int F>
+__device__ __forceinline__ uint4 dequant_chunk(const uint8_t* row, const float* params, int d0, int group) {
+  float f[8];
+  kv_dequant8<F>(row, params, d0, group, f);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// F: the cache format (plain = bf16; else u8 codes, strides in bytes, plus params).
+template <int kHd, int F>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs a) {
   using S = Smem<kHd>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -118,8 +136,17 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
         uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
         if (blk >= 0) {
           const int64_t off = (kb + j) % a.block_size;
-          kv = *reinterpret_cast<const uint4*>(kc + blk * a.k_s0 + off * a.k_s1 + g * a.k_s2 + d);
-          vv = *reinterpret_cast<const uint4*>(vc + blk * a.v_s0 + off * a.v_s1 + g * a.v_s2 + d);
+          if constexpr (F == kKvPlain) {
+            kv = *reinterpret_cast<const uint4*>(kc + blk * a.k_s0 + off * a.k_s1 + g * a.k_s2 + d);
+            vv = *reinterpret_cast<const uint4*>(vc + blk * a.v_s0 + off * a.v_s1 + g * a.v_s2 + d);
+          } else {
+            const uint8_t* k8 = static_cast<const uint8_t*>(a.k_cache);
+            const uint8_t* v8 = static_cast<const uint8_t*>(a.v_cache);
+            kv = dequant_chunk<F>(k8 + blk * a.k_s0 + off * a.k_s1 + g * a.k_s2,
+                                  a.k_params + blk * a.kp_s0 + off * a.kp_s1 + g * a.kp_s2, d, a.kv_group);
+            vv = dequant_chunk<F>(v8 + blk * a.v_s0 + off * a.v_s1 + g * a.v_s2,
+                                  a.v_params + blk * a.vp_s0 + off * a.vp_s1 + g * a.vp_s2, d, a.kv_group);
+          }
         }
         *reinterpret_cast<uint4*>(ks + j * S::kLdq + d) = kv;
         *reinterpret_cast<uint4*>(vs + j * S::kLdq + d) = vv;
@@ -223,9 +250,9 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(const FlashArgs
   }
 }
 
-template <int kHd>
+template <int kHd, int F>
 void launch_flash(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_heads) {
-  auto kernel = flash_prefill_kernel<kHd>;
+  auto kernel = flash_prefill_kernel<kHd, F>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Smem<kHd>::kBytes, "paged_attention (flash)");
   kernel<<<dim3(row_tiles, n_kv_heads), kThreads, Smem<kHd>::kBytes, s>>>(a);
 }
@@ -234,8 +261,17 @@ void launch_flash(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_he
 
 bool flash_prefill_ok(const DevAttention& at) {
   const int64_t hd = at.q.head_dim;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const DevCache& c = at.cache;
+  if (c.bits != 0) {  // a chunk of 8 elements: one group, 8 code bytes (int4: 4) at an aligned address
+    const int64_t need = c.bits == 4 && !c.fp8 ? 4 : 8;
+    const auto ok = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % need == 0; };
+    bool strides = true;
+    for (int i = 0; i < 3; ++i) strides = strides && c.k_strides[i] % need == 0 && c.v_strides[i] % need == 0;
+    return c.dtype == DType::kU8 && at.q.dtype == DType::kBF16 && (hd == 64 || hd == 128) && c.group_size > 0 &&
+           c.group_size % 8 == 0 && hd % c.group_size == 0 && c.k_params != nullptr && c.v_params != nullptr &&
+           strides && ok(c.k) && ok(c.v) && ok(c.k_params) && ok(c.v_params);
+  }
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return c.dtype == DType::kBF16 && at.q.dtype == DType::kBF16 && (hd == 64 || hd == 128) &&
          c.k_strides[0] % 8 == 0 && c.k_strides[1] % 8 == 0 && c.k_strides[2] % 8 == 0 && c.v_strides[0] % 8 == 0 &&
          c.v_strides[1] % 8 == 0 && c.v_strides[2] % 8 == 0 && aligned(c.k) && aligned(c.v);
@@ -251,10 +287,17 @@ void flash_prefill(void* stream, const DevAttention& at) {
   a.tokens_per_tile = at.q.n_tokens <= at.meta.n_seqs ? 1 : kRows / a.heads_per_tile;
   const int row_tiles = ((a.n_tokens + a.tokens_per_tile - 1) / a.tokens_per_tile) * a.head_chunks;
   cudaStream_t s = as_stream(stream);
-  if (at.q.head_dim == 64)
-    launch_flash<64>(s, a, row_tiles, n_kv_heads);
+  auto go = [&](auto fmt) {
+    constexpr int F = decltype(fmt)::value;
+    if (at.q.head_dim == 64)
+      launch_flash<64, F>(s, a, row_tiles, n_kv_heads);
+    else
+      launch_flash<128, F>(s, a, row_tiles, n_kv_heads);
+  };
+  if (at.cache.bits == 0)
+    go(std::integral_constant<int, kKvPlain>{});
   else
-    launch_flash<128>(s, a, row_tiles, n_kv_heads);
+    with_quant_fmt(at.cache, go);
 }
 
 }  // namespace bunsen::kernels::cuda

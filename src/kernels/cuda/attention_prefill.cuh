@@ -16,8 +16,12 @@ struct PagedArgs {
   DType out_dtype = DType::kF32;
   int64_t q_ts = 0, q_hs = 0, o_ts = 0, o_hs = 0;  // token / head strides, elements
   const void* k_cache = nullptr;                   // [n_blocks, block_size, n_kv_heads, head_dim] bf16
-  const void* v_cache = nullptr;
+  const void* v_cache = nullptr;                   // (quantized: u8 codes, strides in bytes)
   int64_t k_s0 = 0, k_s1 = 0, k_s2 = 0, v_s0 = 0, v_s1 = 0, v_s2 = 0;
+  const float* k_params = nullptr;  // quantized caches only: [n_blocks, block_size, n_kv_heads, 2 * groups]
+  const float* v_params = nullptr;
+  int64_t kp_s0 = 0, kp_s1 = 0, kp_s2 = 0, vp_s0 = 0, vp_s1 = 0, vp_s2 = 0;
+  int kv_group = 0;  // quantized caches only: elements per (scale, bias) group
   int64_t n_blocks = 0, table_stride = 0;
   int block_size = 1, max_blocks = 0, n_seqs = 0;
   const int32_t* positions = nullptr;     // [n_tokens]
@@ -47,6 +51,15 @@ inline PagedArgs paged_args(const DevAttention& at) {
   a.v_s0 = at.cache.v_strides[0];
   a.v_s1 = at.cache.v_strides[1];
   a.v_s2 = at.cache.v_strides[2];
+  a.k_params = at.cache.k_params;
+  a.v_params = at.cache.v_params;
+  a.kp_s0 = at.cache.kp_strides[0];
+  a.kp_s1 = at.cache.kp_strides[1];
+  a.kp_s2 = at.cache.kp_strides[2];
+  a.vp_s0 = at.cache.vp_strides[0];
+  a.vp_s1 = at.cache.vp_strides[1];
+  a.vp_s2 = at.cache.vp_strides[2];
+  a.kv_group = at.cache.group_size;
   a.n_blocks = at.cache.n_blocks;
   a.block_size = static_cast<int>(at.cache.block_size);
   a.max_blocks = static_cast<int>(at.meta.max_blocks);
@@ -63,7 +76,8 @@ inline PagedArgs paged_args(const DevAttention& at) {
   return a;
 }
 
-// True when flash_prefill() handles `at` (bf16 q and cache, head_dim 64 or 128, 16-byte aligned rows). Steps
+// True when flash_prefill() handles `at` (bf16 q and cache, head_dim 64 or 128, 16-byte aligned rows; or a
+// quantized cache with groups of a multiple of 8 and 8-byte aligned code rows, 4 for int4). Steps
 // of decode rows (n_tokens <= n_seqs) run one token per block; many of them beat flash-decoding's splits.
 bool flash_prefill_ok(const DevAttention& at);
 void flash_prefill(void* stream, const DevAttention& at);

@@ -127,13 +127,20 @@ struct DevHeads {
   int64_t token_stride = 0, head_stride = 0;  // elements
 };
 
-// One layer's paged cache: k and v [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16.
+// One layer's paged cache: k and v [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16, or (bits > 0,
+// --kv-quant) u8 codes [..., head_dim * bits / 8] with f32 params [..., 2 * head_dim / group_size] per row
+// (scale, bias per group; fp8: e4m3 codes and (scale, 0)), as kernels/kv_quant.h writes them.
 struct DevCache {
   void* k = nullptr;
   void* v = nullptr;
-  DType dtype = DType::kBF16;
-  int64_t n_blocks = 0, block_size = 0, n_kv_heads = 0, head_dim = 0;
-  int64_t k_strides[3] = {}, v_strides[3] = {};  // elements, dims 0..2 (dim 3 is contiguous)
+  DType dtype = DType::kBF16;  // kU8 when bits > 0
+  int64_t n_blocks = 0, block_size = 0, n_kv_heads = 0, head_dim = 0;  // head_dim in elements, not bytes
+  int64_t k_strides[3] = {}, v_strides[3] = {};  // elements (bytes for codes), dims 0..2 (dim 3 is contiguous)
+  float* k_params = nullptr;  // bits > 0 only
+  float* v_params = nullptr;
+  int64_t kp_strides[3] = {}, vp_strides[3] = {};  // floats, dims 0..2
+  int bits = 0, group_size = 0;
+  bool fp8 = false;
 };
 
 // Attention metadata, all device pointers (see ops.h AttentionMeta).

@@ -4,8 +4,10 @@
 // (float)pos * inv_freq[i] and full-precision sincosf; inv_freq travels by value in the launch
 // parameters (so graph replays keep the values captured); kv_write skips slots < 0 and slots past the
 // cache, rounding to the cache dtype to nearest-even exactly as ref's f32_to_bf16; the fused kernel writes
-// the cache from k as stored (rounded to k's dtype), as rope followed by kv_write would.
+// the cache from k as stored (rounded to k's dtype), as rope followed by kv_write would. A quantized cache
+// (--kv-quant) gets each row quantized by the whole block (kv_quant.cuh), with the CPU's codes and params.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -52,6 +54,32 @@ __global__ void kv_write_kernel(DevCache cache, const KT* k, const VT* v, DevHea
   }
 }
 
+// Row (block, offset, head) of a quantized cache part: its codes and params.
+struct QuantDst {
+  uint8_t* codes;
+  float* params;
+};
+
+__device__ __forceinline__ QuantDst quant_dst(void* codes, float* params, const int64_t (&cs)[3],
+                                              const int64_t (&ps)[3], int64_t block, int64_t offset, int64_t h) {
+  return {static_cast<uint8_t*>(codes) + block * cs[0] + offset * cs[1] + h * cs[2],
+          params + block * ps[0] + offset * ps[1] + h * ps[2]};
+}
+
+// kv_write into a quantized cache: one block per (token, kv head) row quantizes its K and V rows.
+template <int F, typename KT, typename VT>
+__global__ void kv_write_quant_kernel(DevCache cache, const KT* k, const VT* v, DevHeads kh, DevHeads vh,
+                                      const int64_t* slots) {
+  const int64_t t = blockIdx.x / kh.n_heads, h = blockIdx.x % kh.n_heads;
+  const int64_t slot = slots[t];
+  if (slot < 0 || slot >= cache.n_blocks * cache.block_size) return;  // uniform over the block
+  const int64_t block = slot / cache.block_size, offset = slot % cache.block_size;
+  const QuantDst kd = quant_dst(cache.k, cache.k_params, cache.k_strides, cache.kp_strides, block, offset, h);
+  const QuantDst vd = quant_dst(cache.v, cache.v_params, cache.v_strides, cache.vp_strides, block, offset, h);
+  const int hd = static_cast<int>(kh.head_dim), group = cache.group_size;
+  kv_quantize_row_block<F>(k + t * kh.token_stride + h * kh.head_stride, hd, group, kd.codes, kd.params);
+  kv_quantize_row_block<F>(v + t * vh.token_stride + h * vh.head_stride, hd, group, vd.codes, vd.params);
+}
 
 // Rotates the pair (i, i + half) of one head row in place; returns the values as stored.
 template <typename XT>
@@ -68,8 +96,9 @@ __device__ __forceinline__ float2 rotate_pair(XT* xh, int i, int half, float pos
 }
 
 // Blocks [0, n_tokens * n_heads) rotate one q head row; blocks past that take one kv head row: rotate k,
-// then write k and v to the slot (skipped for slots < 0 or past the cache; k is still rotated).
-template <typename XT, typename VT, typename CT>
+// then write k and v to the slot (skipped for slots < 0 or past the cache; k is still rotated). F != plain:
+// CT is uint8_t and the rotated k row (as stored in k) and the v row are quantized by the whole block.
+template <typename XT, typename VT, typename CT, int F>
 __global__ void rope_kv_write_kernel(const DevRopeKv a, const __grid_constant__ RopeTable table, int half) {
   pdl_launch_dependents();
   pdl_wait();
@@ -92,16 +121,28 @@ __global__ void rope_kv_write_kernel(const DevRopeKv a, const __grid_constant__ 
   CT* kd = static_cast<CT*>(c.k) + block * c.k_strides[0] + offset * c.k_strides[1] + h * c.k_strides[2];
   CT* vd = static_cast<CT*>(c.v) + block * c.v_strides[0] + offset * c.v_strides[1] + h * c.v_strides[2];
   const float pos = static_cast<float>(a.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float2 y = rotate_pair(kh, i, half, pos, table.inv_freq[i], scaling);
-    if (write) {
-      kd[i] = from_f32<CT>(y.x);
-      kd[i + half] = from_f32<CT>(y.y);
+  if constexpr (F != kKvPlain) {
+    (void)kd;
+    (void)vd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) rotate_pair(kh, i, half, pos, table.inv_freq[i], scaling);
+    if (!write) return;  // uniform over the block
+    __syncthreads();     // the rotated row is in k (global, written by this block)
+    const QuantDst kq = quant_dst(c.k, c.k_params, c.k_strides, c.kp_strides, block, offset, h);
+    const QuantDst vq = quant_dst(c.v, c.v_params, c.v_strides, c.vp_strides, block, offset, h);
+    kv_quantize_row_block<F>(kh, static_cast<int>(a.k.head_dim), c.group_size, kq.codes, kq.params);
+    kv_quantize_row_block<F>(vh, static_cast<int>(a.v.head_dim), c.group_size, vq.codes, vq.params);
+  } else {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float2 y = rotate_pair(kh, i, half, pos, table.inv_freq[i], scaling);
+      if (write) {
+        kd[i] = from_f32<CT>(y.x);
+        kd[i + half] = from_f32<CT>(y.y);
+      }
     }
+    if (!write) return;
+    for (int64_t d = 2 * half + threadIdx.x; d < a.k.head_dim; d += blockDim.x) kd[d] = from_f32<CT>(to_f32(kh[d]));
+    for (int64_t d = threadIdx.x; d < a.v.head_dim; d += blockDim.x) vd[d] = from_f32<CT>(to_f32(vh[d]));
   }
-  if (!write) return;
-  for (int64_t d = 2 * half + threadIdx.x; d < a.k.head_dim; d += blockDim.x) kd[d] = from_f32<CT>(to_f32(kh[d]));
-  for (int64_t d = threadIdx.x; d < a.v.head_dim; d += blockDim.x) vd[d] = from_f32<CT>(to_f32(vh[d]));
 }
 
 }  // namespace
@@ -127,6 +168,29 @@ void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_f
 void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const int64_t* slot_mapping) {
   const int64_t rows = k.n_tokens * k.n_heads;
   if (rows == 0 || k.head_dim == 0) return;
+  if (cache.bits != 0) {
+    if (k.head_dim > kMaxHeadDim || cache.group_size <= 0 || k.head_dim % cache.group_size != 0)
+      throw Error("cuda", strfmt("kv_write: quantized cache needs head_dim %lld <= %d and a group (%d) dividing it",
+                                 (long long)k.head_dim, kMaxHeadDim, cache.group_size));
+    with_quant_fmt(cache, [&](auto fmt) {
+      with_act_type(k.dtype, [&](auto kt) {
+        with_act_type(v.dtype, [&](auto vt) {
+          using KT = typename decltype(kt)::type;
+          using VT = typename decltype(vt)::type;
+          kv_write_quant_kernel<decltype(fmt)::value, KT, VT>
+              <<<static_cast<unsigned>(rows), row_threads(k.head_dim), 0, as_stream(stream)>>>(
+                  cache, static_cast<const KT*>(k.data), static_cast<const VT*>(v.data), k, v, slot_mapping);
+        });
+      });
+    });
+    check_launch("kv_write", [&] {
+      return heads_desc("k", k) + strfmt(", quantized cache [%lld, %lld, %lld, head_dim %lld] bits %d fp8 %d",
+                                         (long long)cache.n_blocks, (long long)cache.block_size,
+                                         (long long)cache.n_kv_heads, (long long)cache.head_dim, cache.bits,
+                                         cache.fp8 ? 1 : 0);
+    });
+    return;
+  }
   with_act_type(cache.dtype, [&](auto ct) {
     with_act_type(k.dtype, [&](auto kt) {
       with_act_type(v.dtype, [&](auto vt) {
@@ -157,15 +221,27 @@ void rope_kv_write(void* stream, const DevRopeKv& a) {
   const int half = rotary_dim / 2;
   for (int i = 0; i < half; ++i) table.inv_freq[i] = a.inv_freq_host[i];
   const int threads = row_threads(a.k.head_dim > half ? a.k.head_dim : half);
+  const DevCache& c = a.cache;
+  if (c.bits != 0 && (a.k.head_dim > kMaxHeadDim || a.v.head_dim != a.k.head_dim || c.group_size <= 0 ||
+                      a.k.head_dim % c.group_size != 0))
+    throw Error("cuda", strfmt("rope_kv_write: quantized cache needs head_dim %lld (= v's %lld) <= %d and a group "
+                               "(%d) dividing it",
+                               (long long)a.k.head_dim, (long long)a.v.head_dim, kMaxHeadDim, c.group_size));
   with_act_type(a.q.dtype, [&](auto xt) {
     with_act_type(a.v.dtype, [&](auto vt) {
-      with_act_type(a.cache.dtype, [&](auto ct) {
-        using XT = typename decltype(xt)::type;
-        using VT = typename decltype(vt)::type;
-        using CT = typename decltype(ct)::type;
-        check_cuda(launch_pdl(rope_kv_write_kernel<XT, VT, CT>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
-                              as_stream(stream), a, table, half),
+      using XT = typename decltype(xt)::type;
+      using VT = typename decltype(vt)::type;
+      auto go = [&](auto kernel) {
+        check_cuda(launch_pdl(kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, as_stream(stream), a,
+                              table, half),
                    "rope_kv_write", [&] { return heads_desc("q", a.q); });
+      };
+      if (c.bits != 0) {
+        with_quant_fmt(c, [&](auto fmt) { go(rope_kv_write_kernel<XT, VT, uint8_t, decltype(fmt)::value>); });
+        return;
+      }
+      with_act_type(c.dtype, [&](auto ct) {
+        go(rope_kv_write_kernel<XT, VT, typename decltype(ct)::type, kKvPlain>);
       });
     });
   });

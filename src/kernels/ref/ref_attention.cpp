@@ -39,7 +39,7 @@ void load_row(const PagedKv& cache, bool is_v, int64_t block, int64_t offset, in
     const auto* params = reinterpret_cast<const float*>(kv_row(is_v ? cache.v_params : cache.k_params, block,
                                                                offset, h));
     kv_dequantize_row(reinterpret_cast<const uint8_t*>(r), params, cache.head_dim(), cache.bits,
-                      cache.group_size, out);
+                      cache.group_size, out, cache.fp8);
     return;
   }
   for (int64_t d = 0; d < cache.head_dim(); ++d) out[d] = load_f(r, c.dtype, d);
@@ -60,9 +60,9 @@ void kv_write(const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping) {
       if (cache.quantized()) {
         const int64_t b = slots[t] / block_size, o = slots[t] % block_size;
         kv_quantize_row(kt, k.shape[2], cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(kd),
-                        reinterpret_cast<float*>(kv_row(cache.k_params, b, o, h)));
+                        reinterpret_cast<float*>(kv_row(cache.k_params, b, o, h)), cache.fp8);
         kv_quantize_row(vt, v.shape[2], cache.bits, cache.group_size, reinterpret_cast<uint8_t*>(vd),
-                        reinterpret_cast<float*>(kv_row(cache.v_params, b, o, h)));
+                        reinterpret_cast<float*>(kv_row(cache.v_params, b, o, h)), cache.fp8);
         continue;
       }
       for (int64_t d = 0; d < k.shape[2]; ++d) {
