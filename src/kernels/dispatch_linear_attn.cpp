@@ -1,9 +1,13 @@
 // ops.h entry points of the linear-attention ops (causal_conv1d, gated_delta_rule, rms_norm_gated,
 // sigmoid_mul): validate dtypes, shapes, the state tensors and (on the CPU) the varlen metadata contents,
 // then route CPU tensors to cpu:: (ref:: with BUNSEN_KERNELS=ref) and CUDA tensors to
-// cuda/linear_attn_ops.h. Not a kernel. Invariants: errors are Error("kernels", "<op>: ...") naming the
-// tensors; CPU kernels never see a slot or token range out of bounds; on CUDA the metadata lives on the
-// device and only its dtypes and shapes are checked (the kernels clamp nothing: the Runner builds it).
+// cuda/linear_attn_ops.h, with the run length from which gated_delta_rule takes its chunked form
+// (kDeltaRuleChunkMinTokens, or a form forced by tests). Not a kernel. Invariants: errors are
+// Error("kernels", "<op>: ...") naming the tensors; CPU kernels never see a slot or token range out of
+// bounds; on CUDA the metadata lives on the device and only its dtypes and shapes are checked (the
+// kernels clamp nothing: the Runner builds it).
+#include <atomic>
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 
@@ -92,6 +96,17 @@ void check_meta(const char* op, const StateMeta& m, int64_t n_tokens, int64_t n_
   }
 }
 
+std::atomic<DeltaRuleForm> g_delta_form{DeltaRuleForm::kAuto};
+
+// The shortest run of a sequence's tokens that takes the chunked form of gated_delta_rule.
+int32_t delta_chunk_min() {
+  switch (g_delta_form.load(std::memory_order_relaxed)) {
+    case DeltaRuleForm::kRecurrent: return INT32_MAX;
+    case DeltaRuleForm::kChunked: return 1;
+    default: return kDeltaRuleChunkMinTokens;
+  }
+}
+
 #ifdef BUNSEN_HAVE_CUDA
 cuda::DevRows dev_rows(const Tensor& t) {
   const Rows r = as_rows(t);
@@ -172,12 +187,15 @@ void gated_delta_rule(Context& ctx, Tensor out, const DeltaRuleInputs& in, Tenso
     d.state = state.ptr<float>();
     d.meta = dev_meta(meta);
     d.q_scale = q_scale;
+    d.chunk_min = delta_chunk_min();
     return cuda::gated_delta_rule(ctx.cuda_stream, d);
   }
 #endif
   use_ref() ? ref::gated_delta_rule(out, in, state, meta, q_scale)
-            : cpu::gated_delta_rule(pool_of(ctx), out, in, state, meta, q_scale);
+            : cpu::gated_delta_rule(pool_of(ctx), out, in, state, meta, q_scale, delta_chunk_min());
 }
+
+void set_delta_rule_form_for_testing(DeltaRuleForm form) { g_delta_form.store(form, std::memory_order_relaxed); }
 
 void rms_norm_gated(Context& ctx, Tensor out, Tensor x, Tensor z, Tensor w, float eps) {
   const char* op = "rms_norm_gated";

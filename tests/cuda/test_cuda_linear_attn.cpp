@@ -1,8 +1,8 @@
 // The linear-attention ops on CUDA against ref/ (f32 and bf16 activations, f32 states): causal_conv1d and
 // gated_delta_rule over varlen steps (continuing, fresh-with-garbage-state, padding and decode sequences,
 // strided q/k/v views of one packed conv output, GQA grouping, odd dims, the real 128 x 128 head size
-// whose state needs > 48 KiB of shared memory), a step split in two equals one step, and rms_norm_gated /
-// sigmoid_mul on strided rows. Skips without a GPU.
+// whose state needs > 48 KiB of shared memory), the chunked kernel (forced and by run length) at chunk
+// boundaries and in mixed steps, and rms_norm_gated / sigmoid_mul on strided rows. Skips without a GPU.
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -123,6 +123,48 @@ TEST_F(CudaTest, GatedDeltaRuleMatchesReference) {
     check_delta(ctx_, at, make_meta(kLens, kFirst, kSlots), 3, 3, 33, 40, rng);
     // Decode rows at the Qwen3.5 head size: 128 x 128 f32 state = 64 KiB of shared memory per block.
     check_delta(ctx_, at, make_meta({1, 1, 1}, {9, 3, 0}, {3, 0, 1}), 2, 4, 128, 128, rng);
+  }
+}
+
+// Forces one form of gated_delta_rule for a scope.
+struct FormScope {
+  explicit FormScope(DeltaRuleForm f) { set_delta_rule_form_for_testing(f); }
+  ~FormScope() { set_delta_rule_form_for_testing(DeltaRuleForm::kAuto); }
+};
+
+// The chunked kernel (forced for every run, and in kAuto for the long ones) against the recurrent CPU
+// reference: chunk boundaries, GQA ratios, a dv that leaves a partial 32-column tile, fresh and continuing
+// sequences, the 128 x 128 head size.
+TEST_F(CudaTest, ChunkedDeltaRuleMatchesReference) {
+  std::mt19937 rng(954);
+  for (DeltaRuleForm form : {DeltaRuleForm::kChunked, DeltaRuleForm::kAuto}) {
+    FormScope f(form);
+    for (int len : {1, 63, 64, 65, 200, 513}) {
+      SCOPED_TRACE(strfmt("form %d len %d", static_cast<int>(form), len));
+      check_delta(ctx_, DType::kF32, make_meta({len}, {0}, {1}), 1, 2, 16, 24, rng);
+      check_delta(ctx_, DType::kF32, make_meta({len}, {37}, {3}), 2, 6, 32, 40, rng);
+      check_delta(ctx_, DType::kF32, make_meta({len}, {0}, {2}), 3, 3, 13, 7, rng);
+    }
+    for (DType at : kActDtypes) {
+      SCOPED_TRACE(strfmt("form %d %s", static_cast<int>(form), dtype_name(at)));
+      check_delta(ctx_, at, make_meta({200}, {0}, {0}), 2, 4, 128, 128, rng);
+      check_delta(ctx_, at, make_meta({65}, {11}, {1}), 2, 4, 128, 128, rng);
+    }
+  }
+}
+
+// A mixed step: long fresh and continuing prompts, a long padding row, short runs, a decode row and an
+// empty sequence, in every form (kAuto sends each sequence to its own kernel within one call).
+TEST_F(CudaTest, ChunkedDeltaRuleMixedBatch) {
+  std::mt19937 rng(955);
+  const std::vector<int> lens = {130, 65, 70, 9, 1, 0}, first = {0, 200, 0, 17, 40, 3}, slots = {0, 2, -1, 3, 1, 1};
+  for (DeltaRuleForm form : {DeltaRuleForm::kAuto, DeltaRuleForm::kChunked, DeltaRuleForm::kRecurrent}) {
+    FormScope f(form);
+    SCOPED_TRACE(strfmt("form %d", static_cast<int>(form)));
+    for (DType at : kActDtypes) {
+      check_delta(ctx_, at, make_meta(lens, first, slots), 2, 4, 16, 40, rng);
+      check_delta(ctx_, at, make_meta(lens, first, slots), 16, 32, 128, 128, rng);
+    }
   }
 }
 

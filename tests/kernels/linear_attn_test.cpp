@@ -1,7 +1,9 @@
 // The linear-attention ops on the CPU against ref/: causal_conv1d and gated_delta_rule over varlen steps
 // (fresh and continuing sequences, a padding sequence with no slot, strided q/k views, GQA grouping, odd
 // sizes, f32/bf16 weights), splitting a sequence over two steps equals one step (output and final state:
-// the state slot carries the recurrence), rms_norm_gated and sigmoid_mul on strided rows; argument errors.
+// the state slot carries the recurrence), the chunked form against the recurrent reference at chunk
+// boundaries (1, 63, 64, 65, 200, 513 tokens), GQA ratios, mixed batches and the 128 x 128 head size,
+// rms_norm_gated and sigmoid_mul on strided rows; argument errors.
 #include <vector>
 
 #include "kernel_test_util.h"
@@ -82,12 +84,14 @@ struct DeltaCase {
   DeltaRuleInputs in;
 };
 
-DeltaCase delta_case(int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, std::mt19937& rng) {
+// Gate pre-activations a, b uniform in [a_lo, a_lo + 6), [b_lo, b_lo + 6).
+DeltaCase delta_case(int64_t n, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, std::mt19937& rng,
+                     float a_lo = -3.0f, float b_lo = -3.0f) {
   DeltaCase d;
   const int64_t kd = n_k * dk, width = 2 * kd + n_v * dv;
   d.packed = random_tensor(DType::kF32, {n, width}, rng);
-  d.a = random_tensor(DType::kF32, {n, n_v}, rng, -3.0f, 3.0f);
-  d.b = random_tensor(DType::kF32, {n, n_v}, rng, -3.0f, 3.0f);
+  d.a = random_tensor(DType::kF32, {n, n_v}, rng, a_lo, a_lo + 6.0f);
+  d.b = random_tensor(DType::kF32, {n, n_v}, rng, b_lo, b_lo + 6.0f);
   d.a_log = random_tensor(DType::kBF16, {n_v}, rng, -2.0f, 1.0f);
   d.dt_bias = random_tensor(DType::kF32, {n_v}, rng);
   auto heads = [&](int64_t lo, int64_t h, int64_t dim) {
@@ -141,6 +145,103 @@ TEST(LinearAttnCpu, GatedDeltaRuleOverTwoStepsEqualsOneStep) {
   part(split, n);
   expect_close(two.tensor, one.tensor, 0.0f, "split delta out");
   expect_close(s2.tensor, s1.tensor, 0.0f, "split delta state");
+}
+
+// Forces one form of gated_delta_rule for a scope.
+struct FormScope {
+  explicit FormScope(DeltaRuleForm f) { set_delta_rule_form_for_testing(f); }
+  ~FormScope() { set_delta_rule_form_for_testing(DeltaRuleForm::kAuto); }
+};
+
+// Runs gated_delta_rule on the CPU in `form` and the recurrent reference on one step; compares the output
+// and every slot's final state to 1e-4 of the reference's largest magnitude.
+void check_chunked(DeltaRuleForm form, Meta m, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, std::mt19937& rng,
+                   const std::string& what, float a_lo = -3.0f, float b_lo = -3.0f) {
+  Context ctx;
+  const int64_t n = m.n_tokens();
+  DeltaCase d = delta_case(n, n_k, n_v, dk, dv, rng, a_lo, b_lo);
+  OwnedTensor st = random_tensor(DType::kF32, {4, n_v, dk, dv}, rng, -0.5f, 0.5f), st_ref = clone(st.tensor);
+  OwnedTensor got = random_tensor(DType::kF32, {n, n_v, dv}, rng), want = OwnedTensor::make(DType::kF32, {n, n_v, dv});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  {
+    FormScope f(form);
+    gated_delta_rule(ctx, got.tensor, d.in, st.tensor, m.view(), scale);
+  }
+  ref::gated_delta_rule(want.tensor, d.in, st_ref.tensor, m.view(), scale);
+  const std::string full = what + strfmt(" n_k %lld n_v %lld dk %lld dv %lld", (long long)n_k, (long long)n_v,
+                                         (long long)dk, (long long)dv);
+  expect_close(got.tensor, want.tensor, 1e-4f, "chunked delta out " + full);
+  expect_close(st.tensor, st_ref.tensor, 1e-4f, "chunked delta state " + full);
+}
+
+TEST(LinearAttnCpu, ChunkedDeltaRuleMatchesRecurrentAtChunkBoundaries) {
+  std::mt19937 rng(907);
+  for (int len : {1, 63, 64, 65, 200, 513})
+    for (auto [n_k, n_v, dk, dv] : {std::tuple{1, 2, 16, 24}, {2, 6, 32, 8}, {3, 3, 13, 7}}) {
+      // Fresh at position 0 (its slot holds garbage) and continuing from a slot's state.
+      check_chunked(DeltaRuleForm::kChunked, make_meta({len}, {0}, {1}), n_k, n_v, dk, dv, rng,
+                    strfmt("fresh len %d", len));
+      check_chunked(DeltaRuleForm::kChunked, make_meta({len}, {37}, {3}), n_k, n_v, dk, dv, rng,
+                    strfmt("continuing len %d", len));
+    }
+}
+
+TEST(LinearAttnCpu, ChunkedDeltaRuleWithSlowDecayAndLargeBeta) {
+  // a in [-12, -6): decay within ~1e-3 of 1, so whole chunks stay in the state; b in [1, 7): beta near 1,
+  // the regime where the forward substitution through I + A does the most work.
+  std::mt19937 rng(911);
+  for (int len : {64, 200, 513})
+    for (auto [n_k, n_v, dk, dv] : {std::tuple{1, 2, 8, 8}, {2, 4, 64, 32}})
+      check_chunked(DeltaRuleForm::kChunked, make_meta({len}, {5}, {2}), n_k, n_v, dk, dv, rng,
+                    strfmt("slow decay len %d", len), -12.0f, 1.0f);
+}
+
+TEST(LinearAttnCpu, ChunkedDeltaRuleAtQwen35HeadSize) {
+  std::mt19937 rng(908);
+  for (int len : {65, 200})
+    check_chunked(DeltaRuleForm::kChunked, make_meta({len}, {0}, {0}), 2, 4, 128, 128, rng, strfmt("len %d", len));
+}
+
+TEST(LinearAttnCpu, MixedBatchTakesBothFormsPerSequence) {
+  std::mt19937 rng(909);
+  // A long fresh prompt, a long continuing chunk, a long padding row (slot -1), a short continuing run, a
+  // decode row and an empty sequence: in kAuto the long runs take the chunked form, the rest the recurrent.
+  const std::vector<int> lens = {130, 65, 70, 9, 1, 0}, first = {0, 200, 0, 17, 40, 3}, slots = {0, 2, -1, 3, 1, 1};
+  for (DeltaRuleForm form : {DeltaRuleForm::kAuto, DeltaRuleForm::kChunked, DeltaRuleForm::kRecurrent}) {
+    Meta m = make_meta(lens, first, slots);
+    check_chunked(form, m, 2, 4, 16, 12, rng, strfmt("mixed form %d", static_cast<int>(form)));
+  }
+  // The padding row's output is exactly zero in the chunked form.
+  Context ctx;
+  Meta m = make_meta({70}, {0}, {-1});
+  DeltaCase d = delta_case(70, 1, 2, 8, 8, rng);
+  OwnedTensor st = random_tensor(DType::kF32, {1, 2, 8, 8}, rng), st0 = clone(st.tensor);
+  OwnedTensor got = random_tensor(DType::kF32, {70, 2, 8}, rng);
+  gated_delta_rule(ctx, got.tensor, d.in, st.tensor, m.view(), 1.0f);
+  for (float v : values(got.tensor)) ASSERT_EQ(v, 0.0f) << "padding sequence output";
+  expect_close(st.tensor, st0.tensor, 0.0f, "padding sequence leaves the state alone");
+}
+
+TEST(LinearAttnCpu, ChunkedPrefillThenRecurrentDecodeEqualsOneStep) {
+  // Prefill of 150 tokens (chunked in kAuto) then 3 decode steps equals the reference over all 153 at once.
+  Context ctx;
+  std::mt19937 rng(910);
+  const int64_t n = 153, pre = 150, n_k = 2, n_v = 4, dk = 16, dv = 16;
+  DeltaCase d = delta_case(n, n_k, n_v, dk, dv, rng);
+  OwnedTensor s1 = random_tensor(DType::kF32, {1, n_v, dk, dv}, rng), s2 = clone(s1.tensor);
+  OwnedTensor one = OwnedTensor::make(DType::kF32, {n, n_v, dv}), two = OwnedTensor::make(DType::kF32, {n, n_v, dv});
+  Meta all = make_meta({static_cast<int>(n)}, {0}, {0});
+  ref::gated_delta_rule(one.tensor, d.in, s1.tensor, all.view(), 0.25f);
+  auto part = [&](int64_t lo, int64_t hi) {
+    DeltaRuleInputs in = d.in;
+    for (Tensor* t : {&in.q, &in.k, &in.v, &in.a, &in.b}) *t = t->slice(0, lo, hi);
+    Meta m = make_meta({static_cast<int>(hi - lo)}, {static_cast<int>(lo)}, {0});
+    gated_delta_rule(ctx, two.tensor.slice(0, lo, hi), in, s2.tensor, m.view(), 0.25f);
+  };
+  part(0, pre);
+  for (int64_t t = pre; t < n; ++t) part(t, t + 1);
+  expect_close(two.tensor, one.tensor, 1e-4f, "chunked prefill + decode out");
+  expect_close(s2.tensor, s1.tensor, 1e-4f, "chunked prefill + decode state");
 }
 
 TEST(LinearAttnCpu, GatedNormAndSigmoidGateMatchReference) {

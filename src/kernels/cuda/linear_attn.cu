@@ -1,9 +1,9 @@
 // CUDA linear-attention ops (linear_attn_ops.h): the causal depthwise conv1d with state (one thread per
 // (sequence, channel), sequential in time with the kernel-1 window in registers), the recurrent gated delta
-// rule (one block per (sequence, v-head); the state S [dk, dv] in shared memory for the whole token range,
-// thread j owning column j; q and k l2-normalised in shared memory per token), the gated RMSNorm (one block
-// per row) and the sigmoid gate (flat). Correctness first: prefill runs the recurrence token by token (a
-// chunked form is a later speed-up). Invariants: same formulas as ref/ in f32; a sequence with slot < 0
+// rule for decode rows and short runs (one block per (sequence, v-head); the state S [dk, dv] in shared
+// memory for the whole token range, thread j owning column j; q and k l2-normalised in shared memory per
+// token; runs of >= chunk_min tokens go to delta_rule_chunked.cu), the gated RMSNorm (one block per row)
+// and the sigmoid gate (flat). Invariants: same formulas as ref/ in f32; a sequence with slot < 0
 // writes zero output and touches no state; a sequence whose first position is 0 starts from zero state.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/linear_attn_ops.h"
@@ -62,7 +62,7 @@ __global__ void delta_rule_kernel(DevDeltaRule a) {
   const int dk = static_cast<int>(a.q.head_dim), dv = static_cast<int>(a.v.head_dim);
   const int64_t n_v = a.v.n_heads, kh = h / (n_v / a.q.n_heads);
   const int32_t t0 = a.meta.seq_starts[s], t1 = a.meta.seq_starts[s + 1];
-  if (t0 >= t1) return;
+  if (t0 >= t1 || t1 - t0 >= a.chunk_min) return;  // long runs: the chunked kernel's
   const int32_t slot = a.meta.state_slots[s];
   const int j = threadIdx.x;
   if (slot < 0) {
@@ -160,6 +160,7 @@ void gated_delta_rule(void* stream, const DevDeltaRule& a) {
   const dim3 grid(static_cast<unsigned>(a.meta.n_seqs), static_cast<unsigned>(a.v.n_heads));
   delta_rule_kernel<<<grid, threads, smem, as_stream(stream)>>>(a);
   check_launch("gated_delta_rule", [&] { return heads_desc("q", a.q) + ", " + heads_desc("v", a.v); });
+  gated_delta_rule_chunked(stream, a);  // launches nothing when the step has < chunk_min tokens
 }
 
 void rms_norm_gated(void* stream, DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps) {

@@ -41,8 +41,14 @@ struct DevDeltaRule {
   float* state = nullptr;  // [n_slots, n_v, dk, dv] contiguous
   DevStateMeta meta;
   float q_scale = 1.0f;
+  int32_t chunk_min = 64;  // a sequence's run of >= chunk_min tokens takes the chunked kernel
 };
+// Two launches on the stream: the recurrent kernel (runs shorter than chunk_min) and, when the step has
+// >= chunk_min tokens, the chunked one (one block per (sequence, v-head, 32-column tile of S); each block
+// skips the runs that are not its kind), so which kernel serves a sequence is decided on the device.
 void gated_delta_rule(void* stream, const DevDeltaRule& a);
+// The chunked kernel alone (delta_rule_chunked.cu); gated_delta_rule calls it.
+void gated_delta_rule_chunked(void* stream, const DevDeltaRule& a);
 
 void rms_norm_gated(void* stream, DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps);
 void sigmoid_mul(void* stream, DevRows out, DevRows x, DevRows gate);
