@@ -109,10 +109,21 @@ cuda::DevCache dev_cache(const PagedKv& c) {
   d.n_blocks = c.k.shape[0];
   d.block_size = c.k.shape[1];
   d.n_kv_heads = c.k.shape[2];
-  d.head_dim = c.k.shape[3];
+  d.head_dim = c.head_dim();
   for (int i = 0; i < 3; ++i) {
     d.k_strides[i] = c.k.strides[i];
     d.v_strides[i] = c.v.strides[i];
+  }
+  if (c.quantized()) {  // as dispatch_cuda.cpp's cache_view
+    d.k_params = c.k_params.ptr<float>();
+    d.v_params = c.v_params.ptr<float>();
+    for (int i = 0; i < 3; ++i) {
+      d.kp_strides[i] = c.k_params.strides[i];
+      d.vp_strides[i] = c.v_params.strides[i];
+    }
+    d.bits = c.bits;
+    d.group_size = c.group_size;
+    d.fp8 = c.fp8;
   }
   return d;
 }
@@ -172,7 +183,7 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
   const char* op = "rope_kv_write";
   const bool gpu = on_cuda(op, {&q, &k, &v, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &positions,
                                 &slot_mapping});
-  if (!gpu || cache.quantized() || q.dtype != k.dtype) {  // the unfused ops (they validate)
+  if (!gpu || q.dtype != k.dtype) {  // the unfused ops (they validate)
     if (p.rotary_dim != 0) {
       rope(ctx, q, positions, p);
       rope(ctx, k, positions, p);
@@ -186,12 +197,15 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
   need(same_shape(k, v) && q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], op,
        desc("q", q) + ", " + desc("k", k) + " and " + desc("v", v) + " disagree on n_tokens, heads or head_dim");
   const Tensor &ck = cache.k, &cv = cache.v;
-  need(ck.ndim == 4 && is_act(ck) && ck.dtype == cv.dtype && same_shape(ck, cv) && ck.shape[1] >= 1 &&
-           (ck.shape[3] <= 1 || (ck.strides[3] == 1 && cv.strides[3] == 1)) && ck.data != nullptr &&
-           cv.data != nullptr,
-       op, desc("cache.k", ck) + " and " + desc("cache.v", cv) +
-               " must be one f32|bf16 [n_blocks, block_size, n_kv_heads, head_dim] shape with contiguous rows");
-  need(k.shape[1] == ck.shape[2] && k.shape[2] == ck.shape[3], op,
+  if (cache.quantized())  // u8 codes + f32 params (dispatch.cpp's checks)
+    detail::check_paged_kv(op, cache);
+  else
+    need(ck.ndim == 4 && is_act(ck) && ck.dtype == cv.dtype && same_shape(ck, cv) && ck.shape[1] >= 1 &&
+             (ck.shape[3] <= 1 || (ck.strides[3] == 1 && cv.strides[3] == 1)) && ck.data != nullptr &&
+             cv.data != nullptr,
+         op, desc("cache.k", ck) + " and " + desc("cache.v", cv) +
+                 " must be one f32|bf16 [n_blocks, block_size, n_kv_heads, head_dim] shape with contiguous rows");
+  need(k.shape[1] == ck.shape[2] && k.shape[2] == cache.head_dim(), op,
        desc("k", k) + " and " + desc("cache.k", ck) + " disagree on n_kv_heads or head_dim");
   need_index(op, "positions", positions, DType::kI32, q.shape[0]);
   need_index(op, "slot_mapping", slot_mapping, DType::kI64, q.shape[0]);

@@ -1,13 +1,14 @@
-// ops.h entry points of the quantized ops (linear_q, embedding_q, dequantize): validate the QuantWeight
-// (bits, group size, u32 packed width, scales/biases shapes and dtypes), the activations and (on the CPU)
-// index contents, then route CPU tensors to cpu:: (or ref:: with BUNSEN_KERNELS=ref) and CUDA tensors to
-// cuda/quant_ops.h. Not a kernel. Invariants: errors are Error("kernels", "<op>: ...") naming the tensors;
+// ops.h entry points of the quantized ops (linear_q, the fused linear_q_multi / linear_q_swiglu, embedding_q,
+// dequantize): validate the QuantWeight (bits, group size, u32 packed width, scales/biases shapes and
+// dtypes), the activations and (on the CPU) index contents, then route CPU tensors to cpu:: (or ref:: with
+// BUNSEN_KERNELS=ref) and CUDA tensors to cuda/quant_ops.h. Not a kernel. Invariants: errors are Error("kernels", "<op>: ...") naming the tensors;
 // all tensors of a call live on one device; on CUDA activations may be f32 or bf16 and ids (device memory)
 // are checked for dtype and shape only (the kernels write a NaN row for an out-of-range id).
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -103,11 +104,9 @@ cuda::DevQuant dev_quant(const QuantWeight& w) {
 }
 #endif
 
-}  // namespace
-
-void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
-  const char* op = "linear_q";
-  const bool gpu = on_cuda(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});
+// out [m, n] = x [m, k] · dequant(w [n, k])ᵀ + bias [n]: the checks of linear_q (and of each fused part).
+void check_linear_q(const char* op, const Tensor& out, const Tensor& x, const QuantWeight& w, const Tensor& bias,
+                    bool gpu) {
   need_quant(op, w);
   need_rows(op, "x", x, gpu);
   need_rows(op, "out", out, gpu);
@@ -122,6 +121,20 @@ void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor b
                         (bias.shape[0] > 1 && bias.strides[0] != 1)))
     fail(op, desc("bias", bias) +
                  strfmt(" must be a contiguous float vector of %lld elements", (long long)w.rows()));
+}
+
+#ifdef BUNSEN_HAVE_CUDA
+cuda::DevQuantPart dev_qpart(const Tensor& out, const QuantWeight& w, const Tensor& bias) {
+  return {dev_rows(out), dev_quant(w), bias.empty() ? nullptr : bias.data, bias.empty() ? DType::kF32 : bias.dtype};
+}
+#endif
+
+}  // namespace
+
+void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
+  const char* op = "linear_q";
+  const bool gpu = on_cuda(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});
+  check_linear_q(op, out, x, w, bias, gpu);
 #ifdef BUNSEN_HAVE_CUDA
   if (gpu) {
     need_current_device(op, x);
@@ -130,6 +143,57 @@ void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor b
   }
 #endif
   use_ref() ? ref::linear_q(out, x, w, bias) : cpu::linear_q(pool_of(ctx), out, x, w, bias);
+}
+
+void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts) {
+  const char* op = "linear_q_multi";
+  if (parts.empty() || parts.size() > 4) fail(op, strfmt("%zu parts (1..4)", parts.size()));
+  bool gpu = false;
+  for (const QuantLinearPart& p : parts)
+    gpu = on_cuda(op, {&x, &p.out, &p.w.packed, &p.w.scales, &p.w.biases, &p.bias}) || gpu;
+  if (!gpu) {
+    for (const QuantLinearPart& p : parts) linear_q(ctx, p.out, x, p.w, p.bias);
+    return;
+  }
+#ifdef BUNSEN_HAVE_CUDA
+  need_current_device(op, x);
+  cuda::DevQuantPart dev[4];
+  for (size_t i = 0; i < parts.size(); ++i) {
+    check_linear_q(op, parts[i].out, x, parts[i].w, parts[i].bias, true);
+    dev[i] = dev_qpart(parts[i].out, parts[i].w, parts[i].bias);
+  }
+  cuda::linear_q_multi(ctx.cuda_stream, dev_rows(x), dev, static_cast<int>(parts.size()));
+#endif
+}
+
+void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
+                     Tensor b_gate, Tensor b_up) {
+  const char* op = "linear_q_swiglu";
+  const bool gpu = on_cuda(op, {&out, &x, &w_gate.packed, &w_gate.scales, &w_gate.biases, &w_up.packed,
+                                &w_up.scales, &w_up.biases, &b_gate, &b_up});
+  check_linear_q(op, out, x, w_gate, b_gate, gpu);
+  check_linear_q(op, out, x, w_up, b_up, gpu);
+  if (w_gate.bits != w_up.bits || w_gate.group_size != w_up.group_size || w_gate.rows() != w_up.rows() ||
+      w_gate.scales.dtype != w_up.scales.dtype)
+    fail(op, desc("w_gate.packed", w_gate.packed) + " and " + desc("w_up.packed", w_up.packed) +
+                 strfmt(" must share shape, bits (%d vs %d), group size (%d vs %d) and scale dtype", w_gate.bits,
+                        w_up.bits, w_gate.group_size, w_up.group_size));
+  if (!b_gate.empty() && !b_up.empty() && b_gate.dtype != b_up.dtype)
+    fail(op, desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
+  const int64_t m = as_rows(x).n_rows, f = w_gate.rows();
+  if (!gpu) {
+    std::vector<float> gate(static_cast<size_t>(m * f)), up(static_cast<size_t>(m * f));
+    Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
+    linear_q(ctx, g, x, w_gate, b_gate);
+    linear_q(ctx, u, x, w_up, b_up);
+    silu_mul(ctx, out, g, u);
+    return;
+  }
+#ifdef BUNSEN_HAVE_CUDA
+  need_current_device(op, x);
+  cuda::linear_q_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_qpart(out, w_gate, b_gate),
+                        dev_qpart(out, w_up, b_up));
+#endif
 }
 
 void embedding_q(Context& ctx, Tensor out, const QuantWeight& table, Tensor ids, float scale) {

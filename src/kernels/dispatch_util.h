@@ -51,4 +51,7 @@ inline bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
   return cuda;
 }
 
+// dispatch.cpp's full check of a paged cache (dtypes, shapes, quantized codes and params); throws "<op>: ...".
+void check_paged_kv(const char* op, const PagedKv& cache);
+
 }  // namespace bunsen::kernels::detail

@@ -4,7 +4,9 @@
 // (add_rms_norm, qkv, rope_kv_write, o, add_rms_norm, gate/up+SiLU, down; n_layers distinct weight sets,
 // plus the final norm and lm_head) captured in one CUDA graph, as the runner replays decode steps.
 // A measurement tool, not a speed assertion: runs only with BUNSEN_BENCH_GEMV=1 and checks only that the
-// outputs are finite. Weight sets cycle so that no call reads weights still in the 60 MB L2.
+// outputs are finite. Weight sets cycle so that no call reads weights still in the 60 MB L2. The Quant*
+// cases do the same for MLX 4/8-bit group-64 weights (linear_q, the fused quantized q/k/v and gate/up, and
+// the 8B decode chain on quantized weights).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/quant_ops.h"
 
 namespace bunsen::kernels::test {
 namespace {
@@ -215,6 +218,149 @@ TEST_F(FusedDecodeBench, FusedOps) {
     });
     const double fused = time_us([&](int) { rope_kv_write(ctx_, q3, k3, v3, {kc.t, vc.t}, pos.tensor, slot.tensor, rp); });
     std::printf("[bench] %s rope,rope,kv_write: %.2f us; rope_kv_write: %.2f us\n", md.name, unfused, fused);
+  }
+}
+
+// A quantized matrix [n, k] (group 64, bf16 scales/biases) in device memory, filled with constant bytes.
+struct DevQ {
+  Dev packed, scales, biases;
+  QuantWeight w;
+  static DevQ make(int64_t n, int64_t k, int bits) {
+    DevQ q;
+    q.packed = Dev::make(DType::kU32, {n, k * bits / 32}, 0x5a);
+    q.scales = Dev::make(DType::kBF16, {n, k / 64});
+    q.biases = Dev::make(DType::kBF16, {n, k / 64});
+    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
+    return q;
+  }
+  static double bytes(int64_t n, int64_t k, int bits) { return n * k * bits / 8.0 + 2.0 * n * (k / 64) * 2; }
+};
+
+// linear_q on the Llama-3.1-8B decode matrices (4/8 bits, group 64, m = 1 and 4): the tensor-core GEMV with
+// its own k split and each forced one, then the CUDA-core kernel; bytes = codes + scales + biases + x + out.
+TEST_F(FusedDecodeBench, QuantGemvShapes) {
+  struct Shape {
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
+  for (int bits : {4, 8})
+    for (const Shape& s : shapes) {
+      const double wbytes = DevQ::bytes(s.n, s.k, bits);
+      const int copies = copies_for(static_cast<int64_t>(wbytes));
+      std::vector<DevQ> w;
+      for (int c = 0; c < copies; ++c) w.push_back(DevQ::make(s.n, s.k, bits));
+      for (int64_t m : {1, 4}) {
+        Dev x = Dev::make(DType::kBF16, {m, s.k}), out = Dev::make(DType::kBF16, {m, s.n});
+        auto run = [&](int i) { linear_q(ctx_, out.t, x.t, w[i % copies].w); };
+        const double bytes = wbytes + m * (s.k + s.n) * 2.0;
+        const std::string name = strfmt("q%d n=%lld k=%lld m=%lld", bits, (long long)s.n, (long long)s.k, (long long)m);
+        for (int split : {0, 1, 2, 4, 8}) {
+          cuda::set_linear_q_split_for_testing(split);
+          report(name + " tc split " + (split == 0 ? std::string("auto") : std::to_string(split)), time_us(run), bytes);
+        }
+        cuda::set_linear_q_split_for_testing(0);
+        cuda::set_linear_q_path_for_testing(cuda::LinearQPath::kGemvSimt);
+        report(name + " cuda-core kernel", time_us(run), bytes);
+        cuda::set_linear_q_path_for_testing(cuda::LinearQPath::kAuto);
+        expect_finite(out.t, "linear_q");
+      }
+    }
+}
+
+// The fused quantized q/k/v (linear_q_multi) and gate/up + SiLU (linear_q_swiglu) launches of the 8B shapes
+// against the unfused linear_q calls, m = 1.
+TEST_F(FusedDecodeBench, QuantFusedOps) {
+  const int64_t d = 4096, q_dim = 4096, kv_dim = 1024, f = 14336;
+  for (int bits : {4, 8}) {
+    const double qkv_bytes = DevQ::bytes(q_dim, d, bits) + 2 * DevQ::bytes(kv_dim, d, bits);
+    const double gu_bytes = 2 * DevQ::bytes(f, d, bits);
+    const int cq = copies_for(static_cast<int64_t>(qkv_bytes)), cg = copies_for(static_cast<int64_t>(gu_bytes));
+    std::vector<DevQ> wq, wk, wv, wg, wu;
+    for (int c = 0; c < cq; ++c) {
+      wq.push_back(DevQ::make(q_dim, d, bits));
+      wk.push_back(DevQ::make(kv_dim, d, bits));
+      wv.push_back(DevQ::make(kv_dim, d, bits));
+    }
+    for (int c = 0; c < cg; ++c) {
+      wg.push_back(DevQ::make(f, d, bits));
+      wu.push_back(DevQ::make(f, d, bits));
+    }
+    Dev x = Dev::make(DType::kBF16, {1, d}), q = Dev::make(DType::kBF16, {1, q_dim});
+    Dev k = Dev::make(DType::kBF16, {1, kv_dim}), v = Dev::make(DType::kBF16, {1, kv_dim});
+    Dev g = Dev::make(DType::kBF16, {1, f}), u = Dev::make(DType::kBF16, {1, f}), act = Dev::make(DType::kBF16, {1, f});
+    const std::string n = strfmt("8B q%d", bits);
+    report(n + " q,k,v: 3 linear_q", time_us([&](int i) {
+             linear_q(ctx_, q.t, x.t, wq[i % cq].w);
+             linear_q(ctx_, k.t, x.t, wk[i % cq].w);
+             linear_q(ctx_, v.t, x.t, wv[i % cq].w);
+           }),
+           qkv_bytes);
+    report(n + " q,k,v: linear_q_multi", time_us([&](int i) {
+             const QuantLinearPart parts[] = {{q.t, wq[i % cq].w, {}}, {k.t, wk[i % cq].w, {}}, {v.t, wv[i % cq].w, {}}};
+             linear_q_multi(ctx_, x.t, parts);
+           }),
+           qkv_bytes);
+    report(n + " gate,up: 2 linear_q + silu_mul", time_us([&](int i) {
+             linear_q(ctx_, g.t, x.t, wg[i % cg].w);
+             linear_q(ctx_, u.t, x.t, wu[i % cg].w);
+             silu_mul(ctx_, act.t, g.t, u.t);
+           }),
+           gu_bytes);
+    report(n + " gate,up: linear_q_swiglu", time_us([&](int i) {
+             linear_q_swiglu(ctx_, act.t, x.t, wg[i % cg].w, wu[i % cg].w);
+           }),
+           gu_bytes);
+    expect_finite(act.t, "linear_q_swiglu");
+  }
+}
+
+// The Llama-3.1-8B decode chain without attention on 4/8-bit group-64 weights (fused q/k/v and gate/up
+// launches, as LlamaLike runs them), captured in one graph: the tok/s ceiling the quantized GEMVs allow.
+TEST_F(FusedDecodeBench, QuantDecodeChainGraph8B) {
+  const int64_t layers = 32, d = 4096, q_dim = 4096, kv_dim = 1024, f = 14336, vocab = 128256;
+  for (int bits : {4, 8}) {
+    struct LayerW {
+      DevQ q, k, v, o, g, u, down;
+      Dev n1, n2;
+    };
+    std::vector<LayerW> w;
+    for (int64_t l = 0; l < layers; ++l)
+      w.push_back({DevQ::make(q_dim, d, bits), DevQ::make(kv_dim, d, bits), DevQ::make(kv_dim, d, bits),
+                   DevQ::make(d, q_dim, bits), DevQ::make(f, d, bits), DevQ::make(f, d, bits), DevQ::make(d, f, bits),
+                   Dev::make(DType::kBF16, {d}), Dev::make(DType::kBF16, {d})});
+    DevQ head = DevQ::make(vocab, d, bits);
+    Dev fnorm = Dev::make(DType::kBF16, {d});
+    Dev x = Dev::make(DType::kF32, {1, d}, 0), h = Dev::make(DType::kBF16, {1, d}), proj = Dev::make(DType::kBF16, {1, d});
+    Dev q = Dev::make(DType::kBF16, {1, q_dim}), k = Dev::make(DType::kBF16, {1, kv_dim});
+    Dev v = Dev::make(DType::kBF16, {1, kv_dim}), act = Dev::make(DType::kBF16, {1, f});
+    Dev logits = Dev::make(DType::kF32, {1, vocab});
+    auto step = [&] {
+      rms_norm(ctx_, h.t, x.t, w[0].n1.t, 1e-5f);
+      for (int64_t l = 0; l < layers; ++l) {
+        const QuantLinearPart qkv[] = {{q.t, w[l].q.w, {}}, {k.t, w[l].k.w, {}}, {v.t, w[l].v.w, {}}};
+        linear_q_multi(ctx_, h.t, qkv);
+        linear_q(ctx_, proj.t, q.t, w[l].o.w);
+        add_rms_norm(ctx_, h.t, x.t, proj.t, w[l].n2.t, 1e-5f);
+        linear_q_swiglu(ctx_, act.t, h.t, w[l].g.w, w[l].u.w);
+        linear_q(ctx_, proj.t, act.t, w[l].down.w);
+        add_rms_norm(ctx_, h.t, x.t, proj.t, l + 1 < layers ? w[l + 1].n1.t : fnorm.t, 1e-5f);
+      }
+      linear_q(ctx_, logits.t, h.t, head.w);
+    };
+    step();
+    cuda::synchronize(stream_);
+    cuda::graph_begin_capture(stream_);
+    step();
+    void* exec = cuda::graph_end_capture(stream_);
+    const double us = time_eager_us([&](int) { cuda::graph_launch(exec, stream_); }, 20);
+    cuda::graph_destroy(exec);
+    const double bytes =
+        layers * (DevQ::bytes(q_dim + 2 * kv_dim, d, bits) + DevQ::bytes(d, q_dim, bits) + 3 * DevQ::bytes(f, d, bits)) +
+        DevQ::bytes(vocab, d, bits);
+    report(strfmt("8B q%d decode chain w/o attention (graph)", bits), us, bytes);
+    std::printf("[bench] 8B q%d: %.1f us per token without attention -> %.0f tok/s ceiling before attention\n", bits,
+                us, 1e6 / us);
+    expect_finite(logits.t, "logits");
   }
 }
 

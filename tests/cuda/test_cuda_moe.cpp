@@ -1,8 +1,14 @@
 // CUDA MoE ops against the CPU references: moe_route (f32 and bf16 logits, softmax/sigmoid, renorm,
 // expert scale; ids exact, weights close), moe_experts on the grouped-GEMV and the expert-sorted tile paths
 // (forced and automatic) at odd sizes, with several tokens sharing an expert, experts chosen by no token,
-// bf16/f16/f32 and MLX 4/8-bit experts, SiLU and tanh-GELU, f32/bf16 activations; an invalid id contributes
-// nothing; the GEMV path replays from a CUDA graph bit for bit. Skips without a GPU.
+// bf16/f16/f32 and MLX 4/8-bit experts (rows long enough for several vector-load passes), SiLU and tanh-GELU, f32/bf16 activations; an invalid id contributes
+// nothing; the GEMV path replays from a CUDA graph bit for bit. Skips without a GPU. BUNSEN_CUDA_BENCH=1 adds
+// a timing of one decode token through 4-bit Gemma-4-26B-A4B-shaped experts (printed).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "../kernels/moe_test_util.h"
@@ -103,7 +109,10 @@ void check_experts(CudaMoeTest& t, Context& ctx, const Case& c, DType wt, DType 
 
 const Case kCases[] = {{1, 64, 32, 8, 2, 8, 0, 0},     {3, 37, 19, 5, 3, 5, 0, 0},    {9, 64, 24, 6, 3, 4, 0, 0},
                        {40, 72, 45, 16, 4, 7, 0, 0},   {70, 128, 96, 12, 3, 5, 0, 0}, {4, 64, 96, 8, 2, 3, 4, 32},
-                       {33, 128, 64, 4, 4, 4, 4, 64},  {5, 96, 32, 6, 2, 6, 8, 32},   {21, 256, 64, 9, 2, 9, 3, 64}};
+                       {33, 128, 64, 4, 4, 4, 4, 64},  {5, 96, 32, 6, 2, 6, 8, 32},   {21, 256, 64, 9, 2, 9, 3, 64},
+                       // Rows of several 16-byte-load passes (the vectorised 4/8-bit GEMV), every group size.
+                       {2, 320, 128, 8, 4, 8, 4, 64},  {3, 512, 192, 16, 8, 16, 8, 64}, {1, 384, 256, 6, 2, 6, 4, 128},
+                       {2, 256, 128, 5, 3, 5, 8, 128}, {4, 1088, 96, 7, 3, 7, 4, 32}};
 
 TEST_F(CudaMoeTest, ExpertsMatchTheCpuOnBothPaths) {
   std::mt19937 rng(952);
@@ -183,6 +192,81 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   EXPECT_EQ(std::memcmp(eager.data(), replay.data(), eager.size() * 4), 0);
   cuda::graph_destroy(exec);
   cuda::stream_destroy(stream);
+}
+
+// BUNSEN_CUDA_BENCH=1: one decode token (m = 1) through moe_experts on the Gemma-4-26B-A4B expert shapes
+// (128 experts of d 2816, d_expert 704, top-8, MLX 4-bit group 64): us and GB/s of the 8 experts' codes +
+// scales + biases, the routing cycling over disjoint expert sets so that the L2 cannot hold them.
+TEST_F(CudaMoeTest, BenchQuantDecodeExperts) {
+  const char* on = std::getenv("BUNSEN_CUDA_BENCH");
+  if (on == nullptr || std::string(on) != "1") GTEST_SKIP() << "set BUNSEN_CUDA_BENCH=1";
+  const int64_t d = 2816, f = 704, e = 128, k = 8, group = 64;
+  const int bits = 4;
+  struct Proj {
+    cuda::DeviceBuffer w, s, b;
+    DeviceTensor ptrs, sptrs, bptrs;
+    ExpertWeights view;
+  };
+  auto make_proj = [&](int64_t rows, int64_t cols) {
+    Proj p;
+    const int64_t wb = rows * cols * bits / 8, sbb = rows * (cols / group) * 2;
+    p.w = cuda::DeviceBuffer(static_cast<size_t>(e * wb));
+    p.s = cuda::DeviceBuffer(static_cast<size_t>(e * sbb));
+    p.b = cuda::DeviceBuffer(static_cast<size_t>(e * sbb));
+    EXPECT_EQ(cudaMemset(p.w.data(), 0x5a, p.w.size()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p.s.data(), 0x3c, p.s.size()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p.b.data(), 0x3c, p.b.size()), cudaSuccess);
+    auto table = [&](const cuda::DeviceBuffer& buf, int64_t per) {
+      OwnedTensor t = OwnedTensor::make(DType::kI64, {e});
+      for (int64_t i = 0; i < e; ++i)
+        t.tensor.ptr<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<intptr_t>(buf.data())) + i * per;
+      return DeviceTensor::upload(t.tensor);
+    };
+    p.ptrs = table(p.w, wb);
+    p.sptrs = table(p.s, sbb);
+    p.bptrs = table(p.b, sbb);
+    p.view = ExpertWeights{p.ptrs.tensor, p.sptrs.tensor, p.bptrs.tensor, DType::kBF16, rows, cols, bits,
+                           static_cast<int>(group)};
+    return p;
+  };
+  Proj gate = make_proj(f, d), up = make_proj(f, d), down = make_proj(d, f);
+  const MoeExperts experts{gate.view, up.view, down.view, MoeActivation::kGeluTanh};
+  const int64_t sets = e / k;  // disjoint routings: token t of call c uses experts c * k .. c * k + k - 1
+  std::vector<DeviceTensor> ids, weights;
+  for (int64_t c = 0; c < sets; ++c) {
+    OwnedTensor id = OwnedTensor::make(DType::kI32, {1, k}), w = OwnedTensor::make(DType::kF32, {1, k});
+    for (int64_t j = 0; j < k; ++j) {
+      id.tensor.ptr<int32_t>()[j] = static_cast<int32_t>(c * k + j);
+      w.tensor.ptr<float>()[j] = 1.0f / static_cast<float>(k);
+    }
+    ids.push_back(DeviceTensor::upload(id.tensor));
+    weights.push_back(DeviceTensor::upload(w.tensor));
+  }
+  std::mt19937 rng(956);
+  DeviceTensor x = DeviceTensor::upload(random_tensor(DType::kBF16, {1, d}, rng).tensor);
+  DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {1, d}, rng).tensor);
+  auto run = [&](int64_t c) {
+    moe_experts(ctx_, out.tensor, x.tensor, ids[static_cast<size_t>(c % sets)].tensor,
+                weights[static_cast<size_t>(c % sets)].tensor, experts);
+  };
+  for (int64_t c = 0; c < sets; ++c) run(c);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int reps = 200;
+  cudaEventRecord(a);
+  for (int r = 0; r < reps; ++r) run(r);
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  const double us = 1000.0 * ms / reps;
+  const double bytes = k * (3.0 * d * f * bits / 8 + 3.0 * 2 * 2 * d * f / group);
+  std::printf("[ bench    ] moe_experts q%d m=1 d %lld f %lld top-%lld of %lld: %8.2f us %7.1f GB/s\n", bits,
+              (long long)d, (long long)f, (long long)k, (long long)e, us, bytes / (us * 1e3));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  for (float v : values(out.download().tensor)) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace

@@ -166,6 +166,71 @@ TEST_F(CudaQuantTest, StridedMisalignedAndRowSlicedViews) {
   }
 }
 
+// The tensor-core GEMV (4/8 bits, bf16 x): every group size and scale dtype, m 1..8, tiles that end past n
+// (n % 16 != 0), k with partial pipeline stages (k_groups 1, 5, 37), against the CPU and, for f32 output,
+// against the CUDA-core kernel forced on the same data.
+TEST_F(CudaQuantTest, TensorCoreGemvMatchesCpuForEveryGroupScaleDtypeAndM) {
+  std::mt19937 rng(810);
+  int i = 0;
+  for (int bits : {4, 8})
+    for (int group : kGroups)
+      for (DType sb : kWeightDtypes) {
+        ++i;
+        const int64_t n = i % 3 == 0 ? 16 : i % 3 == 1 ? 67 : 300;
+        const int kg = i % 3 == 0 ? 37 : i % 3 == 1 ? 5 : 1;
+        const DType ot = kActDtypes[i % 2];
+        for (int64_t m = 1; m <= cuda::kGemvMaxM; ++m) {
+          const QCase c{m, n, bits, group, kg, sb, DType::kBF16, ot, (m + i) % 2 == 0};
+          check_linear_q(ctx_, c, gemv_tol(ot), rng);
+        }
+      }
+}
+
+// Every forced k split of the tensor-core kernel gives the CPU's result (within f32 rounding), on a shape
+// with several pipeline stages per warp and a split that leaves some warps without work.
+TEST_F(CudaQuantTest, TensorCoreGemvEveryKSplit) {
+  std::mt19937 rng(811);
+  struct Restore {
+    ~Restore() {
+      if (cuda::device_count() > 0) cuda::set_linear_q_split_for_testing(0);
+    }
+  } restore;
+  for (int split : {1, 2, 4, 8})
+    for (int bits : {4, 8}) {
+      cuda::set_linear_q_split_for_testing(split);
+      SCOPED_TRACE(split);
+      check_linear_q(ctx_, {3, 45, bits, 64, 23, DType::kBF16, DType::kBF16, DType::kF32, true}, 1e-4f, rng);
+      check_linear_q(ctx_, {8, 33, bits, 32, 3, DType::kF16, DType::kBF16, DType::kF32, false}, 1e-4f, rng);
+    }
+}
+
+// On the tensor-core kernel a token's output does not depend on the other rows of x (m = 1 and m = 8 agree
+// bit for bit); the CUDA-core kernel forced on the same 4/8-bit bf16 launches matches the CPU too.
+TEST_F(CudaQuantTest, QuantGemvIsBatchInvariant) {
+  std::mt19937 rng(812);
+  for (cuda::LinearQPath path : {cuda::LinearQPath::kAuto, cuda::LinearQPath::kGemvSimt})
+    for (int bits : {4, 8}) {
+      cuda::set_linear_q_path_for_testing(path);
+      const int64_t n = 200, k = 64 * 9;
+      QuantPair q = make_quant(n, k, bits, 64, DType::kBF16, rng);
+      HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+      DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+      DeviceTensor o8 = DeviceTensor::upload(random_tensor(DType::kF32, {8, n}, rng).tensor);
+      DeviceTensor o1 = DeviceTensor::upload(random_tensor(DType::kF32, {1, n}, rng).tensor);
+      linear_q(ctx_, o8.tensor, xd.tensor, q.dev);
+      linear_q(ctx_, o1.tensor, xd.tensor.slice(0, 5, 6), q.dev);
+      const std::vector<float> all = values(o8.download().tensor), one = values(o1.download().tensor);
+      const std::string what = strfmt("bits %d path %d", bits, static_cast<int>(path));
+      if (path == cuda::LinearQPath::kAuto) {
+        ASSERT_EQ(std::memcmp(all.data() + 5 * n, one.data(), static_cast<size_t>(n) * 4), 0) << what;
+      }
+      OwnedTensor want = OwnedTensor::make(DType::kF32, {8, n});
+      Context cpu;
+      linear_q(cpu, want.tensor, x.f32.tensor, q.host);
+      expect_close(o8.download().tensor, want.tensor, 1e-4f, what);
+    }
+}
+
 void expect_bits_equal(const Tensor& got, const Tensor& want, const std::string& what) {
   const std::vector<float> g = values(got), w = values(want);
   ASSERT_EQ(g.size(), w.size()) << what;

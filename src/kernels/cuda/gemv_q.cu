@@ -1,5 +1,6 @@
 // cuda::linear_q's entry point and its small-m path: a bandwidth-bound GEMV over MLX affine-quantized
-// weights. A group of `split` warps owns kR weight rows and splits k; each lane streams whole 32-code
+// weights. 4/8-bit weights with bf16 activations go to the tensor-core kernel (gemv_qmma.cu); everything
+// else (other widths, f32 x, or forced by the kGemvSimt test hook) runs the CUDA-core kernel here. A group of `split` warps owns kR weight rows and splits k; each lane streams whole 32-code
 // chunks (16-byte loads for 4/8 bits) of its kR rows, decodes the codes to exact f32 integers in registers
 // and accumulates, per chunk, dot = sum(q * x) and xs = sum(x) (xs shared by the kR rows), then
 // acc += scale * dot + bias * xs: the weights are never materialised and every loaded chunk serves all
@@ -8,6 +9,7 @@
 // written by exactly one lane; f32 accumulation throughout.
 #include <atomic>
 
+#include "kernels/cuda/gemv_qmma.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/quant_common.cuh"
 #include "kernels/cuda/quant_gemm.cuh"
@@ -235,9 +237,27 @@ void launch_bits(cudaStream_t stream, const QGemvArgs& a) {
   }
 }
 
-// All rows of x, kGemvMaxM at a time: the vectorised kernel when rows and x are aligned for it, else the
+// The tensor-core kernel's one-part launch for the rows of x in `part`.
+QMmaArgs qmma_args(const QGemvArgs& part, int bits) {
+  QMmaArgs q;
+  q.part[0] = {part.w, part.out, part.bias, part.out_stride};
+  q.n_parts = 1;
+  q.x = part.x;
+  q.x_stride = part.x_stride;
+  q.m = part.m;
+  q.k = part.w.cols;
+  q.bits = bits;
+  q.group_size = kQuantChunk << part.w.group_shift;
+  q.x_dtype = part.x_dtype;
+  q.out_dtype = part.out_dtype;
+  q.bias_dtype = part.bias_dtype;
+  return q;
+}
+
+// All rows of x, kGemvMaxM at a time: the tensor-core kernel where it fits (4/8 bits, bf16 x, aligned
+// rows; unless `simt`), else the vectorised CUDA-core kernel when rows and x are aligned for it, else the
 // simple one.
-void gemv_q(cudaStream_t stream, const QGemvArgs& a, int bits, bool force_simple) {
+void gemv_q(cudaStream_t stream, const QGemvArgs& a, int bits, bool force_simple, bool simt) {
   const int64_t xs = dtype_size(a.x_dtype), os = dtype_size(a.out_dtype);
   const bool vec = !force_simple && aligned(a.w.packed, a.w.packed_stride * 4, chunk_alignment(bits)) &&
                    aligned(a.x, a.x_stride * xs, 16);
@@ -246,6 +266,13 @@ void gemv_q(cudaStream_t stream, const QGemvArgs& a, int bits, bool force_simple
     part.m = a.m - i0 < kGemvMaxM ? a.m - i0 : kGemvMaxM;
     part.x = static_cast<const char*>(a.x) + i0 * a.x_stride * xs;
     part.out = static_cast<char*>(a.out) + i0 * a.out_stride * os;
+    if (vec && !simt) {
+      const QMmaArgs q = qmma_args(part, bits);
+      if (qmma_fits(q)) {
+        gemv_qmma(stream, q);
+        continue;
+      }
+    }
     with_act_type(a.x_dtype, [&](auto xt) {
       using XT = typename decltype(xt)::type;
       if (!vec) {
@@ -274,32 +301,56 @@ void set_linear_q_path_for_testing(LinearQPath path) {
   g_qpath.store(path);
 }
 
+void set_linear_q_split_for_testing(int split) {
+  set_qmma_split(split);
+}
+
+LinearQPath linear_q_path() {
+  return g_qpath.load();
+}
+
+void linear_q_gemv(cudaStream_t stream, DevRows out, DevRows x, const DevQuant& w, const void* bias,
+                   DType bias_dtype) {
+  if (x.n_rows == 0 || w.rows == 0) return;
+  if (w.cols == 0) {
+    linear_epilogue(stream, out, nullptr, 0, bias, bias_dtype);
+    return;
+  }
+  QGemvArgs a;
+  a.w = quant_view(w);
+  a.x = x.data;
+  a.out = out.data;
+  a.bias = bias;
+  a.x_stride = x.stride;
+  a.out_stride = out.stride;
+  a.m = x.n_rows;
+  a.x_dtype = x.dtype;
+  a.out_dtype = out.dtype;
+  a.bias_dtype = bias_dtype;
+  const LinearQPath path = g_qpath.load();
+  gemv_q(stream, a, w.bits, path == LinearQPath::kSimple, path == LinearQPath::kGemvSimt);
+  check_launch("linear_q", [&] { return quant_desc(out, x, w); });
+}
+
 void linear_q(void* stream, DevRows out, DevRows x, const DevQuant& w, const void* bias, DType bias_dtype) {
   const int64_t m = x.n_rows, n = w.rows;
   if (m == 0 || n == 0) return;
   cudaStream_t s = as_stream(stream);
-  if (w.cols == 0) {
-    linear_epilogue(s, out, nullptr, 0, bias, bias_dtype);
-    return;
-  }
   const LinearQPath path = g_qpath.load();
-  const bool use_gemm = path == LinearQPath::kGemm || (path == LinearQPath::kAuto && m > kGemvMaxM);
+  // Narrow outputs (a shared-expert gate, a router) stay on the GEMV in chunks of kGemvMaxM rows, as in the
+  // bf16 linear (gemv.cu): cuBLASLt gave wrong [m > 8, 1] results on the H200.
+  constexpr int64_t kGemmMinN = 16;
+  const bool use_gemm = w.cols > 0 && (path == LinearQPath::kGemm ||
+                                       (path == LinearQPath::kAuto && m > kGemvMaxM && n >= kGemmMinN));
   const int64_t done = use_gemm ? linear_q_gemm(s, out, x, w, bias, bias_dtype) : 0;
   if (done == n) return;
-  QGemvArgs a;  // rows [done, n) of w: all of them, or what cuBLASLt could not take
-  a.w = quant_view(quant_rows_from(w, done));
-  a.x = x.data;
-  a.out = static_cast<char*>(out.data) + done * static_cast<int64_t>(dtype_size(out.dtype));
-  a.bias = bias != nullptr ? static_cast<const char*>(bias) + done * static_cast<int64_t>(dtype_size(bias_dtype))
-                           : nullptr;
-  a.x_stride = x.stride;
-  a.out_stride = out.stride;
-  a.m = m;
-  a.x_dtype = x.dtype;
-  a.out_dtype = out.dtype;
-  a.bias_dtype = bias_dtype;
-  gemv_q(s, a, w.bits, path == LinearQPath::kSimple);
-  check_launch("linear_q", [&] { return quant_desc(out, x, w); });
+  // Rows [done, n) of w: all of them, or what cuBLASLt could not take.
+  DevRows rest = out;
+  rest.data = static_cast<char*>(out.data) + done * static_cast<int64_t>(dtype_size(out.dtype));
+  rest.n_cols = n - done;
+  const void* rest_bias =
+      bias != nullptr ? static_cast<const char*>(bias) + done * static_cast<int64_t>(dtype_size(bias_dtype)) : nullptr;
+  linear_q_gemv(s, rest, x, quant_rows_from(w, done), rest_bias, bias_dtype);
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -9,7 +9,10 @@
 //     one expert x kTileN rows] blocks for gate/up (+ act) and for down (into per-slot f32 rows); a last
 //     kernel sums each token's slots in slot order. The grid is the worst-case tile count (pairs / kTileM
 //     + n_experts); blocks past the real count exit, so nothing depends on device data at launch.
-// Not tuned: SIMT f32 math (no tensor cores yet); quantized experts decode one code at a time.
+// Not tuned: SIMT f32 math (no tensor cores yet). On the grouped-GEMV path 4/8-bit experts stream whole
+// 32-code chunks (16-byte loads, several per lane in flight: gate and up rows together, every top_k slot of
+// a down row together) and take sum_chunk scale * sum(q * v) + bias * sum(v); the tile path and other
+// widths decode one code at a time.
 // Invariants: every output element is written once; an out-of-range expert id contributes nothing; all
 // launches go to `stream` with no host sync (graph-capturable); one scratch() call per op.
 #include <atomic>
@@ -131,6 +134,154 @@ __global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_ex
   }
 }
 
+// ---------------------------------------------------------------- quantized rows, vectorised
+
+// 32-code chunks per lane and pass in flight: 16-byte loads (4 bits: one per chunk, 8 bits: two).
+template <int kBits>
+__host__ __device__ constexpr int chunks_in_flight() {
+  return kBits == 4 ? 4 : 2;
+}
+
+// True when expert e's codes and the vector v can take whole-chunk vector loads (4/8 bits, 16-byte
+// aligned codes and v; rows are whole 16-byte multiples since cols is a multiple of the group size).
+template <typename VT>
+__device__ __forceinline__ bool vec_ok(const DevExpertWeights& w, int e, const VT* v) {
+  return (w.bits == 4 || w.bits == 8) && (static_cast<uint64_t>(w.ptrs[e]) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(v) & 15) == 0;
+}
+
+// 8 consecutive values at a 16-byte aligned address, as floats.
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const Bf16* p, float (&f)[8]) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// One loaded chunk (32 codes of one row, inside one scale group) against v[0:32]:
+// scale * sum(q * v) + bias * sum(v).
+template <int kBits, typename VT>
+__device__ __forceinline__ float chunk_dot(const uint32_t (&wv)[kBits], float s, float b, const VT* v) {
+  float dot = 0.0f, vs = 0.0f;
+#pragma unroll
+  for (int js = 0; js < kQuantChunk / 8; ++js) {
+    float q[8], xv[8];
+    decode8<kBits>(wv, js, q);
+    load8(v + 8 * js, xv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      vs += xv[e];
+      dot = fmaf(q[e], xv[e], dot);
+    }
+  }
+  return fmaf(s, dot, b * vs);
+}
+
+// A quantized expert row: codes, and scales/biases at its first group.
+struct QRow {
+  const uint32_t* codes;
+  const void* scales;
+  const void* biases;
+};
+
+__device__ __forceinline__ QRow q_row(const DevExpertWeights& w, int e, int64_t r) {
+  const int64_t groups = w.cols / w.group_size;
+  const int64_t sb = r * groups * static_cast<int64_t>(w.dtype == DType::kF32 ? 4 : 2);
+  return {reinterpret_cast<const uint32_t*>(w.ptrs[e]) + r * (w.cols * w.bits / 32),
+          reinterpret_cast<const char*>(w.scale_ptrs[e]) + sb, reinterpret_cast<const char*>(w.bias_ptrs[e]) + sb};
+}
+
+// The loads of chunk c of row q (codes, scale, bias of its group).
+template <int kBits>
+__device__ __forceinline__ void load_q_chunk(const QRow& q, const DevExpertWeights& w, int64_t c,
+                                             uint32_t (&wv)[kBits], float& s, float& b) {
+  load_chunk<kBits>(q.codes + c * kBits, wv);
+  const int64_t g = c * kQuantChunk / w.group_size;
+  s = load_any(q.scales, w.dtype, g);
+  b = load_any(q.biases, w.dtype, g);
+}
+
+// gate · v and up · v of row i of expert e, the lanes striding over the gate chunks then the up chunks
+// (both rows' loads in flight together). Needs vec_ok for gate and up.
+template <int kBits, typename VT>
+__device__ __forceinline__ void warp_dot_gate_up_q(const DevMoeExperts& a, int e, int64_t i, const VT* v, int lane,
+                                                   float& gate, float& up) {
+  constexpr int kU = chunks_in_flight<kBits>();
+  const QRow qg = q_row(a.gate, e, i), qu = q_row(a.up, e, i);
+  const int64_t n_chunks = a.gate.cols / kQuantChunk, items = 2 * n_chunks;
+  float gs = 0.0f, us = 0.0f;
+  for (int64_t i0 = 0; i0 < items; i0 += 32 * kU) {
+    uint32_t wv[kU][kBits];
+    float s[kU], b[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t idx = i0 + u * 32 + lane;
+      if (idx >= items) break;
+      const bool is_up = idx >= n_chunks;
+      load_q_chunk<kBits>(is_up ? qu : qg, is_up ? a.up : a.gate, is_up ? idx - n_chunks : idx, wv[u], s[u], b[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t idx = i0 + u * 32 + lane;
+      if (idx >= items) break;
+      const bool is_up = idx >= n_chunks;
+      const int64_t c = is_up ? idx - n_chunks : idx;
+      const float d = chunk_dot<kBits>(wv[u], s[u], b[u], v + c * kQuantChunk);
+      if (is_up)
+        us += d;
+      else
+        gs += d;
+    }
+  }
+  gate = warp_sum(gs);
+  up = warp_sum(us);
+}
+
+// sum_j weights[t, j] * (down_e_j[r] · act[t * top_k + j]) with every slot's loads in flight together,
+// the lanes striding over (slot, chunk) items. Needs vec_ok for every valid slot (checked by the caller).
+template <int kBits>
+__device__ __forceinline__ float warp_down_q(const DevMoeExperts& a, const float* act, int64_t t, int64_t r,
+                                             int lane) {
+  constexpr int kU = chunks_in_flight<kBits>();
+  const int64_t f = a.down.cols, n_chunks = f / kQuantChunk, items = a.top_k * n_chunks;
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < items; i0 += 32 * kU) {
+    uint32_t wv[kU][kBits];
+    float s[kU], b[kU], wt[kU];
+    int64_t off[kU];  // act offset of the item's chunk
+    bool ok[kU];      // the slot's expert id is valid
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t idx = i0 + u * 32 + lane;
+      ok[u] = false;
+      if (idx >= items) break;
+      const int64_t j = idx / n_chunks, c = idx - j * n_chunks, p = t * a.top_k + j;
+      const int e = a.ids[p];
+      off[u] = p * f + c * kQuantChunk;
+      if (!valid_expert(e, a.n_experts)) continue;
+      ok[u] = true;
+      wt[u] = a.weights[p];
+      load_q_chunk<kBits>(q_row(a.down, e, r), a.down, c, wv[u], s[u], b[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t idx = i0 + u * 32 + lane;
+      if (idx >= items) break;
+      if (ok[u]) acc = fmaf(wt[u], chunk_dot<kBits>(wv[u], s[u], b[u], act + off[u]), acc);
+    }
+  }
+  return warp_sum(acc);
+}
+
 // ---------------------------------------------------------------- grouped GEMV (small steps)
 
 // act[p, i] = act(gate_e[i] · x[t]) * (up_e[i] · x[t]) for pair p = (t, j), e = ids[p].
@@ -146,7 +297,16 @@ __global__ void gemv_gate_up_kernel(const DevMoeExperts a, const XT* x, float* a
     return;
   }
   const XT* xt = x + (p / a.top_k) * a.x.stride;
-  const float g = warp_dot(a.gate, e, i, xt, lane), u = warp_dot(a.up, e, i, xt, lane);
+  float g, u;
+  if (vec_ok(a.gate, e, xt) && vec_ok(a.up, e, xt) && a.gate.bits == a.up.bits) {  // warp-uniform
+    if (a.gate.bits == 4)
+      warp_dot_gate_up_q<4>(a, e, i, xt, lane, g, u);
+    else
+      warp_dot_gate_up_q<8>(a, e, i, xt, lane, g, u);
+  } else {
+    g = warp_dot(a.gate, e, i, xt, lane);
+    u = warp_dot(a.up, e, i, xt, lane);
+  }
   if (lane == 0) act[p * f + i] = gated(a.gelu_tanh, g, u);
 }
 
@@ -157,6 +317,17 @@ __global__ void gemv_down_kernel(const DevMoeExperts a, const float* act, OT* ou
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5), t = blockIdx.y;
   const int64_t d = a.down.rows, f = a.down.cols;
   if (r >= d) return;
+  bool vec = (a.down.bits == 4 || a.down.bits == 8) && (f * 4) % 16 == 0 &&
+             (reinterpret_cast<uintptr_t>(act) & 15) == 0;
+  for (int j = 0; vec && j < a.top_k; ++j) {  // warp-uniform
+    const int e = a.ids[t * a.top_k + j];
+    vec = !valid_expert(e, a.n_experts) || vec_ok(a.down, e, act);
+  }
+  if (vec) {
+    const float acc = a.down.bits == 4 ? warp_down_q<4>(a, act, t, r, lane) : warp_down_q<8>(a, act, t, r, lane);
+    if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
+    return;
+  }
   float acc = 0.0f;
   for (int j = 0; j < a.top_k; ++j) {
     const int64_t p = t * a.top_k + j;

@@ -33,6 +33,24 @@ struct DevQuant {
 // by cuBLASLt (x rounded to bf16 first when f32): bf16-GEMM accuracy.
 void linear_q(void* stream, DevRows out, DevRows x, const DevQuant& w, const void* bias, DType bias_dtype);
 
+// One matrix of linear_q_multi / linear_q_swiglu.
+struct DevQuantPart {
+  DevRows out;                 // [m, n] f32|bf16 (unused by linear_q_swiglu)
+  DevQuant w;                  // [n, k]
+  const void* bias = nullptr;  // [n] f32|f16|bf16, or null
+  DType bias_dtype = DType::kF32;
+};
+
+// parts[i].out = x · dequant(parts[i].w)ᵀ (+ bias) for 1 <= n_parts <= 4: one tensor-core GEMV launch over
+// all parts' rows when m <= kGemvMaxM and the launch fits it (4/8 bits, one group size and scale dtype, bf16
+// x, aligned rows, one output and bias dtype); otherwise linear_q per part.
+void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_parts);
+
+// out = silu(x · dequant(gate.w)ᵀ + b_gate) * (x · dequant(up.w)ᵀ + b_up), gate and up kept in f32: one
+// launch per kGemvMaxM rows of x when the tensor-core GEMV fits; otherwise the GEMV per matrix into f32
+// scratch and silu_mul. gate.w and up.w share shape, bits, group size and scale dtype.
+void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up);
+
 // out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32|bf16; ids [n] i32 on the device.
 void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t* ids, float scale);
 
@@ -41,8 +59,11 @@ void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t
 void dequantize(void* stream, DevRows out, const DevQuant& w);
 
 // ---- test hook (process-wide) ----
-// kSimple: the plain one-warp-per-row kernel (any alignment); kGemv/kGemm force those paths at any m.
-enum class LinearQPath : uint8_t { kAuto, kGemv, kGemm, kSimple };
+// kSimple: the plain one-warp-per-row kernel (any alignment); kGemv/kGemm force those paths at any m;
+// kGemvSimt: the GEMV at any m, on the CUDA-core kernel even where the tensor-core one fits.
+enum class LinearQPath : uint8_t { kAuto, kGemv, kGemm, kSimple, kGemvSimt };
 void set_linear_q_path_for_testing(LinearQPath path);
+// The tensor-core GEMV's k split (1, 2, 4 or 8 warps per row tile; 0 = from the shapes).
+void set_linear_q_split_for_testing(int split);
 
 }  // namespace bunsen::kernels::cuda
