@@ -1,11 +1,15 @@
-// Decode-attention micro-benchmark on the Llama-3.1-8B shape (32 q heads, 8 kv heads, head_dim 128, bf16
-// cache in blocks of 16): 32 layers' calls captured in a CUDA graph (as the runner replays decode steps),
-// timed with CUDA events; prints us per layer and the K/V bytes read per second. A measurement tool, not a
-// speed assertion: it runs only with BUNSEN_BENCH_ATTENTION=1 and asserts only that outputs are finite.
-// Layers cycle over enough distinct caches that a layer's K/V is not still in L2 from the previous call.
+// Decode-attention micro-benchmark on the Llama-3.1-8B shape (32 q heads, 8 kv heads, head_dim 128) and the
+// wide-head shapes of Gemma 4 E4B (sliding: 8 / 2 heads at 256, window 512; global: 8 / 2 at 512) and
+// Qwen3.5 4B full attention (16 / 4 at 256), bf16 cache in blocks of 16: 32 layers' calls captured in a
+// CUDA graph (as the runner replays decode steps), timed with CUDA events; prints us per layer and the
+// visible K/V bytes read per second. A measurement tool, not a speed assertion: it runs only with
+// BUNSEN_BENCH_ATTENTION=1 and asserts only that outputs are finite. Layers cycle over enough distinct
+// caches that a layer's K/V is not still in L2 from the previous call.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -15,14 +19,24 @@
 namespace bunsen::kernels::test {
 namespace {
 
-constexpr int64_t kLayers = 32, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16;
+constexpr int64_t kLayers = 32, kBlock = 16;
+
+struct BenchShape {
+  const char* name;
+  int64_t n_heads, n_kv_heads, head_dim;
+  int window;
+};
+
+constexpr BenchShape kLlama{"llama3.1-8b", 32, 8, 128, 0};
 
 struct BenchResult {
   double us_per_layer = 0.0, gb_per_s = 0.0;
 };
 
-// path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT, 2 attention_prefill.cu.
-BenchResult bench_decode(int64_t batch, int64_t ctx, int path) {
+// path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT (attention.cu's general kernel
+// for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu.
+BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path) {
+  const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
   cudaStream_t stream = nullptr;
@@ -32,7 +46,7 @@ BenchResult bench_decode(int64_t batch, int64_t ctx, int path) {
   const Device dev = Device::cuda(cuda::current_device());
   const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock, n_blocks = batch * blocks_per_seq;
   const int64_t width = std::max<int64_t>(blocks_per_seq, 8192 / kBlock);  // a runner's max_context >= 8k
-  const size_t cache_bytes = static_cast<size_t>(n_blocks * kBlock * kKvHeads * kHeadDim) * 2;
+  const size_t cache_bytes = static_cast<size_t>(n_blocks * kBlock * n_kv_heads * head_dim) * 2;
   const int64_t n_caches =
       std::min<int64_t>(kLayers, (int64_t{256} << 20) / static_cast<int64_t>(cache_bytes) + 1);
   std::vector<cuda::DeviceBuffer> ks, vs;
@@ -57,14 +71,15 @@ BenchResult bench_decode(int64_t batch, int64_t ctx, int path) {
   }
   DeviceTensor dt = DeviceTensor::upload(tables.tensor), dp = DeviceTensor::upload(positions.tensor),
                ds = DeviceTensor::upload(seq_index.tensor);
-  DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, kHeads, kHeadDim}, rng).tensor);
-  DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, kHeads, kHeadDim}, rng).tensor);
+  DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_heads, head_dim}, rng).tensor);
+  DeviceTensor out =
+      DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_heads, head_dim}, rng).tensor);
   const AttentionMeta meta{dp.tensor, ds.tensor, dt.tensor, {}};
-  const AttentionParams params{0.088f, 0, 0.0f};
+  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(head_dim)), sh.window, 0.0f};
   auto layers = [&] {
     for (int64_t l = 0; l < kLayers; ++l) {
       const auto i = static_cast<size_t>(l % n_caches);
-      const std::initializer_list<int64_t> shape = {n_blocks, kBlock, kKvHeads, kHeadDim};
+      const std::initializer_list<int64_t> shape = {n_blocks, kBlock, n_kv_heads, head_dim};
       const PagedKv cache{Tensor::view(ks[i].data(), DType::kBF16, shape, dev),
                           Tensor::view(vs[i].data(), DType::kBF16, shape, dev)};
       paged_attention(c, out.tensor, q.tensor, cache, meta, params);
@@ -104,9 +119,17 @@ BenchResult bench_decode(int64_t batch, int64_t ctx, int path) {
   cuda::set_attention_decode_variant_for_testing(0);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
-  const double bytes = static_cast<double>(batch * ctx * kKvHeads * kHeadDim) * 2 * 2;
+  const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
+  const double bytes = static_cast<double>(batch * visible * n_kv_heads * head_dim) * 2 * 2;
   r.gb_per_s = bytes / (r.us_per_layer * 1e3);
   return r;
+}
+
+void print_result(const BenchShape& sh, int64_t batch, int64_t ctx, const char* path, const BenchResult& r) {
+  std::printf(
+      "decode attention %-18s batch %4lld ctx %6lld %-15s %9.1f us/layer %7.0f GB/s %8.3f ms/32 layers\n",
+      sh.name, (long long)batch, (long long)ctx, path, r.us_per_layer, r.gb_per_s,
+      r.us_per_layer * kLayers / 1000.0);
 }
 
 // BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBench*'
@@ -119,14 +142,36 @@ TEST_F(CudaTest, DecodeAttentionBench) {
   for (Case k : {Case{1, 1024}, Case{1, 8192}, Case{1, 32768}, Case{16, 1024}, Case{64, 1024}, Case{64, 4096},
                  Case{256, 1024}})
     for (int path : {0, 1, 2}) {
-      if (path == 2 && k.batch * kKvHeads < 2 * 132) continue;  // tensor cores need rows to fill the GPU
-      const BenchResult r = bench_decode(k.batch, k.ctx, path);
-      const char* name = path == 0 ? "split-kv/mma" : path == 1 ? "split-kv/simt" : "tc-prefill-path";
-      std::printf(
-          "decode attention batch %4lld ctx %6lld %-15s %9.1f us/layer %7.0f GB/s %8.3f ms/32 layers\n",
-          (long long)k.batch, (long long)k.ctx, name, r.us_per_layer, r.gb_per_s,
-          r.us_per_layer * kLayers / 1000.0);
+      if (path == 2 && k.batch * kLlama.n_kv_heads < 2 * 132)
+        continue;  // tensor cores need rows to fill the GPU
+      const BenchResult r = bench_decode(kLlama, k.batch, k.ctx, path);
+      print_result(kLlama, k.batch, k.ctx,
+                   path == 0   ? "split-kv/mma"
+                   : path == 1 ? "split-kv/simt"
+                               : "tc-prefill-path",
+                   r);
     }
+}
+
+// The wide heads (256/512) of Gemma 4 E4B and Qwen3.5 4B: tensor-core flash-decoding against the SIMT
+// flash-decoding kernel (256) or attention.cu's general kernel (512, which SIMT flash-decoding does not
+// take). BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchWideHeads*'
+TEST_F(CudaTest, DecodeAttentionBenchWideHeads) {
+  const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
+  if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
+  const BenchShape shapes[] = {{"gemma4-e4b sliding", 8, 2, 256, 512},
+                               {"qwen3.5-4b full", 16, 4, 256, 0},
+                               {"gemma4-e4b global", 8, 2, 512, 0}};
+  struct Case {
+    int64_t batch, ctx;
+  };
+  for (const BenchShape& sh : shapes)
+    for (Case k : {Case{1, 1024}, Case{1, 4096}, Case{64, 1024}, Case{64, 4096}})
+      for (int path : {0, 1}) {
+        const BenchResult r = bench_decode(sh, k.batch, k.ctx, path);
+        const char* name = path == 0 ? "split-kv/mma" : sh.head_dim <= 256 ? "split-kv/simt" : "general-simt";
+        print_result(sh, k.batch, k.ctx, name, r);
+      }
 }
 
 }  // namespace

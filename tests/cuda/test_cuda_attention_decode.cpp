@@ -1,8 +1,10 @@
 // CUDA flash-decoding (attention_decode.cu, the path of decode steps on a bf16 cache) against kernels/ref:
-// sequences of very different lengths (1 .. 4097) in one step, GQA 1/3/4/8, head_dim 64/128/80/40/256,
+// sequences of very different lengths (1 .. 4097) in one step, GQA 1..16, head_dim 64/128/80/40/256/512,
 // block sizes 16 and 5, f32/bf16 q and out, sliding windows, softcap, forced slice counts, a batch large
-// enough to fill the GPU, invalid block ids inside one slice of a long row (NaN through the combine), and
-// a CUDA graph captured at short contexts and replayed at longer ones (the slicing is decided on device).
+// enough to fill the GPU, invalid block ids inside one slice of a long row (NaN through the combine), K and
+// V sharing one cache (Gemma 4's k_eq_v), and a CUDA graph captured at short contexts and replayed at
+// longer ones (the slicing is decided on device). Head dims 256/512 run the tensor-core kernel's
+// multi-warp key streams (S summed across warps); variant 1 sends 512 and groups > 8 to attention.cu.
 #include <cuda_runtime.h>
 
 #include "attention_test_util.h"
@@ -51,6 +53,37 @@ TEST_P(CudaDecodeTest, MixedLengthsGqaAndHeadDims) {
     }
 }
 
+// The wide heads of Gemma 3/4 and Qwen3.5 (256, Gemma 4 global 512) over GQA ratios 1..16 (rows 8..15
+// of the MMA in use past 8), odd lengths and batch > 1 with mixed lengths; also groups > 8 at 64/128.
+TEST_P(CudaDecodeTest, WideHeadsAndLargeGroups) {
+  const std::vector<int64_t> lens = {1, 15, 17, 33, 511, 1000, 2049};
+  for (int64_t head_dim : {256, 512})
+    for (int64_t group : {1, 2, 4, 5, 8, 12, 16}) {
+      Scenario s = decode_scenario(group, head_dim, lens);
+      check_attention(ctx_, s, strfmt("group %lld head_dim %lld", (long long)group, (long long)head_dim));
+    }
+  for (int64_t head_dim : {64, 128})
+    for (int64_t group : {9, 16}) {
+      Scenario s = decode_scenario(group, head_dim, kMixedLens);
+      check_attention(ctx_, s, strfmt("group %lld head_dim %lld", (long long)group, (long long)head_dim));
+    }
+}
+
+// Gemma 4 shapes with f32 output (tight tolerance): sliding layers 8 q / 2 kv heads at 256 with window 512,
+// global layers at 512 (8 / 2), scale 1 as Gemma 4 (q/k norms) and a soft-capped variant.
+TEST_P(CudaDecodeTest, Gemma4ShapesF32Out) {
+  for (int64_t head_dim : {256, 512})
+    for (int window : {0, 512})
+      for (float softcap : {0.0f, 30.0f}) {
+        Scenario s = decode_scenario(4, head_dim, {1, 513, 777, 4097});
+        s.out_dtype = DType::kF32;
+        s.params = {head_dim == 512 ? 0.05f : 1.0f / 16.0f, window, softcap};
+        s.release_out_of_window = true;
+        check_attention(
+            ctx_, s, strfmt("head_dim %lld window %d softcap %g", (long long)head_dim, window, softcap), 406);
+      }
+}
+
 TEST_P(CudaDecodeTest, F32QueriesAndOutputsOddBlockSizeAndKvHeads) {
   for (DType dt : kActDtypes)
     for (int64_t block_size : {5, 16}) {
@@ -65,9 +98,9 @@ TEST_P(CudaDecodeTest, F32QueriesAndOutputsOddBlockSizeAndKvHeads) {
 }
 
 TEST_P(CudaDecodeTest, SlidingWindowAndSoftcap) {
-  for (int window : {0, 1, 7, 300})
+  for (int window : {0, 1, 7, 300, 512})
     for (float softcap : {0.0f, 5.0f})
-      for (int64_t head_dim : {64, 128}) {
+      for (int64_t head_dim : {64, 128, 256, 512}) {
         Scenario s = decode_scenario(4, head_dim, kMixedLens);
         s.out_dtype = DType::kF32;
         s.params = {0.3f, window, softcap};  // scale large enough for softcap to bite
@@ -78,14 +111,16 @@ TEST_P(CudaDecodeTest, SlidingWindowAndSoftcap) {
 }
 
 TEST_P(CudaDecodeTest, ForcedSliceCounts) {
-  for (int splits : {1, 2, 5, 31, 128}) {
-    cuda::set_attention_splits_for_testing(splits);
-    Scenario s = decode_scenario(8, 128, kMixedLens);
-    s.out_dtype = DType::kF32;
-    check_attention(ctx_, s, strfmt("splits %d", splits), 402);
-    s.params.sliding_window = 100;
-    check_attention(ctx_, s, strfmt("splits %d window 100", splits), 402);
-  }
+  for (int64_t head_dim : {128, 256, 512})
+    for (int splits : {1, 2, 5, 31, 128}) {
+      cuda::set_attention_splits_for_testing(splits);
+      Scenario s = decode_scenario(8, head_dim, kMixedLens);
+      s.out_dtype = DType::kF32;
+      const std::string what = strfmt("head_dim %lld splits %d", (long long)head_dim, splits);
+      check_attention(ctx_, s, what, 402);
+      s.params.sliding_window = 100;
+      check_attention(ctx_, s, what + " window 100", 402);
+    }
 }
 
 // 192 rows x 8 kv heads: more blocks than the GPU holds at once, one or two slices per row.
@@ -101,45 +136,87 @@ TEST_P(CudaDecodeTest, LargeBatchOfVariedLengths) {
   check_attention(ctx_, s, "192 decode rows, window 256", 403);
 }
 
-// A bad block id in the middle of a long row: its slice turns NaN and the combine must keep the NaN;
-// the other row (and the runner's padding-like row: position 0, no blocks) behave as the reference.
-TEST_P(CudaDecodeTest, InvalidBlockIdPoisonsOnlyItsRow) {
-  for (int splits : {0, 1, 4}) {
-    cuda::set_attention_splits_for_testing(splits);
-    Scenario s = decode_scenario(4, 128, {900, 700, 1});
+// 64 rows of varied lengths on the Gemma-4-like wide shapes (8 q / 2 kv heads at 256 and 512) and the
+// Qwen3.5 full-attention shape (16 q / 4 kv heads at 256).
+TEST_P(CudaDecodeTest, WideHeadBatchOfVariedLengths) {
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  for (Shape sh : {Shape{8, 2, 256}, Shape{16, 4, 256}, Shape{8, 2, 512}}) {
+    Scenario s = decode_scenario(1, sh.head_dim, {});
+    s.n_heads = sh.n_heads;
+    s.n_kv_heads = sh.n_kv_heads;
+    for (int i = 0; i < 64; ++i) s.seq_lens.push_back(1 + (i * 211) % 1300);
+    s.new_tokens.assign(s.seq_lens.size(), 1);
+    const std::string what = strfmt("64 rows %lld/%lld heads head_dim %lld", (long long)sh.n_heads,
+                                    (long long)sh.n_kv_heads, (long long)sh.head_dim);
+    check_attention(ctx_, s, what, 407);
+    s.params.sliding_window = 512;
+    s.release_out_of_window = true;
+    check_attention(ctx_, s, what + " window 512", 407);
+  }
+}
+
+// Gemma 4's attention_k_eq_v: one tensor serves as both K and V.
+TEST_P(CudaDecodeTest, KeysAndValuesShareOneCache) {
+  for (int64_t head_dim : {256, 512}) {
+    Scenario s = decode_scenario(4, head_dim, {5, 300, 1025});
     s.out_dtype = DType::kF32;
-    std::mt19937 rng(404);
+    std::mt19937 rng(408);
     Batch b = make_batch(s, rng);
     const Tensor& q = b.q.f32.tensor;
     OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);  // before the ids go bad
-    int32_t* tables = b.block_tables.tensor.ptr<int32_t>();
-    const int64_t width = b.block_tables.tensor.shape[1];
-    tables[width + 20] = 1 << 20;  // seq 1, keys 320..335
-    tables[2 * width] = -1;        // seq 2: a padding row
+    ref::paged_attention(want.tensor, q, {b.k_cache.tensor, b.k_cache.tensor}, b.meta(), s.params);
     DeviceBatch d = upload(b, DType::kF32, rng);
-    paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
-    const std::vector<float> got = values(d.out.download().tensor), ok = values(want.tensor);
-    const size_t row = got.size() / 3;
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (i < row)
-        ASSERT_NEAR(got[i], ok[i], 1e-3f) << "splits " << splits << " at " << i;
-      else
-        ASSERT_TRUE(std::isnan(got[i])) << "splits " << splits << " at " << i;
-    }
+    paged_attention(ctx_, d.out.tensor, d.q.tensor, {d.k.tensor, d.k.tensor}, d.meta(), s.params);
+    expect_close(d.out.download().tensor, want.tensor, tolerance(DType::kF32, 1e-4f),
+                 strfmt("k_eq_v head_dim %lld", (long long)head_dim));
   }
+}
+
+// A bad block id in the middle of a long row: its slice turns NaN and the combine must keep the NaN;
+// the other row (and the runner's padding-like row: position 0, no blocks) behave as the reference.
+TEST_P(CudaDecodeTest, InvalidBlockIdPoisonsOnlyItsRow) {
+  for (int64_t head_dim : {128, 256, 512})
+    for (int splits : {0, 1, 4}) {
+      cuda::set_attention_splits_for_testing(splits);
+      Scenario s = decode_scenario(4, head_dim, {900, 700, 1});
+      s.out_dtype = DType::kF32;
+      std::mt19937 rng(404);
+      Batch b = make_batch(s, rng);
+      const Tensor& q = b.q.f32.tensor;
+      OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+      ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);  // before the ids go bad
+      int32_t* tables = b.block_tables.tensor.ptr<int32_t>();
+      const int64_t width = b.block_tables.tensor.shape[1];
+      tables[width + 20] = 1 << 20;  // seq 1, keys 320..335
+      tables[2 * width] = -1;        // seq 2: a padding row
+      DeviceBatch d = upload(b, DType::kF32, rng);
+      paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+      const std::vector<float> got = values(d.out.download().tensor), ok = values(want.tensor);
+      const size_t row = got.size() / 3;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (i < row)
+          ASSERT_NEAR(got[i], ok[i], 1e-3f) << "head_dim " << head_dim << " splits " << splits << " at " << i;
+        else
+          ASSERT_TRUE(std::isnan(got[i])) << "head_dim " << head_dim << " splits " << splits << " at " << i;
+      }
+    }
 }
 
 // Captured at short contexts, replayed after the positions grew (same block tables, wider than needed):
 // the replay equals the reference at the new positions, as the runner's graph buckets require.
-TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
+void graph_replay_case(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads, int window) {
+  SCOPED_TRACE(strfmt("head_dim %lld heads %lld/%lld window %d", (long long)head_dim, (long long)n_heads,
+                      (long long)n_kv_heads, window));
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context ctx;
   ctx.cuda_stream = stream;
-  Scenario s = decode_scenario(4, 128, {3000, 4097, 40, 1500});
-  s.n_kv_heads = 8;
-  s.n_heads = 32;
+  Scenario s = decode_scenario(4, head_dim, {3000, 4097, 40, 1500});
+  s.n_kv_heads = n_kv_heads;
+  s.n_heads = n_heads;
+  s.params.sliding_window = window;
   std::mt19937 rng(405);
   Batch b = make_batch(s, rng);
   DeviceBatch d = upload(b, DType::kBF16, rng);
@@ -172,6 +249,13 @@ TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
+  graph_replay_case(128, 32, 8, 0);   // Llama 3.1 8B
+  graph_replay_case(256, 8, 2, 512);  // Gemma 4 E4B sliding layers
+  graph_replay_case(256, 16, 4, 0);   // Qwen3.5 4B full-attention layers
+  graph_replay_case(512, 8, 2, 0);    // Gemma 4 E4B global layers
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1));

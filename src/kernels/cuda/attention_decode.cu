@@ -1,6 +1,8 @@
-// Flash-decoding over a paged bf16 cache: one block per (query row, kv head, key slice). This file holds
-// the SIMT slice kernel (any head_dim % 8 == 0 up to 256, any q dtype), the combine kernel and the host
-// side; attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128 with bf16 q. SIMT:
+// Flash-decoding over a paged bf16 or quantized (--kv-quant int8/int4/fp8) cache: one block per (query row,
+// kv head, key slice). This file holds the SIMT slice kernel (any head_dim % 8 == 0 up to 256, any q dtype;
+// the only one for quantized caches, whose codes it dequantizes in registers), the combine kernel and the
+// host side; attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128/256/512 (<= 16
+// query heads per kv head), bf16 q and cache. SIMT:
 // each warp reads kUnroll x (32 / kL) key rows at a time, kL lanes per row with kE dims (16 or 8 bytes) per
 // lane, scores them against all query heads of the GQA group (each K/V row is read once for the group)
 // and keeps an online softmax per lane group in f32; groups and warps merge at the end. A row uses
@@ -14,6 +16,7 @@
 
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -49,6 +52,66 @@ __device__ __forceinline__ void unpack(const uint32_t (&w)[kE / 2], float (&f)[k
   }
 }
 
+// One lane's kE elements of one K or V row as loaded: bf16 pairs, or codes (int8/fp8: 4 per word; int4: 8
+// per word) with their group's scale and bias (kE divides the group, so one pair covers them).
+template <int kE, int F>
+struct KvPack {
+  static constexpr int kWords = F == kKvPlain ? kE / 2 : F == kKvI4 ? 1 : kE / 4;
+  uint32_t w[kWords];
+  float s, b;
+};
+
+// Row `row` (element type CT: bf16, or the row's bytes of codes) from dim d0; params: the row's (scale,
+// bias) pairs (quantized only).
+template <int kE, int F, typename CT>
+__device__ __forceinline__ void load_pack(const CT* row, const float* params, int d0, int group,
+                                          KvPack<kE, F>& p) {
+  if constexpr (F == kKvPlain) {
+    load_words<kE>(row + d0, p.w);
+  } else {
+    if constexpr (F == kKvI4 && kE == 4) {
+      p.w[0] = __ldg(reinterpret_cast<const unsigned short*>(row + d0 / 2));
+    } else if constexpr (F == kKvI4 || kE == 4) {  // 4 bytes: int4 x 8, int8/fp8 x 4
+      p.w[0] = __ldg(reinterpret_cast<const unsigned int*>(row + (F == kKvI4 ? d0 / 2 : d0)));
+    } else {  // int8/fp8 x 8
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(row + d0));
+      p.w[0] = x.x;
+      p.w[1] = x.y;
+    }
+    const int gi = d0 / group;
+    p.s = __ldg(params + 2 * gi);
+    p.b = __ldg(params + 2 * gi + 1);
+  }
+}
+
+template <int kE, int F>
+__device__ __forceinline__ void zero_pack(KvPack<kE, F>& p) {
+#pragma unroll
+  for (int i = 0; i < KvPack<kE, F>::kWords; ++i) p.w[i] = 0u;
+  p.s = p.b = 0.0f;
+}
+
+// The kE values of a pack in f32 (quantized: fmaf(scale, code value, bias), as kv_dequantize_row).
+template <int kE, int F>
+__device__ __forceinline__ void unpack_pack(const KvPack<kE, F>& p, float (&f)[kE]) {
+  if constexpr (F == kKvPlain) {
+    unpack<kE>(p.w, f);
+  } else if constexpr (F == kKvI4) {
+#pragma unroll
+    for (int i = 0; i < kE; ++i) f[i] = fmaf(p.s, static_cast<float>((p.w[0] >> (4 * i)) & 0xfu), p.b);
+  } else if constexpr (F == kKvF8) {
+#pragma unroll
+    for (int i = 0; i < kE; i += 2) {
+      const float2 v = e4m3x2_to_f32_dev(p.w[i / 4] >> (8 * (i % 4)));
+      f[i] = fmaf(p.s, v.x, p.b);
+      f[i + 1] = fmaf(p.s, v.y, p.b);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kE; ++i) f[i] = fmaf(p.s, static_cast<float>((p.w[i / 4] >> (8 * (i % 4))) & 0xffu), p.b);
+  }
+}
+
 // Compile-time layout of one kernel instance.
 template <int kE, int kL, int kG>
 struct Shape {
@@ -56,7 +119,6 @@ struct Shape {
   static constexpr int kUnroll = kG * kE >= 64 ? 2 : 4;  // rows per lane group per iteration (registers)
   static constexpr int kStep = kKw * kUnroll;            // keys per warp per iteration
   static constexpr int kD = kE * kL;                     // dims one lane group covers (>= head_dim)
-  static constexpr int kWords = kE / 2;                  // 32-bit words per lane per row
   static constexpr size_t kRed = size_t{kWarps} * kG * (kD + 2) * sizeof(float);
 };
 
@@ -104,15 +166,14 @@ __device__ __forceinline__ void init_state(const DecodeArgs& a, const Where& w, 
 
 // One iteration: kU rows per lane group, scored against all heads (a kL-lane reduction each), then
 // the online softmax (log2 domain) and P·V. Rows with !in are masked; rows with bad score NaN.
-template <int kE, int kL, int kG, int kU>
-__device__ __forceinline__ void consume(const DecodeArgs& a, RowState<kE, kG>& st,
-                                        const uint32_t (&kw)[kU][kE / 2], const uint32_t (&vw)[kU][kE / 2],
-                                        const bool (&in)[kU], const bool (&bad)[kU]) {
+template <int kE, int kL, int kG, int kU, int F>
+__device__ __forceinline__ void consume(const DecodeArgs& a, RowState<kE, kG>& st, const KvPack<kE, F> (&kw)[kU],
+                                        const KvPack<kE, F> (&vw)[kU], const bool (&in)[kU], const bool (&bad)[kU]) {
   float s[kU][kG];  // scores, then probabilities
 #pragma unroll
   for (int j = 0; j < kU; ++j) {
     float kf[kE];
-    unpack<kE>(kw[j], kf);
+    unpack_pack<kE, F>(kw[j], kf);
 #pragma unroll
     for (int h = 0; h < kG; ++h) {
       float d = 0.0f;
@@ -143,7 +204,7 @@ __device__ __forceinline__ void consume(const DecodeArgs& a, RowState<kE, kG>& s
 #pragma unroll
   for (int j = 0; j < kU; ++j) {
     float vf[kE];
-    unpack<kE>(vw[j], vf);
+    unpack_pack<kE, F>(vw[j], vf);
 #pragma unroll
     for (int h = 0; h < kG; ++h)
 #pragma unroll
@@ -184,8 +245,10 @@ __device__ __forceinline__ void finish(const DecodeArgs& a, RowState<kE, kG>& st
 }
 
 // The SIMT slice kernel: each warp loads its rows straight into registers, kUnroll per lane group.
-template <int kE, int kL, int kG>
+// F: the cache format (plain = bf16; else u8 codes, strides in bytes, plus params).
+template <int kE, int kL, int kG, int F>
 __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
+  using CT = std::conditional_t<F == kKvPlain, Bf16, uint8_t>;
   using S = Shape<kE, kL, kG>;
   constexpr int kU = S::kUnroll;
   __shared__ float red[S::kRed / sizeof(float)];
@@ -195,12 +258,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   const LaneAt ln = lane_at<kE, kL>(a);
   RowState<kE, kG> st;
   init_state<kE, kG>(a, w, ln, st);
-  const Bf16* kc = static_cast<const Bf16*>(a.k_cache) + w.g * a.k_s2 + ln.d0;
-  const Bf16* vc = static_cast<const Bf16*>(a.v_cache) + w.g * a.v_s2 + ln.d0;
+  const CT* kc = static_cast<const CT*>(a.k_cache) + w.g * a.k_s2;
+  const CT* vc = static_cast<const CT*>(a.v_cache) + w.g * a.v_s2;
+  const float* kp = F == kKvPlain ? nullptr : a.k_params + w.g * a.kp_s2;
+  const float* vp = F == kKvPlain ? nullptr : a.v_params + w.g * a.vp_s2;
   const bool seq_ok = w.seq >= 0 && w.seq < a.n_seqs;
   const int32_t* table = a.block_tables + (seq_ok ? static_cast<int64_t>(w.seq) * a.table_stride : 0);
   for (int base = w.k0 + ln.warp * S::kStep; base < w.k1; base += kWarps * S::kStep) {  // warp-uniform
-    uint32_t kw[kU][S::kWords], vw[kU][S::kWords];
+    KvPack<kE, F> kw[kU], vw[kU];
     bool in[kU], bad[kU];
 #pragma unroll
     for (int j = 0; j < kU; ++j) {
@@ -210,14 +275,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
       const int blk = in[j] ? block_of(a, table, seq_ok, key, off) : -1;
       bad[j] = in[j] && blk < 0;
       if (blk >= 0 && ln.dims) {
-        load_words<kE>(kc + blk * a.k_s0 + off * a.k_s1, kw[j]);
-        load_words<kE>(vc + blk * a.v_s0 + off * a.v_s1, vw[j]);
+        load_pack<kE, F>(kc + blk * a.k_s0 + off * a.k_s1, F == kKvPlain ? nullptr : kp + blk * a.kp_s0 + off * a.kp_s1,
+                         ln.d0, a.kv_group, kw[j]);
+        load_pack<kE, F>(vc + blk * a.v_s0 + off * a.v_s1, F == kKvPlain ? nullptr : vp + blk * a.vp_s0 + off * a.vp_s1,
+                         ln.d0, a.kv_group, vw[j]);
       } else {
-#pragma unroll
-        for (int i = 0; i < S::kWords; ++i) kw[j][i] = vw[j][i] = 0u;
+        zero_pack(kw[j]);
+        zero_pack(vw[j]);
       }
     }
-    consume<kE, kL, kG, kU>(a, st, kw, vw, in, bad);
+    consume<kE, kL, kG, kU, F>(a, st, kw, vw, in, bad);
   }
   finish<kE, kL, kG>(a, st, red, w, ln);
 }
@@ -278,32 +345,33 @@ Tiling tiling_for(int64_t head_dim, int64_t group) {
   return t;
 }
 
-template <int kE, int kL, int kG>
+template <int kE, int kL, int kG, int F>
 void launch(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  decode_kernel<kE, kL, kG><<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, 0, s>>>(a);
+  decode_kernel<kE, kL, kG, F><<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, 0, s>>>(a);
 }
 
-template <int kE, int kG>
+template <int kE, int kG, int F>
 void launch_lanes(cudaStream_t s, const DecodeArgs& a, int lanes, int n_kv_heads) {
   if (lanes == 8)
-    launch<kE, 8, kG>(s, a, n_kv_heads);
+    launch<kE, 8, kG, F>(s, a, n_kv_heads);
   else if (lanes == 16)
-    launch<kE, 16, kG>(s, a, n_kv_heads);
+    launch<kE, 16, kG, F>(s, a, n_kv_heads);
   else
-    launch<kE, 32, kG>(s, a, n_kv_heads);
+    launch<kE, 32, kG, F>(s, a, n_kv_heads);
 }
 
+template <int F>
 void launch_tiling(cudaStream_t s, const DecodeArgs& a, Tiling ti, int n_kv_heads) {
   if (ti.g == 8 && ti.e == 4)
-    launch_lanes<4, 8>(s, a, ti.l, n_kv_heads);
+    launch_lanes<4, 8, F>(s, a, ti.l, n_kv_heads);
   else if (ti.g == 8)  // head_dim > 128: 32 lanes
-    launch<8, 32, 8>(s, a, n_kv_heads);
+    launch<8, 32, 8, F>(s, a, n_kv_heads);
   else if (ti.g == 4)
-    launch_lanes<8, 4>(s, a, ti.l, n_kv_heads);
+    launch_lanes<8, 4, F>(s, a, ti.l, n_kv_heads);
   else if (ti.g == 2)
-    launch_lanes<8, 2>(s, a, ti.l, n_kv_heads);
+    launch_lanes<8, 2, F>(s, a, ti.l, n_kv_heads);
   else
-    launch_lanes<8, 1>(s, a, ti.l, n_kv_heads);
+    launch_lanes<8, 1, F>(s, a, ti.l, n_kv_heads);
 }
 
 // Slices per row: enough blocks for one full wave (`fill` resident blocks per SM; more would mostly add
@@ -316,6 +384,15 @@ int choose_splits(const DevAttention& at, int min_keys, int fill, int forced) {
   int64_t s = (static_cast<int64_t>(fill) * sm_count() + rows - 1) / rows;
   s = std::min<int64_t>({s, (max_ctx + min_keys - 1) / min_keys, kMaxSplits});
   return static_cast<int>(std::max<int64_t>(s, 1));
+}
+
+// The tensor-core slice kernel takes bf16 q over a bf16 cache at head_dim 64/128/256/512, <= 16 heads per
+// kv head (unless the testing switch asks for SIMT).
+bool use_mma(const DevAttention& at) {
+  const int64_t n_kv = at.cache.n_kv_heads;
+  return g_variant.load() == 0 && at.cache.bits == 0 && at.cache.dtype == DType::kBF16 &&
+         at.q.dtype == DType::kBF16 && n_kv > 0 && at.q.n_heads % n_kv == 0 &&
+         mma_decode_ok(at.q.head_dim, at.q.n_heads / n_kv);
 }
 
 }  // namespace
@@ -331,8 +408,19 @@ bool decode_attention_ok(const DevAttention& at) {
   const int64_t group = at.q.n_heads / c.n_kv_heads;
   bool aligned = reinterpret_cast<uintptr_t>(c.k) % 16 == 0 && reinterpret_cast<uintptr_t>(c.v) % 16 == 0;
   for (int i = 0; i < 3; ++i) aligned = aligned && c.k_strides[i] % 8 == 0 && c.v_strides[i] % 8 == 0;
-  return c.dtype == DType::kBF16 && at.q.n_tokens <= at.meta.n_seqs && hd % 8 == 0 && hd >= 8 && hd <= 256 &&
-         group >= 1 && group <= 8 && aligned && at.q.n_tokens < (int64_t{1} << 31) && c.n_kv_heads <= 65535;
+  // Quantized: a lane's kE (4 or 8) dims stay in one group; int4 loads 4 bytes at most, int8/fp8 8 bytes.
+  const bool quant_ok = c.bits != 0 && c.dtype == DType::kU8 && c.group_size > 0 && c.group_size % 8 == 0 &&
+                        hd % c.group_size == 0 && c.k_params != nullptr && c.v_params != nullptr &&
+                        reinterpret_cast<uintptr_t>(c.k_params) % 4 == 0 &&
+                        reinterpret_cast<uintptr_t>(c.v_params) % 4 == 0;
+  if (c.bits != 0) {
+    const int64_t need = c.bits == 4 && !c.fp8 ? 4 : 8;
+    aligned = reinterpret_cast<uintptr_t>(c.k) % need == 0 && reinterpret_cast<uintptr_t>(c.v) % need == 0;
+    for (int i = 0; i < 3; ++i) aligned = aligned && c.k_strides[i] % need == 0 && c.v_strides[i] % need == 0;
+  }
+  const bool simt = hd % 8 == 0 && hd >= 8 && hd <= 256 && group >= 1 && group <= 8;
+  return (c.bits == 0 ? c.dtype == DType::kBF16 : quant_ok) && at.q.n_tokens <= at.meta.n_seqs &&
+         (simt || use_mma(at)) && aligned && at.q.n_tokens < (int64_t{1} << 31) && c.n_kv_heads <= 65535;
 }
 
 void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
@@ -343,13 +431,12 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   a.q_dtype = at.q.dtype;
   a.n_heads = static_cast<int>(at.q.n_heads);
   a.head_dim = static_cast<int>(at.q.head_dim);
-  const bool mma =
-      g_variant.load() == 0 && at.q.dtype == DType::kBF16 && (a.head_dim == 64 || a.head_dim == 128);
+  const bool mma = use_mma(at);
   const Tiling ti = tiling_for(at.q.head_dim, a.group);
   const int unroll = ti.g * ti.e >= 64 ? 2 : 4;  // as Shape::kUnroll
-  a.min_keys = mma ? kMmaMinKeys : std::max(32, kWarps * (32 / ti.l) * unroll);
-  a.n_splits =
-      choose_splits(at, a.min_keys, mma ? mma_blocks_per_sm(a.head_dim) : kSimtBlocksPerSm, forced_splits);
+  a.min_keys = mma ? mma_min_keys(a.head_dim, a.group) : std::max(32, kWarps * (32 / ti.l) * unroll);
+  a.n_splits = choose_splits(at, a.min_keys, mma ? mma_blocks_per_sm(a.head_dim, a.group) : kSimtBlocksPerSm,
+                             forced_splits);
   const int bs = a.block_size;
   a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
   cudaStream_t s = as_stream(stream);
@@ -358,10 +445,13 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
         static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
   }
+  const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   if (mma)
-    launch_decode_mma(s, a, static_cast<int>(at.cache.n_kv_heads));
+    launch_decode_mma(s, a, n_kv_heads);
+  else if (at.cache.bits == 0)
+    launch_tiling<kKvPlain>(s, a, ti, n_kv_heads);
   else
-    launch_tiling(s, a, ti, static_cast<int>(at.cache.n_kv_heads));
+    with_quant_fmt(at.cache, [&](auto fmt) { launch_tiling<decltype(fmt)::value>(s, a, ti, n_kv_heads); });
   check_launch(op, detail);
   if (a.n_splits > 1) {  // launched early (programmatic dependent launch); it waits for the partials
     cudaLaunchConfig_t cfg = {};

@@ -1,5 +1,5 @@
 // The flash-decoding entry points (attention_decode.cu), called by cuda::paged_attention (attention.cu) for
-// steps whose rows are decode tokens and whose cache is bf16. Not a public op: ops.h's paged_attention
+// steps whose rows are decode tokens and whose cache is bf16 or quantized. Not a public op: ops.h's paged_attention
 // picks it. Invariant: the number of key slices is a function of host scalars only (rows, kv heads, block
 // table width, SM count), so a step captured into a CUDA graph stays valid for any context length that
 // fits the block table.
@@ -9,15 +9,18 @@
 
 namespace bunsen::kernels::cuda {
 
-// True when decode_attention() handles `at`: bf16 cache with 16-byte aligned rows, head_dim a multiple of 8
-// in [8, 256], 1..8 query heads per kv head, and no more query rows than sequences (a decode step).
+// True when decode_attention() handles `at`: bf16 cache with 16-byte aligned rows (or a quantized cache with
+// groups of a multiple of 8 and 8-byte aligned code rows, 4 for int4), head_dim a multiple of 8 in [8, 256]
+// with 1..8 query heads per kv head (SIMT) or, for bf16 q and cache under variant 0, head_dim 64/128/256/512
+// with 1..16 (tensor cores), and no more query rows than sequences (a decode step).
 bool decode_attention_ok(const DevAttention& at);
 
 // Split-KV decode attention; `forced_splits` > 0 fixes the slice count (tests), 0 chooses it.
 void decode_attention(void* stream, const DevAttention& at, int forced_splits);
 
-// 0 (default): the tensor-core slice kernel where it applies (head_dim 64/128, bf16 q), else SIMT;
-// 1: always the SIMT kernel. For tests and the micro-benchmark (both must match the reference).
+// 0 (default): the tensor-core slice kernel where it applies (head_dim 64/128/256/512, bf16 q and cache),
+// else SIMT; 1: always the SIMT kernel (shapes it cannot take, e.g. head_dim 512, then leave flash-decoding
+// for attention.cu's general kernel). For tests and the micro-benchmark (all must match the reference).
 void set_attention_decode_variant_for_testing(int variant);
 
 }  // namespace bunsen::kernels::cuda

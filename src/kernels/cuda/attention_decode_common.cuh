@@ -1,8 +1,8 @@
 // Pieces shared by the flash-decoding kernels (attention_decode.cu: SIMT, any head_dim % 8 == 0 up to 256;
-// attention_decode_mma.cu: tensor cores, head_dim 64/128, bf16 q): the launch arguments, the per-row key
-// slicing both the slice kernels and the combine kernel derive on the device, block-table lookup, cp.async
-// wrappers and the block epilogue that merges the warps' softmax states and writes a row or a partial.
-// Not a public interface. Invariants: scores live in the log2 domain (q·k·scale·log2e); a state is
+// attention_decode_mma.cu: tensor cores, head_dim 64/128/256/512, bf16 q): the launch arguments, the per-row
+// key slicing both the slice kernels and the combine kernel derive on the device, block-table lookup,
+// cp.async wrappers and the block epilogue that merges the warps' softmax states and writes a row or a
+// partial. Not a public interface. Invariants: scores live in the log2 domain (q·k·scale·log2e); a state is
 // (max m, sum l, acc); NaN poisons l and acc but never m (fmaxf ignores NaN).
 #pragma once
 #include <cstdint>
@@ -108,9 +108,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Block epilogue. red [kWarps][kG][kD + 2] f32 holds each warp's (m, l, acc[head_dim]) per head of the
-// group; merges the warps and writes out[t, head] (one slice) or this slice's partial.
-template <int kG, int kD>
+// Block epilogue. red [kStates][kG][kD + 2] f32 holds each warp's (or key stream's) (m, l, acc[head_dim])
+// per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial.
+template <int kG, int kD, int kStates = kWarps>
 __device__ __forceinline__ void write_block(const DecodeArgs& a, const float* red, const Where& w) {
   __syncthreads();
   const int D = a.head_dim, G = a.group;
@@ -118,10 +118,10 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, const float* re
     const int h = idx / D, d = idx - h * D, head = w.g * G + h;
     float mx = -INFINITY;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
+    for (int v = 0; v < kStates; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
     float den = 0.0f, num = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) {
+    for (int v = 0; v < kStates; ++v) {
       const float* r = red + (v * kG + h) * (kD + 2);
       const float f = rescale(r[0], mx);
       den += f * r[1];
@@ -141,9 +141,13 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, const float* re
   }
 }
 
-// The tensor-core slice kernel (attention_decode_mma.cu) for head_dim 64 or 128 with bf16 q.
-constexpr int kMmaMinKeys = kWarps * 16;  // one 16-key tile per warp
+// The tensor-core slice kernel (attention_decode_mma.cu) for head_dim 64/128/256/512 with bf16 q and cache
+// and up to kMmaMaxGroup query heads per kv head.
+constexpr int kMmaMaxGroup = 16;
+bool mma_decode_ok(int64_t head_dim, int64_t group);
 void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
-int mma_blocks_per_sm(int head_dim);  // resident blocks of that kernel per SM (shared memory bound)
+int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
+// Resident blocks of that kernel per SM (shared memory bound).
+int mma_blocks_per_sm(int head_dim, int group);
 
 }  // namespace bunsen::kernels::cuda::decode

@@ -1,11 +1,14 @@
-// The tensor-core flash-decoding slice kernel (head_dim 64/128, bf16 q, bf16 cache, <= 8 query heads per kv
-// head): each warp takes 16-key tiles of its slice in turn, streams their K and V rows through a private
-// 3-stage cp.async ring in shared memory (16-byte chunks, XOR-swizzled for conflict-free ldmatrix), and
-// computes S = Q·Kᵀ (query heads as the 16 MMA rows, 8 of them at most used) and O += P·V with
-// mma.m16n8k16 in f32. P is split into bf16 hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. The
-// online softmax runs on the S fragments in the log2 domain, as the SIMT kernel's. Not for f32 q (not exact
-// in bf16) or other head dims: attention_decode.cu's SIMT kernel takes those. Invariants: masks as ref; a
-// visible key with an invalid block id is a NaN row of K (never read from global memory).
+// The tensor-core flash-decoding slice kernel (head_dim 64/128/256/512, bf16 q, bf16 cache, <= 16 query heads
+// per kv head): the block's warps form key streams; each stream takes 16-key tiles of its slice in turn.
+// A warp owns at most 128 dims of the head (head_dim 256: two warps per stream, 512: four), streams its
+// dims of each tile's K and V rows through a private 3-stage cp.async ring in shared memory (16-byte
+// chunks, XOR-swizzled for conflict-free ldmatrix), and computes its part of S = Q·Kᵀ (query heads as the
+// 16 MMA rows) with mma.m16n8k16 in f32; the warps of a stream add their parts of S through shared memory
+// (a named barrier per tile, fixed order, so every warp sees the same bits), run the same online softmax
+// (log2 domain, as the SIMT kernel) and each accumulates O += P·V over its own dims. P is split into bf16
+// hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. Not for f32 q (not exact in bf16), quantized caches
+// or other head dims: attention_decode.cu's SIMT kernel takes those. Invariants: masks as ref; a visible
+// key with an invalid block id is a NaN row of K (never read from global memory).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -17,20 +20,29 @@
 namespace bunsen::kernels::cuda::decode {
 namespace {
 
-constexpr int kTile = 16;   // keys per warp tile
-constexpr int kStages = 3;  // cp.async ring depth per warp
+constexpr int kTile = 16;       // keys per stream tile
+constexpr int kStages = 3;      // cp.async ring depth per warp
+constexpr int kMaxPartD = 128;  // dims one warp owns (registers: its O fragments and Q fragments)
 
-template <int kD>
+// kRows: MMA rows in use, 8 (groups of <= 8 query heads; rows 8..15 of A are zero) or 16.
+template <int kD, int kRows>
 struct MmaShape {
-  static constexpr int kChunks = kD / 8;  // 16-byte chunks per row
-  static constexpr int kRowBytes = kD * 2;
-  static constexpr int kMatBytes = kTile * kRowBytes;  // one K or V tile
+  static constexpr int kParts = kD > kMaxPartD ? kD / kMaxPartD : 1;  // warps sharing a key tile
+  static constexpr int kPartD = kD / kParts;                          // dims each of them owns
+  static constexpr int kStreams = kWarps / kParts;                    // key streams per block
+  static constexpr int kR = kRows / 8;                                // row halves: gq (and gq + 8)
+  static constexpr int kChunks = kPartD / 8;                          // 16-byte chunks per row part
+  static constexpr int kRowBytes = kPartD * 2;
+  static constexpr int kMatBytes = kTile * kRowBytes;  // one K or V tile (this warp's dims)
   static constexpr int kStageBytes = 2 * kMatBytes;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kPerLane = kTile * kChunks / 32;  // chunks each lane copies per matrix
   static constexpr size_t kRing = size_t{kWarps} * kWarpBytes;
-  static constexpr size_t kRed = size_t{kWarps} * 8 * (kD + 2) * sizeof(float);
-  static constexpr size_t kSmem = kRing > kRed ? kRing : kRed;
+  // S exchange: [2 buffers][kWarps][kR][32 lanes] float4 (this lane's S values of one row half).
+  static constexpr size_t kXchg = kParts > 1 ? sizeof(float4) * (2 * 32 * kR * kWarps) : 0;
+  static constexpr size_t kRed = size_t{kStreams} * kRows * (kD + 2) * sizeof(float);
+  static constexpr size_t kSmem = kRing + kXchg > kRed ? kRing + kXchg : kRed;
+  static_assert(kWarps % kParts == 0 && kPartD % 16 == 0 && (kTile * kChunks) % 32 == 0, "tiling");
 };
 
 // Byte offset of 16-byte chunk c of row r in a tile: chunks XOR-swizzled by row, so the 8 rows of an
@@ -53,13 +65,21 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(s));
 }
 
-// c += A·B for a 16x16 A whose rows 8..15 are zero (a0: row g cols 2t.., a2: row g cols 2t+8..).
-__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+// c += A·B, A 16x16 as fragments a[0] (row g, cols 2t..), a[1] (row g + 8), a[2] (row g, cols 2t + 8..),
+// a[3] (row g + 8, cols 2t + 8..).
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Named barrier kId (1..15; 0 is __syncthreads) over kThreadsIn threads. Immediate ids, so ptxas reserves
+// only the barriers used.
+template <int kId, int kThreadsIn>
+__device__ __forceinline__ void named_barrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreadsIn) : "memory");
 }
 
 __device__ __forceinline__ uint32_t pack(Bf16 lo, Bf16 hi) {
@@ -74,36 +94,89 @@ __device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& 
   lo = pack(__float2bfloat16_rn(x - __bfloat162float(hx)), __float2bfloat16_rn(y - __bfloat162float(hy)));
 }
 
-template <int kD>
+// Adds the partial S of the kParts warps of this stream (this warp's own part included), in part order.
+// sc[nt][2r + e]: row half r, keys nt * 8 + 2tq + e.
+template <class S>
+__device__ __forceinline__ void exchange_scores(unsigned char* smem, int it, int warp, int lane,
+                                                float (&sc)[2][4]) {
+  float4* x = reinterpret_cast<float4*>(smem + S::kRing);
+  const int buf = it & 1, stream = warp / S::kParts;
+#pragma unroll
+  for (int r = 0; r < S::kR; ++r)
+    x[((buf * kWarps + warp) * S::kR + r) * 32 + lane] =
+        make_float4(sc[0][2 * r], sc[0][2 * r + 1], sc[1][2 * r], sc[1][2 * r + 1]);
+  // Double-buffered: a warp writes this buffer again two tiles later, after the next barrier, which
+  // every reader of this tile passes only after reading.
+  static_assert(S::kStreams <= 2, "one named barrier per key stream");
+  if (S::kStreams == 1 || stream == 0)
+    named_barrier<1, 32 * S::kParts>();
+  else
+    named_barrier<2, 32 * S::kParts>();
+#pragma unroll
+  for (int r = 0; r < S::kR; ++r) {
+    float4 sum = x[((buf * kWarps + stream * S::kParts) * S::kR + r) * 32 + lane];
+#pragma unroll
+    for (int p = 1; p < S::kParts; ++p) {
+      const float4 v = x[((buf * kWarps + stream * S::kParts + p) * S::kR + r) * 32 + lane];
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    sc[0][2 * r] = sum.x;
+    sc[0][2 * r + 1] = sum.y;
+    sc[1][2 * r] = sum.z;
+    sc[1][2 * r + 1] = sum.w;
+  }
+}
+
+// Q's A fragments for this warp's dims: qa[kd][r + 2 * half] = heads gq + 8r, dims kd*16 + half*8 + 2tq (+1).
+template <class S>
+__device__ __forceinline__ void load_q(const DecodeArgs& a, const Where& w, int d_base, int gq, int tq,
+                                       uint32_t (&qa)[S::kPartD / 16][4]) {
+  const int G = a.group;
+  const Bf16* q = static_cast<const Bf16*>(a.q) + w.t * a.q_ts + w.g * G * a.q_hs + d_base;
+#pragma unroll
+  for (int kd = 0; kd < S::kPartD / 16; ++kd)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = gq + 8 * r, d = kd * 16 + half * 8 + 2 * tq;
+        uint32_t v = 0u;  // bf16 zeros: rows past the group (and rows 8..15 when kRows is 8)
+        if (r < S::kR && row < G) v = pack(q[row * a.q_hs + d], q[row * a.q_hs + d + 1]);
+        qa[kd][r + 2 * half] = v;
+      }
+}
+
+template <int kD, int kRows>
 __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeArgs a) {
-  using S = MmaShape<kD>;
+  using S = MmaShape<kD, kRows>;
+  constexpr int kR = S::kR, kPartD = S::kPartD;
   extern __shared__ __align__(128) unsigned char smem[];
   const Where w = where_am_i(a);
   allow_combine_launch();
   if (!w.live) return;  // uniform over the block
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, G = a.group;
-  uint32_t qa[kD / 16][2];  // A fragments of Q: head gq of the group, dims kd*16 + 2tq (+8)
-  {
-    const Bf16* q = static_cast<const Bf16*>(a.q) + w.t * a.q_ts + (w.g * G + min(gq, G - 1)) * a.q_hs;
-    const Bf16 zero = __float2bfloat16_rn(0.0f);
+  const int stream = warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
+  uint32_t qa[kPartD / 16][4];
+  load_q<S>(a, w, d_base, gq, tq, qa);
+  float o[kPartD / 8][4];  // O fragments: c0, c1 = head gq, dims 2tq (+1); c2, c3 = head gq + 8
 #pragma unroll
-    for (int kd = 0; kd < kD / 16; ++kd)
+  for (int i = 0; i < kPartD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  // Rows gq (+ 8); l sums this lane's keys only (the quad adds up at the end).
+  float m[kR], l[kR];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int d = kd * 16 + half * 8 + 2 * tq;
-        qa[kd][half] = gq < G ? pack(q[d], q[d + 1]) : pack(zero, zero);
-      }
+  for (int r = 0; r < kR; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
   }
-  float o[kD / 8][4];
-#pragma unroll
-  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m = -INFINITY, l = 0.0f;  // row gq; l sums this lane's keys only (the quad adds up at the end)
-  const Bf16* kc = static_cast<const Bf16*>(a.k_cache) + w.g * a.k_s2;
-  const Bf16* vc = static_cast<const Bf16*>(a.v_cache) + w.g * a.v_s2;
+  const Bf16* kc = static_cast<const Bf16*>(a.k_cache) + w.g * a.k_s2 + d_base;
+  const Bf16* vc = static_cast<const Bf16*>(a.v_cache) + w.g * a.v_s2 + d_base;
   const bool seq_ok = w.seq >= 0 && w.seq < a.n_seqs;
   const int32_t* table = a.block_tables + (seq_ok ? static_cast<int64_t>(w.seq) * a.table_stride : 0);
-  const int base0 = w.k0 + warp * kTile, stride = kWarps * kTile;
-  const int n_it = base0 < w.k1 ? (w.k1 - base0 + stride - 1) / stride : 0;  // warp-uniform
+  const int base0 = w.k0 + stream * kTile, stride = S::kStreams * kTile;
+  const int n_it = base0 < w.k1 ? (w.k1 - base0 + stride - 1) / stride : 0;  // uniform over the stream
   unsigned char* ring = smem + warp * S::kWarpBytes;
   // Block ids of the rows this lane copies for tile `it` (-1: past the slice or invalid). Looked up one
   // tile ahead of the copies, so the table's latency hides behind a tile of compute.
@@ -157,112 +230,166 @@ __global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeArgs a
     lookup(it + kStages, next);  // in flight while this tile computes
     const unsigned char* ks = ring + (it % kStages) * S::kStageBytes;
     const unsigned char* vs = ks + S::kMatBytes;
-    float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq, 2tq + 1
+    float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
 #pragma unroll
-    for (int kd = 0; kd < kD / 16; ++kd) {
+    for (int kd = 0; kd < kPartD / 16; ++kd) {
       uint32_t b[4];  // K rows (keys 0-7 | 8-15) x dims (kd*16 + 0-7 | 8-15)
       ldsm_x4(b, ks + swz((mi >> 1) * 8 + r8, kd * 2 + (mi & 1), S::kRowBytes));
-      mma(sc[0], qa[kd][0], qa[kd][1], b[0], b[1]);
-      mma(sc[1], qa[kd][0], qa[kd][1], b[2], b[3]);
+      mma(sc[0], qa[kd], b[0], b[1]);
+      mma(sc[1], qa[kd], b[2], b[3]);
     }
+    if constexpr (S::kParts > 1) exchange_scores<S>(smem, it, warp, lane, sc);
     const int key0 = base0 + it * stride + 2 * tq;
-    float p[2][2], tmax = -INFINITY;
+    float p[2][4], mx[kR];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int r = 0; r < kR; ++r) {
+      float tmax = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float x = sc[nt][e];
-        x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * qk_scale;
-        p[nt][e] = key0 + nt * 8 + e < w.k1 ? x : -INFINITY;
-        tmax = fmaxf(tmax, p[nt][e]);  // ignores NaN: it poisons l and o, not m
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = sc[nt][2 * r + e];
+          x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * qk_scale;
+          x = key0 + nt * 8 + e < w.k1 ? x : -INFINITY;
+          p[nt][2 * r + e] = x;
+          tmax = fmaxf(tmax, x);  // ignores NaN: it poisons l and o, not m
+        }
+      tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 2));
+      mx[r] = fmaxf(m[r], tmax);
+      const float alpha = rescale(m[r], mx[r]);
+      l[r] *= alpha;
+#pragma unroll
+      for (int i = 0; i < kPartD / 8; ++i) {
+        o[i][2 * r] *= alpha;
+        o[i][2 * r + 1] *= alpha;
       }
-    tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 1));
-    tmax = fmaxf(tmax, __shfl_xor_sync(kFull, tmax, 2));
-    const float mx = fmaxf(m, tmax), alpha = rescale(m, mx);
-    l *= alpha;
 #pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[i][0] *= alpha;
-      o[i][1] *= alpha;
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = p[nt][2 * r + e];
+          x = x == -INFINITY ? 0.0f : exp2f(x - mx[r]);
+          l[r] += x;
+        }
+      m[r] = mx[r];
+    }
+    uint32_t ph[4] = {0u, 0u, 0u, 0u}, pl[4] = {0u, 0u, 0u, 0u};  // A fragments of P, hi and lo parts
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      split(p[0][2 * r], p[0][2 * r + 1], ph[r], pl[r]);          // keys 2tq (+1)
+      split(p[1][2 * r], p[1][2 * r + 1], ph[r + 2], pl[r + 2]);  // keys 8 + 2tq (+1)
     }
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        p[nt][e] = p[nt][e] == -INFINITY ? 0.0f : exp2f(p[nt][e] - mx);
-        l += p[nt][e];
-      }
-    m = mx;
-    uint32_t ph0, pl0, ph2, pl2;  // A fragments of P (keys 2tq.. | 8 + 2tq..), hi and lo parts
-    split(p[0][0], p[0][1], ph0, pl0);
-    split(p[1][0], p[1][1], ph2, pl2);
-#pragma unroll
-    for (int dp = 0; dp < kD / 16; ++dp) {
+    for (int dp = 0; dp < kPartD / 16; ++dp) {
       uint32_t b[4];  // V rows (keys 0-7 | 8-15) x dims (dp*16 + 0-7 | 8-15), transposed
       ldsm_x4_trans(b, vs + swz((mi & 1) * 8 + r8, dp * 2 + (mi >> 1), S::kRowBytes));
-      mma(o[2 * dp], ph0, ph2, b[0], b[1]);
-      mma(o[2 * dp + 1], ph0, ph2, b[2], b[3]);
-      mma(o[2 * dp], pl0, pl2, b[0], b[1]);
-      mma(o[2 * dp + 1], pl0, pl2, b[2], b[3]);
+      mma(o[2 * dp], ph, b[0], b[1]);
+      mma(o[2 * dp + 1], ph, b[2], b[3]);
+      mma(o[2 * dp], pl, b[0], b[1]);
+      mma(o[2 * dp + 1], pl, b[2], b[3]);
     }
 #pragma unroll
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
   }
   cp_async_wait<0>();
-  __syncthreads();  // every warp is done with its ring: the shared memory becomes `red`
-  float* red = reinterpret_cast<float*>(smem);
-  l += __shfl_xor_sync(kFull, l, 1);
-  l += __shfl_xor_sync(kFull, l, 2);
-  if (gq < G) {
-    float* r = red + (warp * 8 + gq) * (kD + 2);
-    if (tq == 0) {
-      r[0] = m;
-      r[1] = l;
-    }
+  __syncthreads();  // every warp is done with its ring and the exchange: the shared memory becomes `red`
+  float* red = reinterpret_cast<float*>(smem);  // [kStreams][kRows][kD + 2]
 #pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      r[2 + dn * 8 + 2 * tq] = o[dn][0];
-      r[2 + dn * 8 + 2 * tq + 1] = o[dn][1];
+  for (int r = 0; r < kR; ++r) {
+    l[r] += __shfl_xor_sync(kFull, l[r], 1);
+    l[r] += __shfl_xor_sync(kFull, l[r], 2);
+    const int h = gq + 8 * r;
+    if (h < G) {
+      float* rr = red + (stream * kRows + h) * (kD + 2);
+      if (tq == 0 && part == 0) {  // the stream's warps hold the same m and l
+        rr[0] = m[r];
+        rr[1] = l[r];
+      }
+#pragma unroll
+      for (int dn = 0; dn < kPartD / 8; ++dn) {
+        rr[2 + d_base + dn * 8 + 2 * tq] = o[dn][2 * r];
+        rr[2 + d_base + dn * 8 + 2 * tq + 1] = o[dn][2 * r + 1];
+      }
     }
   }
-  write_block<8, kD>(a, red, w);
+  write_block<kRows, kD, S::kStreams>(a, red, w);
 }
 
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
-// two 96 KB blocks fit one SM), once per device.
-template <int kD>
+// two ~100 KB blocks fit one SM), once per device and instance.
+template <int kD, int kRows>
 void prepare(const void* kernel) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
   if (bit != 0 && (done.load() & bit) != 0) return;
-  allow_dynamic_smem(kernel, MmaShape<kD>::kSmem, "paged_attention");
+  allow_dynamic_smem(kernel, MmaShape<kD, kRows>::kSmem, "paged_attention");
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              "paged_attention", [] { return std::string("(shared memory carveout)"); });
   done.fetch_or(bit);
 }
 
+template <int kD, int kRows>
+void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+  constexpr size_t kSmem = MmaShape<kD, kRows>::kSmem;
+  auto kernel = decode_mma_kernel<kD, kRows>;
+  prepare<kD, kRows>(reinterpret_cast<const void*>(kernel));
+  kernel<<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, kSmem, s>>>(a);
+}
+
 template <int kD>
 void launch_head_dim(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  constexpr size_t kSmem = MmaShape<kD>::kSmem;
-  auto kernel = decode_mma_kernel<kD>;
-  prepare<kD>(reinterpret_cast<const void*>(kernel));
-  kernel<<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, kSmem, s>>>(a);
+  if (a.group <= 8)
+    launch_shape<kD, 8>(s, a, n_kv_heads);
+  else
+    launch_shape<kD, 16>(s, a, n_kv_heads);
+}
+
+// f(MmaShape<kD, kRows>{}) for the instance that serves (head_dim, group).
+template <class F>
+auto with_shape(int head_dim, int group, F&& f) {
+  const bool wide = group > 8;
+  switch (head_dim) {
+    case 64:
+      return wide ? f(MmaShape<64, 16>{}) : f(MmaShape<64, 8>{});
+    case 128:
+      return wide ? f(MmaShape<128, 16>{}) : f(MmaShape<128, 8>{});
+    case 256:
+      return wide ? f(MmaShape<256, 16>{}) : f(MmaShape<256, 8>{});
+    default:
+      return wide ? f(MmaShape<512, 16>{}) : f(MmaShape<512, 8>{});
+  }
 }
 
 }  // namespace
 
-int mma_blocks_per_sm(int head_dim) {
-  const size_t smem = head_dim == 64 ? MmaShape<64>::kSmem : MmaShape<128>::kSmem;
+bool mma_decode_ok(int64_t head_dim, int64_t group) {
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512) && group >= 1 &&
+         group <= kMmaMaxGroup;
+}
+
+int mma_min_keys(int head_dim, int group) {
+  return with_shape(head_dim, group, [](auto s) { return decltype(s)::kStreams * kTile; });
+}
+
+int mma_blocks_per_sm(int head_dim, int group) {
+  const size_t smem = with_shape(head_dim, group, [](auto s) { return decltype(s)::kSmem; });
   return std::max(1, static_cast<int>((227u << 10) / (smem + 1024)));
 }
 
 void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  if (a.head_dim == 64)
-    launch_head_dim<64>(s, a, n_kv_heads);
-  else
-    launch_head_dim<128>(s, a, n_kv_heads);
+  switch (a.head_dim) {
+    case 64:
+      return launch_head_dim<64>(s, a, n_kv_heads);
+    case 128:
+      return launch_head_dim<128>(s, a, n_kv_heads);
+    case 256:
+      return launch_head_dim<256>(s, a, n_kv_heads);
+    default:
+      return launch_head_dim<512>(s, a, n_kv_heads);
+  }
 }
 
 }  // namespace bunsen::kernels::cuda::decode
