@@ -19,6 +19,8 @@ CASES = [
     ("model.layers.0.mlp.down_proj.weight", [96, 64], 0),
     ("model.layers.0.self_attn.qkv_proj.weight", [80, 64], 0xFFFFFFFFFFFFFFFF),
     ("model.layers.0.mlp.experts.gate_up_proj", [2, 8, 24], 9),
+    ("model.layers.2.router.proj.weight", [8, 64], 11),
+    ("model.layers.2.router.scale", [64], 11),
     # large enough that |v| < 2^-14 values are flushed to zero (scale 1/32: ~1 in 512)
     ("model.layers.3.mlp.up_proj.weight", [256, 1024], 42),
 ]

@@ -4,9 +4,9 @@ Not a general RNG. Spec (keep in sync with synthetic.h):
   key = fnv1a64(name) ^ seed;  h = splitmix64(key + i)  (i = flat index, mod 2^64)
   x = float(int64(h >> 40) - 2^23) / 2^23;  v = bf16_rne(f32(f32(x * scale) + offset));  |v| < 2^-14 -> +0
 Scale/offset by the full HF name (first rule that matches): "norm" in name and endswith ".weight" -> 0.25/1;
-"layer_scalar" in name -> 0.25/1;
+"layer_scalar" in name -> 0.25/1; endswith ".router.scale" -> 0.25/1;
 endswith ".bias" -> 0.25/0; "embed_tokens" in name -> 1/0; == "lm_head.weight" -> f32(4/sqrt(in))/0;
-anything else -> f32(1/sqrt(in))/0 with in = shape[-1] (0-d: 1/0).
+endswith ".router.proj.weight" -> f32(8/sqrt(in))/0; anything else -> f32(1/sqrt(in))/0 with in = shape[-1] (0-d: 1/0).
 numpy is used when importable (vectorised, chunked); otherwise a pure-Python path gives the same bits.
 """
 import math
@@ -73,6 +73,8 @@ def synthetic_scale(name, shape):
         return 0.25, 1.0
     if "layer_scalar" in name:  # Gemma 4 scales each layer's output by it: near 1 like a norm weight
         return 0.25, 1.0
+    if name.endswith(".router.scale"):  # Gemma 4 multiplies the router input by it: near 1 like a norm weight
+        return 0.25, 1.0
     if name.endswith(".bias"):
         return 0.25, 0.0
     if "embed_tokens" in name:
@@ -84,6 +86,8 @@ def synthetic_scale(name, shape):
         raise ValueError(f"tensor {name!r} has an empty last dim")
     if name == "lm_head.weight":
         return f32(4.0 / math.sqrt(n_in)), 0.0
+    if name.endswith(".router.proj.weight"):  # Gemma 4 routes on rms_norm(x) * d^-0.5: spread the logits
+        return f32(8.0 / math.sqrt(n_in)), 0.0
     return f32(1.0 / math.sqrt(n_in)), 0.0
 
 

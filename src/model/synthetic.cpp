@@ -55,11 +55,15 @@ uint64_t splitmix64(uint64_t x) {
 SyntheticScale synthetic_scale(std::string_view name, std::span<const int64_t> shape) {
   if (name.find("norm") != std::string_view::npos && ends_with(name, ".weight")) return {0.25f, 1.0f};
   if (name.find("layer_scalar") != std::string_view::npos) return {0.25f, 1.0f};  // Gemma 4: multiplies a layer
+  if (ends_with(name, ".router.scale")) return {0.25f, 1.0f};  // Gemma 4: multiplies the router input
   if (ends_with(name, ".bias")) return {0.25f, 0.0f};
   if (name.find("embed_tokens") != std::string_view::npos) return {1.0f, 0.0f};
   if (shape.empty()) return {1.0f, 0.0f};
   check(shape.back() > 0, "synthetic", strfmt("tensor '%.*s' has an empty last dim", int(name.size()), name.data()));
   if (name == "lm_head.weight") return {inv_sqrt_f32(shape.back(), 4.0), 0.0f};
+  // Gemma 4 routes on rms_norm(x) * d^-0.5: without a wider router the top-k of a random model is a near tie
+  // that no bf16 implementation reproduces.
+  if (ends_with(name, ".router.proj.weight")) return {inv_sqrt_f32(shape.back(), 8.0), 0.0f};
   return {inv_sqrt_f32(shape.back(), 1.0), 0.0f};
 }
 

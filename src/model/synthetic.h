@@ -8,8 +8,9 @@
 //   v    = bf16_round_nearest_even(x * scale + offset)   (f32 multiply, then f32 add)
 //   v    = |v| < 2^-14 ? +0 : v                      (so v is exact in f16 too: no f16 subnormals)
 //   splitmix64(x) = mix(x + 0x9e3779b97f4a7c15), mix = Steele et al.'s 30/27/31 xor-shift-multiply.
-//   scale/offset by name: "*norm*.weight" -> 0.25 / 1.0; "*layer_scalar*" -> 0.25 / 1.0; "*.bias" -> 0.25 / 0; "embed_tokens" -> 1 / 0;
-//   "lm_head.weight" -> float(4 / sqrt(in)) / 0; other 2-D weights [out, in] -> float(1 / sqrt(in)) / 0.
+//   scale/offset by name: "*norm*.weight" -> 0.25 / 1.0; "*layer_scalar*" -> 0.25 / 1.0; "*.router.scale" -> 0.25 / 1.0;
+//   "*.bias" -> 0.25 / 0; "embed_tokens" -> 1 / 0; "lm_head.weight" -> float(4 / sqrt(in)) / 0;
+//   "*.router.proj.weight" -> float(8 / sqrt(in)) / 0; other 2-D weights [out, in] -> float(1 / sqrt(in)) / 0.
 //   (rules tried in that order on the full HF name; "in" = last dim of any other tensor, 1/sqrt in double.)
 #pragma once
 #include <cstddef>
