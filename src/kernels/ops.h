@@ -30,10 +30,11 @@ struct RopeParams {
 
 // One layer's paged cache: slot s lives at block s / block_size, offset s % block_size.
 // Unquantized (bits == 0): k and v hold the rows as f32|bf16. Affine-quantized (bits 4 or 8, the
-// --kv-quant schemes; CPU only): k and v hold the codes of each row, head_dim * bits / 8 bytes (int4: two
+// --kv-quant schemes; CPU and CUDA): k and v hold the codes of each row, head_dim * bits / 8 bytes (int4: two
 // codes per byte, element 2i in the low nibble), and k_params / v_params hold, per (block, offset, kv head)
 // and per group of group_size consecutive head_dim elements, the f32 pair (scale, bias): element d =
-// fmaf(scale[d / group_size], code[d], bias[d / group_size]). kv_write quantizes; attention dequantizes.
+// fmaf(scale[d / group_size], code[d], bias[d / group_size]). fp8 (bits 8): code[d] is an e4m3 byte and
+// element d = fmaf(scale, e4m3 value, 0) (kv_quant.h). kv_write quantizes; attention dequantizes.
 struct PagedKv {
   Tensor k;         // [n_blocks, block_size, n_kv_heads, head_dim] f32|bf16, or [..., row_bytes] u8 codes
   Tensor v;         // same as k
@@ -41,11 +42,12 @@ struct PagedKv {
   Tensor v_params;  // same as k_params; both empty when bits == 0
   int bits = 0;        // 0 (unquantized), 4 or 8
   int group_size = 0;  // divides head_dim; (group_size * bits) % 8 == 0
+  bool fp8 = false;    // bits 8 only: e4m3 codes with (scale, 0) params instead of affine ones (kv_quant.h)
 
   PagedKv() = default;
   PagedKv(Tensor k_, Tensor v_) : k(k_), v(v_) {}  // unquantized
-  PagedKv(Tensor k_, Tensor v_, Tensor k_params_, Tensor v_params_, int bits_, int group_size_)
-      : k(k_), v(v_), k_params(k_params_), v_params(v_params_), bits(bits_), group_size(group_size_) {}
+  PagedKv(Tensor k_, Tensor v_, Tensor k_params_, Tensor v_params_, int bits_, int group_size_, bool fp8_ = false)
+      : k(k_), v(v_), k_params(k_params_), v_params(v_params_), bits(bits_), group_size(group_size_), fp8(fp8_) {}
 
   bool quantized() const { return bits > 0; }
   int64_t head_dim() const { return bits > 0 ? k.dim(3) * 8 / bits : k.dim(3); }
@@ -109,7 +111,8 @@ void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float 
 void scale(Context& ctx, Tensor x, float s);
 
 // out = x · wᵀ (+ bias).   out [m, n] f32; x [m, k] f32; w [n, k] f32|f16|bf16 (row stride = k);
-// bias [n] any float or empty.
+// bias [n] any float or empty. w must be a weight, not an activation of the same step: on CUDA the GEMV
+// starts loading w before its programmatic-dependent-launch wait on the kernel before it.
 void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias = {});
 
 // linear with a quantized weight: out = x · dequant(w)ᵀ (+ bias), dequantized inside the dot product with
@@ -179,6 +182,26 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
 // CUDA: one GEMV launch per 8 rows of x that keeps gate and up in f32 (made for decode-sized m).
 void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate = {},
                    Tensor b_up = {});
+
+// One quantized matrix of linear_q_multi.
+struct QuantLinearPart {
+  Tensor out;     // [m, n] f32 (f32|bf16 on CUDA)
+  QuantWeight w;  // [n, k] quantized
+  Tensor bias;    // [n] any float, or empty
+};
+
+// parts[i].out = x · dequant(parts[i].w)ᵀ (+ parts[i].bias) for 1..4 parts sharing x [m, k] (dispatch_quant.cpp).
+// CPU: linear_q per part. CUDA: one tensor-core GEMV launch over all parts' rows when m <=
+// kFusedDecodeMaxTokens and the parts share bits (4|8), group size, scale, output and bias dtypes with bf16 x
+// (batch invariant; same kernel as linear_q), else linear_q per part.
+void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts);
+
+// out = silu(x · dequant(w_gate)ᵀ + b_gate) * (x · dequant(w_up)ᵀ + b_up).   out [m, f]; x [m, k]; w_gate,
+// w_up [f, k] quantized with one bits, group size and scale dtype; biases [f] or empty. CPU: linear_q,
+// linear_q, silu_mul through f32 temporaries (allocated per call). CUDA: one GEMV launch per 8 rows of x
+// (4/8 bits, bf16 x), else the GEMV per matrix into f32 scratch and silu_mul (made for decode-sized m).
+void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
+                     Tensor b_gate = {}, Tensor b_up = {});
 
 // rope(q), rope(k) (skipped when p.rotary_dim is 0), then kv_write(cache, k, v, slot_mapping): q and k are
 // rotated in place.   q [n_tokens, n_heads, head_dim]; k, v [n_tokens, n_kv_heads, head_dim]; positions
@@ -285,8 +308,18 @@ struct DeltaRuleInputs {
 //   beta = sigmoid(b);  S *= exp(g);  S += k (beta (v - S^T k))^T;  out = S^T q.
 //   out [n_tokens, n_v_heads, v_head_dim] (contiguous rows); state [n_slots, n_v_heads, k_head_dim,
 //   v_head_dim] f32 (LinearState::recurrent). Everything is computed in f32.
+// A sequence's run of >= kDeltaRuleChunkMinTokens tokens in the step (prefill) takes the chunked (WY)
+// form of the same math, kDeltaRuleChunk tokens at a time (equal up to f32 rounding); shorter runs and
+// decode rows take the recurrent form. The ref backend always runs the recurrent form.
 void gated_delta_rule(Context& ctx, Tensor out, const DeltaRuleInputs& in, Tensor state, const StateMeta& meta,
                       float q_scale);
+
+inline constexpr int kDeltaRuleChunk = 64;           // tokens per chunk of the chunked form
+inline constexpr int kDeltaRuleChunkMinTokens = 64;  // shortest run that takes it (one full chunk)
+
+// Which form gated_delta_rule takes per run: kAuto = by run length as above; tests force one form.
+enum class DeltaRuleForm { kAuto, kRecurrent, kChunked };
+void set_delta_rule_form_for_testing(DeltaRuleForm form);
 
 // Gated RMSNorm: out = x / sqrt(mean(x^2) + eps) * w * silu(z).   out, x, z [..., d] rows (out may alias x);
 // w [d] any float.

@@ -178,13 +178,10 @@ void Hybrid::mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
   l.mlp.down(ctx, dense_out, act);
   if (!l.moe) return;
   moe_forward(ctx, *l.moe, out, h, moe_buf_);
-  const int64_t n = h.dim(0);
-  if (l.shared_gate.quantized() || !device().is_cuda()) {
-    l.shared_gate(ctx, shared_gate_, h);
-  } else {  // [1, n] = w [1, d] . h^T: a one-row product (GEMV) instead of a one-column GEMM on CUDA
-    Tensor row = shared_gate_.reshape({1, n});
-    kernels::linear(ctx, row, l.shared_gate.w, h);
-  }
+  // [n, 1]: on CUDA a narrow output stays on the GEMV for any n (gemv.cu). It once ran as [1, n] = w . h^T
+  // with h passed as the GEMV's weights, which the GEMV prefetches before its programmatic-dependent-launch
+  // wait: h could be read before the kernel writing it had finished (wrong gates in Qwen3-Next on the H200).
+  l.shared_gate(ctx, shared_gate_, h);
   kernels::sigmoid_mul(ctx, shared_, shared_, shared_gate_);
   kernels::add_scaled(ctx, out, shared_, 1.0f);
 }
