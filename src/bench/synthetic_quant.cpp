@@ -58,13 +58,18 @@ void add_quant_module(model::WeightStore& ws, const std::string& prefix, int64_t
 }
 
 // Stacked MoE experts (model/moe.h) of the transformers 5.x layout, P.experts.gate_up_proj [E, 2F, D] and
-// P.experts.down_proj [E, D, F], become the quantized MLX layout P.switch_mlp.{gate,up,down}_proj.
+// P.experts.down_proj [E, D, F], become the quantized MLX layout P.switch_mlp.{gate,up,down}_proj
+// (P.experts.switch_glu.* for Gemma 4).
 bool add_quant_experts(model::WeightStore& ws, const model::ModelConfig& cfg, const model::TensorSpec& t,
                        uint64_t seed) {
   const std::string gu = ".experts.gate_up_proj", dn = ".experts.down_proj";
   const bool is_gu = t.name.ends_with(gu), is_dn = t.name.ends_with(dn);
   if (t.shape.size() != 3 || !(is_gu || is_dn)) return false;
-  const std::string p = t.name.substr(0, t.name.size() - (is_gu ? gu : dn).size()) + ".switch_mlp.";
+  // mlx-lm's names: Gemma 4 keeps the HF module and adds a SwitchGLU under it (experts.switch_glu), the
+  // Qwen MoE families replace it with switch_mlp.
+  const bool gemma4 = cfg.model_type.starts_with("gemma4");
+  const std::string p = t.name.substr(0, t.name.size() - (is_gu ? gu : dn).size()) +
+                        (gemma4 ? ".experts.switch_glu." : ".switch_mlp.");
   const std::optional<model::QuantSpec> spec = cfg.quant_spec(p + (is_gu ? "gate_proj" : "down_proj"));
   if (!spec) return false;
   const int64_t e = t.shape[0], rows = is_gu ? t.shape[1] / 2 : t.shape[1], cols = t.shape[2];
