@@ -31,6 +31,9 @@ cuda::DevHeads heads(const Tensor& t) {
   return {t.data, t.dtype, t.shape[0], t.shape[1], t.shape[2], t.strides[0], t.strides[1]};
 }
 
+
+}  // namespace
+
 cuda::DevCache cache_view(const PagedKv& c) {
   cuda::DevCache d;
   d.k = c.k.data;
@@ -57,8 +60,6 @@ cuda::DevCache cache_view(const PagedKv& c) {
   }
   return d;
 }
-
-}  // namespace
 
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale) {
   need_current_device("embedding", out);

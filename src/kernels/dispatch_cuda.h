@@ -5,6 +5,12 @@
 #pragma once
 #include "kernels/ops.h"
 
+#ifdef BUNSEN_HAVE_CUDA
+namespace bunsen::kernels::cuda {
+struct DevCache;
+}  // namespace bunsen::kernels::cuda
+#endif
+
 namespace bunsen::kernels::cuda_route {
 
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale);
@@ -23,5 +29,11 @@ void softcap(Context& ctx, Tensor x, float cap);
 void softmax(Context& ctx, Tensor x);
 void argmax(Context& ctx, Tensor out, Tensor x);
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
+
+#ifdef BUNSEN_HAVE_CUDA
+// The cuda_ops.h view of a paged cache (with the codes' params for quantized layers); dispatch_fused.cpp's
+// fused ops use it too. Callers include kernels/cuda/cuda_ops.h for the complete type.
+cuda::DevCache cache_view(const PagedKv& c);
+#endif
 
 }  // namespace bunsen::kernels::cuda_route

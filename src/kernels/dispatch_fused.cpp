@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/dispatch_cuda.h"
 #include "kernels/dispatch_util.h"
 #include "kernels/ops.h"
 #include "kernels/rows.h"
@@ -101,32 +102,6 @@ cuda::DevLinearPart dev_part(const Tensor& out, const Tensor& w, const Tensor& b
   return {dev_rows(out), dev_rows(w), bias.empty() ? nullptr : bias.data, bias.empty() ? DType::kF32 : bias.dtype};
 }
 
-cuda::DevCache dev_cache(const PagedKv& c) {
-  cuda::DevCache d;
-  d.k = c.k.data;
-  d.v = c.v.data;
-  d.dtype = c.k.dtype;
-  d.n_blocks = c.k.shape[0];
-  d.block_size = c.k.shape[1];
-  d.n_kv_heads = c.k.shape[2];
-  d.head_dim = c.head_dim();
-  for (int i = 0; i < 3; ++i) {
-    d.k_strides[i] = c.k.strides[i];
-    d.v_strides[i] = c.v.strides[i];
-  }
-  if (c.quantized()) {  // as dispatch_cuda.cpp's cache_view
-    d.k_params = c.k_params.ptr<float>();
-    d.v_params = c.v_params.ptr<float>();
-    for (int i = 0; i < 3; ++i) {
-      d.kp_strides[i] = c.k_params.strides[i];
-      d.vp_strides[i] = c.v_params.strides[i];
-    }
-    d.bits = c.bits;
-    d.group_size = c.group_size;
-    d.fp8 = c.fp8;
-  }
-  return d;
-}
 #endif
 
 }  // namespace
@@ -220,7 +195,7 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
   a.q = dev_heads(q);
   a.k = dev_heads(k);
   a.v = dev_heads(v);
-  a.cache = dev_cache(cache);
+  a.cache = cuda_route::cache_view(cache);
   a.positions = positions.ptr<int32_t>();
   a.slot_mapping = slot_mapping.ptr<int64_t>();
   a.inv_freq_host = p.inv_freq;

@@ -31,6 +31,23 @@ struct Batch {
   AttentionMeta meta() const { return {positions.tensor, seq_index.tensor, block_tables.tensor, {}}; }
 };
 
+// A decode batch: one new token per sequence of `lens`, 2 KV heads of `head_dim` with `group` query heads
+// each, 16-token blocks, bf16 q, bf16 cache and output (callers change dtypes as they need).
+inline Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
+  Scenario s;
+  s.n_kv_heads = 2;
+  s.n_heads = 2 * group;
+  s.head_dim = head_dim;
+  s.block_size = 16;
+  s.cache_dtype = DType::kBF16;
+  s.q_dtype = DType::kBF16;
+  s.out_dtype = DType::kBF16;
+  s.seq_lens = std::move(lens);
+  s.new_tokens.assign(s.seq_lens.size(), 1);
+  s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return s;
+}
+
 inline Batch make_batch(const Scenario& s, std::mt19937& rng) {
   Batch b;
   const int64_t n_seqs = static_cast<int64_t>(s.seq_lens.size());

@@ -13,21 +13,6 @@
 namespace bunsen::kernels::test {
 namespace {
 
-Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
-  Scenario s;
-  s.n_kv_heads = 2;
-  s.n_heads = 2 * group;
-  s.head_dim = head_dim;
-  s.block_size = 16;
-  s.cache_dtype = DType::kBF16;
-  s.q_dtype = DType::kBF16;
-  s.out_dtype = DType::kBF16;
-  s.seq_lens = std::move(lens);
-  s.new_tokens.assign(s.seq_lens.size(), 1);
-  s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  return s;
-}
-
 // Parameter: the kernel variant (0: cp.async ring, the default; 1: register loads).
 class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int> {
  protected:

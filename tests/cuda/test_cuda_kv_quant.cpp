@@ -115,17 +115,9 @@ void check_quant_attention(Context& ctx, Scenario s, Fmt f, int group, const std
 
 int group_for(int64_t head_dim) { return head_dim % 64 == 0 ? 64 : static_cast<int>(head_dim); }
 
-Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
-  Scenario s;
-  s.n_kv_heads = 2;
-  s.n_heads = 2 * group;
-  s.head_dim = head_dim;
-  s.block_size = 16;
-  s.q_dtype = DType::kBF16;
+Scenario quant_decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
+  Scenario s = decode_scenario(group, head_dim, std::move(lens));
   s.out_dtype = DType::kF32;
-  s.seq_lens = std::move(lens);
-  s.new_tokens.assign(s.seq_lens.size(), 1);
-  s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   return s;
 }
 
@@ -135,7 +127,7 @@ TEST_F(CudaTest, QuantKvDecodeMatchesCpuOverSameCodes) {
   for (Fmt f : kFmts)
     for (int64_t gqa : {1, 3, 4, 8})
       for (int64_t head_dim : {64, 128, 80, 256, 72}) {
-        const Scenario s = decode_scenario(gqa, head_dim, kMixedLens);
+        const Scenario s = quant_decode_scenario(gqa, head_dim, kMixedLens);
         check_quant_attention(ctx_, s, f, group_for(head_dim),
                               strfmt("decode gqa %lld head_dim %lld", (long long)gqa, (long long)head_dim));
       }
@@ -145,7 +137,7 @@ TEST_F(CudaTest, QuantKvDecodeQueryDtypesBlockSizesSplitsAndGroups) {
   for (Fmt f : kFmts) {
     for (DType dt : kActDtypes)
       for (int64_t block_size : {5, 16}) {
-        Scenario s = decode_scenario(4, 128, kMixedLens);
+        Scenario s = quant_decode_scenario(4, 128, kMixedLens);
         s.n_kv_heads = 3;
         s.n_heads = 12;
         s.block_size = block_size;
@@ -155,11 +147,11 @@ TEST_F(CudaTest, QuantKvDecodeQueryDtypesBlockSizesSplitsAndGroups) {
       }
     for (int splits : {1, 3, 17}) {
       cuda::set_attention_splits_for_testing(splits);
-      check_quant_attention(ctx_, decode_scenario(2, 128, kMixedLens), f, 64, strfmt("splits %d", splits));
+      check_quant_attention(ctx_, quant_decode_scenario(2, 128, kMixedLens), f, 64, strfmt("splits %d", splits));
     }
     cuda::set_attention_splits_for_testing(0);
     for (int group : {32, 128, 8, 4})  // 4: not a multiple of 8, the general kernel takes the decode step
-      check_quant_attention(ctx_, decode_scenario(4, 128, kMixedLens), f, group, "decode");
+      check_quant_attention(ctx_, quant_decode_scenario(4, 128, kMixedLens), f, group, "decode");
   }
 }
 
@@ -192,7 +184,7 @@ TEST_F(CudaTest, QuantKvSlidingWindowAndSoftcap) {
   for (Fmt f : kFmts)
     for (int window : {1, 7, 300})
       for (float softcap : {0.0f, 5.0f}) {
-        Scenario s = decode_scenario(4, 128, kMixedLens);
+        Scenario s = quant_decode_scenario(4, 128, kMixedLens);
         s.params = {0.3f, window, softcap};
         s.release_out_of_window = true;
         check_quant_attention(ctx_, s, f, 64, strfmt("decode window %d softcap %g", window, softcap), 502);

@@ -280,9 +280,6 @@ __global__ void __launch_bounds__(kThreads) gemv_generic_kernel(const __grid_con
   store_outputs<kGemvMaxM, kRows, kGlu>(a, tot, part, n0, lane);
 }
 
-bool aligned16(const void* p, int64_t stride_bytes) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_bytes % 16 == 0;
-}
 
 // Warp groups of kRows rows over all parts (gated: over the gate rows, kRows / 2 outputs each).
 int64_t total_groups(const GemvMultiArgs& a, int rows) {
@@ -290,33 +287,6 @@ int64_t total_groups(const GemvMultiArgs& a, int rows) {
   int64_t g = 0;
   for (int p = 0; p < a.n_parts; ++p) g += (a.part[p].n + rows - 1) / rows;
   return g;
-}
-
-// Blocks of `kernel` one SM holds at once.
-template <typename Kernel>
-int occupancy(Kernel kernel) {
-  int b = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess) b = 1;
-  return b < 1 ? 1 : b;
-}
-
-// The k split (1, 2, 4 or 8 warps per row group) with the least modelled time: the warp groups run in
-// ceil(groups * split / resident) rounds of the GPU's resident warp slots, each round costing a warp's
-// iterations plus a fixed per-task overhead (launch, reduction, pipeline fill) of about 1.5 iterations.
-// Ties go to the smaller split. Depends on the launch's rows and k and on the m = 1 kernel's occupancy,
-// never on m itself.
-int choose_split(int64_t groups, int64_t iters, int64_t resident) {
-  int best = 1;
-  double best_cost = 0.0;
-  for (int split = 1; split <= kWarps && (split == 1 || iters >= split); split *= 2) {
-    const int64_t rounds = (groups * split + resident - 1) / resident;
-    const double cost = static_cast<double>(rounds) * (static_cast<double>((iters + split - 1) / split) + 1.5);
-    if (split == 1 || cost < best_cost) {
-      best = split;
-      best_cost = cost;
-    }
-  }
-  return best;
 }
 
 // Launches the vectorised kernel with the given k split.
@@ -332,12 +302,12 @@ cudaError_t launch_vec(cudaStream_t stream, const GemvMultiArgs& a, int split) {
 template <typename WT, typename XT, bool kGlu>
 int launch_split(const GemvMultiArgs& a) {
   constexpr int kE = 16 / sizeof(WT), kRows = kGlu ? kRowsGlu : kRowsFew;
-  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRows, kUnroll, kGlu>);
+  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRows, kUnroll, kGlu>, kThreads);
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * blocks_per_sm;
   const int64_t iters = (a.k / kE + 32 * kUnroll - 1) / (32 * kUnroll);
   const int forced = g_split.load();
   if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
-  return choose_split(total_groups(a, kRows), iters, resident);
+  return choose_split(total_groups(a, kRows), iters, resident, kWarps);
 }
 
 template <typename WT, typename XT, bool kGlu>

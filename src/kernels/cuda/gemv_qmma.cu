@@ -14,6 +14,7 @@
 #include <atomic>
 
 #include "kernels/cuda/gemv_qmma.cuh"
+#include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -295,9 +296,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_kernel(const __grid_con
   if (active) store_tile<kGlu>(a, part, n0, g, t, v);
 }
 
-bool aligned16(const void* p, int64_t stride_bytes) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_bytes % 16 == 0;
-}
 
 int64_t total_tiles(const QMmaArgs& a) {
   if (a.glu) return (a.part[0].w.rows + kTileRows / 2 - 1) / (kTileRows / 2);
@@ -306,38 +304,16 @@ int64_t total_tiles(const QMmaArgs& a) {
   return tiles;
 }
 
-template <typename Kernel>
-int occupancy(Kernel kernel) {
-  int b = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess) b = 1;
-  return b < 1 ? 1 : b;
-}
-
-// The k split with the least modelled time (as gemv.cu): tiles * split warp tasks run in rounds of the
-// GPU's resident warp slots, each costing the warp's iterations plus ~1.5 iterations of fixed overhead.
-int choose_split(int64_t tiles, int64_t iters, int64_t resident) {
-  int best = 1;
-  double best_cost = 0.0;
-  for (int split = 1; split <= kWarps && (split == 1 || iters >= split); split *= 2) {
-    const int64_t rounds = (tiles * split + resident - 1) / resident;
-    const double cost = static_cast<double>(rounds) * (static_cast<double>((iters + split - 1) / split) + 1.5);
-    if (split == 1 || cost < best_cost) {
-      best = split;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
 
 template <int kBits, int kGroup, typename SBT, bool kGlu>
 cudaError_t launch(cudaStream_t stream, const QMmaArgs& a) {
   using G = Geom<kBits, kGroup>;
-  static const int blocks_per_sm = occupancy(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>);
+  static const int blocks_per_sm = occupancy(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, kThreads);
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * blocks_per_sm;
   const int64_t ng = a.k / kGroup, iters = (ng + G::kU - 1) / G::kU, tiles = total_tiles(a);
   const int forced = g_split.load();
   const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced
-                                                                             : choose_split(tiles, iters, resident);
+                                                                             : choose_split(tiles, iters, resident, kWarps);
   const int64_t tiles_per_block = kWarps / split;
   const unsigned blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
   return launch_pdl(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, dim3(blocks), dim3(kThreads), 0, stream, a, split);

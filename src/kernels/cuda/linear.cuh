@@ -8,6 +8,37 @@
 
 namespace bunsen::kernels::cuda {
 
+// Shared by the GEMV launchers (gemv.cu, gemv_qmma.cu).
+inline bool aligned16(const void* p, int64_t stride_bytes) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_bytes % 16 == 0;
+}
+
+// Blocks of `kernel` (launched with `threads` threads) one SM holds at once; at least 1.
+template <typename Kernel>
+int occupancy(Kernel kernel, int threads) {
+  int b = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, threads, 0) != cudaSuccess) b = 1;
+  return b < 1 ? 1 : b;
+}
+
+// The k split (1, 2, 4, ... max_split warps per row group) with the least modelled time: the groups run in
+// ceil(groups * split / resident) rounds of the GPU's resident warp slots, each round costing a warp's
+// iterations plus a fixed per-task overhead (launch, reduction, pipeline fill) of about 1.5 iterations.
+// Ties go to the smaller split. Depends on the launch's rows and k, never on m.
+inline int choose_split(int64_t groups, int64_t iters, int64_t resident, int max_split) {
+  int best = 1;
+  double best_cost = 0.0;
+  for (int split = 1; split <= max_split && (split == 1 || iters >= split); split *= 2) {
+    const int64_t rounds = (groups * split + resident - 1) / resident;
+    const double cost = static_cast<double>(rounds) * (static_cast<double>((iters + split - 1) / split) + 1.5);
+    if (split == 1 || cost < best_cost) {
+      best = split;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // One GEMV launch: at most kGemvMaxM rows of x.
 struct GemvArgs {
   const void* w = nullptr;  // [n, k] f32|f16|bf16, row stride w_stride

@@ -150,23 +150,6 @@ __device__ __forceinline__ bool vec_ok(const DevExpertWeights& w, int e, const V
          (reinterpret_cast<uintptr_t>(v) & 15) == 0;
 }
 
-// 8 consecutive values at a 16-byte aligned address, as floats.
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-
-__device__ __forceinline__ void load8(const Bf16* p, float (&f)[8]) {
-  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 // One loaded chunk (32 codes of one row, inside one scale group) against v[0:32]:
 // scale * sum(q * v) + bias * sum(v).
 template <int kBits, typename VT>
@@ -176,7 +159,7 @@ __device__ __forceinline__ float chunk_dot(const uint32_t (&wv)[kBits], float s,
   for (int js = 0; js < kQuantChunk / 8; ++js) {
     float q[8], xv[8];
     decode8<kBits>(wv, js, q);
-    load8(v + 8 * js, xv);
+    load_x8(v + 8 * js, xv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       vs += xv[e];

@@ -163,4 +163,21 @@ __device__ __forceinline__ uint32_t quant_code_at(const uint32_t* row, int64_t i
   return v & ((1u << bits) - 1u);
 }
 
+// 8 consecutive activations at a 16-byte aligned address, as floats (quantized GEMV and MoE experts).
+__device__ __forceinline__ void load_x8(const float* p, float (&f)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+__device__ __forceinline__ void load_x8(const Bf16* p, float (&f)[8]) {
+  const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
 }  // namespace bunsen::kernels::cuda

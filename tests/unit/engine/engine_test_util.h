@@ -4,8 +4,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -54,6 +58,29 @@ inline RunnerOptions runner_opts(int64_t batch, int64_t step_tokens, int32_t n_b
   o.block_size = block;
   o.n_blocks = n_blocks;
   return o;
+}
+
+// A fresh directory under /tmp, removed with everything in it when the object goes.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/bunsen_engine_test_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// The SSD tier's snapshot files (*.kvs) directly in dir.
+inline std::vector<std::filesystem::path> snapshot_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".kvs") out.push_back(e.path());
+  return out;
 }
 
 inline std::vector<int32_t> make_prompt(int i, int n) {
@@ -127,6 +154,66 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+
+// A greedy request (temperature 0, ignore_eos); top_logprobs > 0 puts it on the full-logits path, so the
+// logprobs of two runs compare the whole forward.
+inline EngineRequest greedy_request(const std::vector<int32_t>& prompt, int64_t max_tokens, int top_logprobs = 1) {
+  EngineRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.top_logprobs = top_logprobs;
+  r.ignore_eos = true;
+  return r;
+}
+
+// One request's tokens, their logprobs and its usage.
+struct GreedyResult {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  Usage usage;
+};
+
+inline GreedyResult result_of(Collector& c) {
+  GreedyResult out;
+  for (const TokenOut& t : c.token_outs()) {
+    out.tokens.push_back(t.token);
+    out.logprobs.push_back(t.logprob);
+  }
+  out.usage = c.last().usage;
+  return out;
+}
+
+// Greedy requests for all prompts submitted together (batched by the engine), then waited for in order.
+inline std::vector<GreedyResult> run_greedy_batch(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_tokens, int top_logprobs = 1) {
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const auto& p : prompts) {
+    cs.push_back(std::make_unique<Collector>());
+    e.submit(greedy_request(p, max_tokens, top_logprobs), cs.back()->sink());
+  }
+  std::vector<GreedyResult> out;
+  for (auto& c : cs) {
+    EXPECT_TRUE(c->wait());
+    c->expect_one_terminal();
+    out.push_back(result_of(*c));
+  }
+  return out;
+}
+
+inline GreedyResult run_greedy(Engine& e, const std::vector<int32_t>& prompt, int64_t max_tokens = 4,
+                               int top_logprobs = 3) {
+  return run_greedy_batch(e, {prompt}, max_tokens, top_logprobs)[0];
+}
+
+// Same tokens and bit-identical logprobs (request i of a batch, for the message).
+inline void expect_same_bits(const GreedyResult& a, const GreedyResult& b, size_t i) {
+  ASSERT_EQ(a.tokens, b.tokens) << "request " << i;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "request " << i;
+  for (size_t t = 0; t < a.logprobs.size(); ++t)
+    EXPECT_EQ(std::memcmp(&a.logprobs[t], &b.logprobs[t], sizeof(float)), 0) << "request " << i << " token " << t;
 }
 
 }  // namespace bunsen::engine::test

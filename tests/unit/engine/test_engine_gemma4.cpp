@@ -24,48 +24,13 @@ std::unique_ptr<model::Model> tiny_gemma4() {
   return model::create_model(cfg, std::move(ws));
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int64_t cached = 0;
-};
-
-EngineRequest greedy(const std::vector<int32_t>& prompt, int64_t max_tokens) {
-  EngineRequest e;
-  e.prompt = prompt;
-  e.max_tokens = max_tokens;
-  e.sampling.temperature = 0.0f;
-  e.top_logprobs = 1;  // the full-logits path: logprobs compare the whole forward
-  e.ignore_eos = true;
-  return e;
-}
+using Out = test::GreedyResult;
 
 std::vector<Out> run(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-  std::vector<std::unique_ptr<Collector>> cs;
-  for (const auto& p : prompts) {
-    cs.push_back(std::make_unique<Collector>());
-    engine.submit(greedy(p, max_tokens), cs.back()->sink());
-  }
-  std::vector<Out> out;
-  for (auto& c : cs) {
-    EXPECT_TRUE(c->wait());
-    c->expect_one_terminal();
-    Out o;
-    for (const TokenOut& t : c->token_outs()) {
-      o.tokens.push_back(t.token);
-      o.logprobs.push_back(t.logprob);
-    }
-    o.cached = c->last().usage.cached_tokens;
-    out.push_back(o);
-  }
-  return out;
+  return test::run_greedy_batch(engine, prompts, max_tokens);
 }
 
-void expect_same(const Out& a, const Out& b, size_t i) {
-  ASSERT_EQ(a.tokens, b.tokens) << "request " << i;
-  for (size_t t = 0; t < a.logprobs.size(); ++t)
-    EXPECT_EQ(std::memcmp(&a.logprobs[t], &b.logprobs[t], sizeof(float)), 0) << "request " << i << " token " << t;
-}
+void expect_same(const Out& a, const Out& b, size_t i) { test::expect_same_bits(a, b, i); }
 
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> v;
@@ -125,7 +90,7 @@ TEST(EngineGemma4, PrefixCacheHitEqualsUncached) {
   Engine engine(runner, EngineOptions{2, 64, {}, {}});
   run(engine, {base}, 4);
   const Out hit = run(engine, {longer}, 10)[0];
-  EXPECT_GE(hit.cached, 16);  // the base prompt's full blocks (block size 4)
+  EXPECT_GE(hit.usage.cached_tokens, 16);  // the base prompt's full blocks (block size 4)
   expect_same(hit, want[0], 0);
 }
 

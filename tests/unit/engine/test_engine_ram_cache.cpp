@@ -20,31 +20,9 @@ using test::tiny_model;
 
 constexpr int32_t kBlock = 4;
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  Usage usage;
-};
+using Result = test::GreedyResult;
 
-Result run(Engine& e, const std::vector<int32_t>& prompt) {
-  EngineRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 4;
-  r.sampling.temperature = 0.0f;
-  r.top_logprobs = 3;  // full-logits path: logprobs compare the whole forward
-  r.ignore_eos = true;
-  Collector c;
-  e.submit(std::move(r), c.sink());
-  EXPECT_TRUE(c.wait());
-  c.expect_one_terminal();
-  Result out;
-  for (const TokenOut& t : c.token_outs()) {
-    out.tokens.push_back(t.token);
-    out.logprobs.push_back(t.logprob);
-  }
-  out.usage = c.last().usage;
-  return out;
-}
+Result run(Engine& e, const std::vector<int32_t>& prompt) { return test::run_greedy(e, prompt, 4); }
 
 TEST(EngineRamCache, EvictedBlocksComeBackFromRamBitForBit) {
   const std::vector<int32_t> a = make_prompt(1, 40), b = make_prompt(2, 40), c = make_prompt(3, 40);

@@ -21,30 +21,9 @@ using test::tiny_model;
 
 constexpr int32_t kBlock = 4;
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int64_t cached = 0;
-};
+using Result = test::GreedyResult;
 
-Result run(Engine& e, const std::vector<int32_t>& prompt) {
-  EngineRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 4;
-  r.sampling.temperature = 0.0f;
-  r.top_logprobs = 3;
-  r.ignore_eos = true;
-  Collector c;
-  e.submit(std::move(r), c.sink());
-  EXPECT_TRUE(c.wait());
-  Result out;
-  for (const TokenOut& t : c.token_outs()) {
-    out.tokens.push_back(t.token);
-    out.logprobs.push_back(t.logprob);
-  }
-  out.cached = c.last().usage.cached_tokens;
-  return out;
-}
+Result run(Engine& e, const std::vector<int32_t>& prompt) { return test::run_greedy(e, prompt, 4); }
 
 RunnerOptions quant(RunnerOptions o, const model::Model& m, kv::KvQuantSpec spec) {
   o.kv_quant.assign(m.kv_layout().size(), spec);
@@ -77,7 +56,7 @@ TEST(EngineRamCacheQuant, RestoredQuantizedBlocksBringTheirParams) {
     run(e, b);
     run(e, c);  // a's blocks are evicted to RAM, and their pool blocks reused (new codes and params)
     const Result again = run(e, a);
-    EXPECT_GT(again.cached, 0);
+    EXPECT_GT(again.usage.cached_tokens, 0);
     EXPECT_EQ(e.stats().ram_cache_hits, 1);
     ASSERT_EQ(again.tokens, want.tokens);
     ASSERT_EQ(again.logprobs.size(), want.logprobs.size());

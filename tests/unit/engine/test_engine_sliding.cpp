@@ -38,45 +38,13 @@ std::unique_ptr<model::Model> tiny_gemma4() {
     "final_logit_softcapping":30.0,"tie_word_embeddings":true})", 13);
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int64_t cached = 0;
-};
+using Out = test::GreedyResult;
 
 std::vector<Out> run(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-  std::vector<std::unique_ptr<Collector>> cs;
-  for (const auto& p : prompts) {
-    EngineRequest e;
-    e.prompt = p;
-    e.max_tokens = max_tokens;
-    e.sampling.temperature = 0.0f;
-    e.top_logprobs = 1;  // the full-logits path: logprobs compare the whole forward
-    e.ignore_eos = true;
-    cs.push_back(std::make_unique<Collector>());
-    engine.submit(std::move(e), cs.back()->sink());
-  }
-  std::vector<Out> out;
-  for (auto& c : cs) {
-    EXPECT_TRUE(c->wait());
-    c->expect_one_terminal();
-    Out o;
-    for (const TokenOut& t : c->token_outs()) {
-      o.tokens.push_back(t.token);
-      o.logprobs.push_back(t.logprob);
-    }
-    o.cached = c->last().usage.cached_tokens;
-    out.push_back(o);
-  }
-  return out;
+  return test::run_greedy_batch(engine, prompts, max_tokens);
 }
 
-void expect_same(const Out& a, const Out& b, size_t i) {
-  ASSERT_EQ(a.tokens, b.tokens) << "request " << i;
-  ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
-  for (size_t t = 0; t < a.logprobs.size(); ++t)
-    EXPECT_EQ(std::memcmp(&a.logprobs[t], &b.logprobs[t], sizeof(float)), 0) << "request " << i << " token " << t;
-}
+void expect_same(const Out& a, const Out& b, size_t i) { test::expect_same_bits(a, b, i); }
 
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> v;
@@ -160,7 +128,7 @@ void batched_equals_alone(model::Model& m, int32_t n_sliding) {
       prefix.tokens.resize(4);
       prefix.logprobs.resize(4);
       ASSERT_NO_FATAL_FAILURE(expect_same(got, prefix, i));
-      if (k == 1) cached += got.cached;
+      if (k == 1) cached += got.usage.cached_tokens;
     }
   }
   const EngineStats st = engine.stats();

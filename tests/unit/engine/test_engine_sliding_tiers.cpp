@@ -139,25 +139,6 @@ TEST(EngineSlidingTiers, RamTierRestoresBothSpacesBitForBit) {
   e.shutdown();
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bunsen_sliding_tiers_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<fs::path> snapshot_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".kvs") out.push_back(e.path());
-  return out;
-}
-
 uint32_t file_version(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   f.seekg(8);

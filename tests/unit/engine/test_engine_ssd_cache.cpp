@@ -23,6 +23,8 @@ using test::Collector;
 using test::cpu_ctx;
 using test::make_prompt;
 using test::runner_opts;
+using test::snapshot_files;
+using test::TempDir;
 using test::tiny_model;
 
 constexpr int32_t kBlock = 4;
@@ -43,25 +45,6 @@ EngineRequest greedy(std::vector<int32_t> prompt, int64_t max_tokens, uint64_t s
   r.ignore_eos = true;
   r.cache_salt = salt;
   return r;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bunsen_ssd_engine_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<fs::path> snapshot_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".kvs") out.push_back(e.path());
-  return out;
 }
 
 size_t quarantined_files(const fs::path& dir) {

@@ -94,30 +94,9 @@ TEST(RunnerKvQuant, BatchedEqualsAloneAndCloseToF32) {
   }
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  int64_t cached = 0;
-};
+using Out = test::GreedyResult;
 
-Out run_engine(Engine& e, const std::vector<int32_t>& prompt) {
-  EngineRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 6;
-  r.sampling.temperature = 0.0f;
-  r.top_logprobs = 2;
-  r.ignore_eos = true;
-  Collector c;
-  e.submit(std::move(r), c.sink());
-  EXPECT_TRUE(c.wait());
-  Out o;
-  for (const TokenOut& t : c.token_outs()) {
-    o.tokens.push_back(t.token);
-    o.logprobs.push_back(t.logprob);
-  }
-  o.cached = c.last().usage.cached_tokens;
-  return o;
-}
+Out run_engine(Engine& e, const std::vector<int32_t>& prompt) { return test::run_greedy(e, prompt, 6, 2); }
 
 TEST(RunnerKvQuant, EnginePrefixCacheReusesQuantizedBlocksBitForBit) {
   auto m = tiny_model();
@@ -136,8 +115,8 @@ TEST(RunnerKvQuant, EnginePrefixCacheReusesQuantizedBlocksBitForBit) {
   eo.prefix_cache = true;
   Engine e(r, eo);
   const Out first = run_engine(e, prompt), second = run_engine(e, prompt);
-  EXPECT_EQ(first.cached, 0);
-  EXPECT_GT(second.cached, 0);
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  EXPECT_GT(second.usage.cached_tokens, 0);
   for (const Out* o : {&first, &second}) {
     ASSERT_EQ(o->tokens, want.tokens);
     ASSERT_EQ(o->logprobs.size(), want.logprobs.size());
