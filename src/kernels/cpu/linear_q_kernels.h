@@ -29,8 +29,8 @@ struct LinearQArgs {
 // AVX2+FMA+F16C: 8 codes at a time are unpacked, dequantized and FMA'd into 8 k-strided f32 lanes per
 // output (then gemv_avx2's horizontal sum), for groups of up to 4 x rows.
 void linear_q_avx2(const LinearQArgs& a, int64_t n0, int64_t n1);
-// AVX-512: 16 codes at a time for 4- and 8-bit weights, summed like gemv_avx512 (other widths: the AVX2
-// kernel).
+// AVX-512: 16 codes at a time for 4- and 8-bit weights (4-bit: looked up in a per-group table of the 16
+// dequantized values), summed like gemv_avx512 (other widths: the AVX2 kernel).
 void linear_q_avx512(const LinearQArgs& a, int64_t n0, int64_t n1);
 
 }  // namespace bunsen::kernels::cpu
