@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check in two steps, because the GPU machine cannot build the project (no Debian -dev packages there):
-#   scripts/gpu-check.sh pack [BUILD]   here: copies BUILD/bunsen, BUILD/tests/test_cuda and the non-system
-#                                       shared libraries they need (PCRE2, utf8proc) into .gpu/ (git-ignored)
+#   scripts/gpu-check.sh pack [BUILD]   here: copies BUILD/bunsen, BUILD/tests/test_cuda (stripped, xz) and the
+#                                       non-system shared libraries they need (PCRE2, utf8proc) into .gpu/
+#                                       (git-ignored)
 #   scripts/gpu-check.sh run            there (device tool: carry [".gpu"]): CUDA tests, generate on the demo
 #                                       on cuda and cpu (same greedy ids expected), benchmarks; results in $OUT
 # cuBLASLt is linked dynamically and found in the GPU machine's /usr/local/cuda/lib64.
@@ -16,12 +17,21 @@ pack() {
   for so in libpcre2-8.so.0 libutf8proc.so.2; do
     cp "$(ldd "$build/bunsen" | awk -v s="$so" '$1 == s {print $3}')" "$G/lib/" || exit 1
   done
+  # The sm_90a binaries are ~75 MB together; the device tool carries at most 64 MiB: strip and xz them
+  # (run() unpacks them there).
+  strip "$G/bunsen" "$G/test_cuda" && xz -T0 -6 "$G/bunsen" "$G/test_cuda" || exit 1
   du -sh "$G"
 }
 
 run() {
   local out=${OUT:-gpu-check-out}
   mkdir -p "$out"
+  for f in bunsen test_cuda; do
+    [ -x "$G/$f" ] || { xz -d -k "$G/$f.xz" 2>/dev/null ||
+      python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" "$G/$f.xz" "$G/$f"
+      chmod +x "$G/$f"; }
+  done
+  [ -d /work/main ] || ln -sfn "$PWD" /work/main  # the test binary looks for its fixtures where it was built
   local cublas
   cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.* 2>/dev/null | head -1)
   export LD_LIBRARY_PATH=$PWD/$G/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}
