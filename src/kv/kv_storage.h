@@ -4,7 +4,9 @@
 // (BlockPool) and not kernels: contents change only inside the model's forward through the slot mapping.
 // A layer may be affine-quantized (--kv-quant): then K and V hold u8 codes and two f32 tensors hold the
 // per-group (scale, bias) pairs (layout in kernels::PagedKv, ops.h).
-// Invariant: every layer has the same n_blocks and block_size, so one block id addresses all layers.
+// Invariant: every layer of one KvStorage has the same n_blocks and block_size, so one block id addresses all
+// its layers. A runner with sliding-window and full-attention layers keeps two (engine/runner_sliding.cpp):
+// one per block space, each with its own BlockPool.
 #pragma once
 #include <cstdint>
 #include <vector>
