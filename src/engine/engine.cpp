@@ -582,6 +582,14 @@ void Engine::refresh_stats() {
     counters_.prefix_cache_evictions = c.evictions;
     counters_.prefix_cache_hit_ratio = c.hit_ratio();
   }
+  if (checkpoints_) {
+    const kv::StateCheckpointStats c = checkpoints_->stats();
+    counters_.state_checkpoint_slots = checkpoints_->n_slots();
+    counters_.state_checkpoint_entries = c.entries;
+    counters_.state_checkpoint_hits = c.hits;
+    counters_.state_checkpoint_saves = c.saves;
+    counters_.state_checkpoint_evictions = c.evictions;
+  }
   std::lock_guard<std::mutex> lk(mu_);
   stats_ = counters_;
 }

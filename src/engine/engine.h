@@ -134,6 +134,13 @@ struct EngineStats {
   int64_t ram_cache_sliding_stores = 0;
   int64_t ram_cache_sliding_evictions = 0;
   int64_t ram_cache_sliding_hit_tokens = 0;  // tokens of the sliding blocks restored from RAM
+  // Linear-attention state checkpoints (hybrid models with a prefix cache; 0 slots otherwise): the state at
+  // a prompt's last full block, what a prefix hit on a hybrid resumes from (kv::StateCheckpoints).
+  int64_t state_checkpoint_slots = 0;
+  int64_t state_checkpoint_entries = 0;
+  int64_t state_checkpoint_hits = 0;       // hits that resumed from a checkpoint
+  int64_t state_checkpoint_saves = 0;      // checkpoints taken
+  int64_t state_checkpoint_evictions = 0;  // checkpoints replaced by another prefix
 };
 
 class Backend {

@@ -90,6 +90,12 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                            {"hits", es.ssd_cache_hits},
                                            {"misses", es.ssd_cache_misses},
                                            {"hit_tokens", es.ssd_cache_hit_tokens}}}}}};
+  if (es.state_checkpoint_slots > 0)  // hybrid (DeltaNet) models: the linear-attention state at block boundaries
+    j["prompt_cache"]["state_checkpoints"] = {{"slots", es.state_checkpoint_slots},
+                                              {"entries", es.state_checkpoint_entries},
+                                              {"hits", es.state_checkpoint_hits},
+                                              {"saves", es.state_checkpoint_saves},
+                                              {"evictions", es.state_checkpoint_evictions}};
   if (es.ram_cache_sliding_capacity_blocks > 0)  // the RAM tier's part for the sliding-window block space
     j["prompt_cache"]["tiers"]["ram"]["sliding"] = {{"capacity_blocks", es.ram_cache_sliding_capacity_blocks},
                                                     {"entries", es.ram_cache_sliding_entries},
@@ -162,6 +168,12 @@ std::string metrics_text(ModelService& service) {
   out += counter("bunsen_ram_cache_hits_total", "Prompts restored (partly) from the RAM tier.", es.ram_cache_hits);
   out += counter("bunsen_ram_cache_hit_tokens_total", "Prompt tokens restored from the RAM tier.",
                  es.ram_cache_hit_tokens);
+  if (es.state_checkpoint_slots > 0) {
+    out += gauge("bunsen_state_checkpoints", "Linear-attention state checkpoints held (hybrid models).",
+                 static_cast<double>(es.state_checkpoint_entries));
+    out += counter("bunsen_state_checkpoint_hits_total", "Prefix hits that resumed from a state checkpoint.",
+                   es.state_checkpoint_hits);
+  }
   out += gauge("bunsen_ssd_cache_enabled", "1 while the SSD tier of the prefix cache is on.",
                es.ssd_cache_enabled ? 1.0 : 0.0);
   out += gauge("bunsen_ssd_cache_entries", "Prefix snapshots on disk.", static_cast<double>(es.ssd_cache_entries));

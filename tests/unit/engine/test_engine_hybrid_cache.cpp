@@ -102,6 +102,11 @@ TEST_P(HybridPrefixCache, HitsAtTheCheckpointAndAnswersLikeNoCache) {
   }
   const EngineStats st = eng.stats();
   EXPECT_EQ(st.prefix_cache_hit_tokens, 4 * 64);
+  // Every hit above resumed its linear-attention state from a checkpoint, and /stats sees them.
+  EXPECT_GT(st.state_checkpoint_slots, 0);
+  EXPECT_GE(st.state_checkpoint_hits, 4);
+  EXPECT_GE(st.state_checkpoint_saves, st.state_checkpoint_entries);
+  EXPECT_GT(st.state_checkpoint_entries, 0);
   EXPECT_EQ(runner.pool().n_free_state_slots(), 2);
   EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
 }
