@@ -61,15 +61,10 @@ inline __m256 codes8(const uint8_t* row, int64_t c) {
 // out[0:MX, n:n+RB] for RB consecutive weight rows starting at n.
 template <int Bits, int MX, int RB>
 inline void block(const LinearQArgs& a, int64_t n) {
-  const uint8_t* rows[RB];
-  const int64_t sb_bytes = a.sb_stride * static_cast<int64_t>(a.sb_dtype == DType::kF32 ? 4 : 2);
-  const char* srow[RB];
-  const char* brow[RB];
-  for (int r = 0; r < RB; ++r) {
-    rows[r] = reinterpret_cast<const uint8_t*>(a.packed + (n + r) * a.packed_stride);
-    srow[r] = static_cast<const char*>(a.scales) + (n + r) * sb_bytes;
-    brow[r] = static_cast<const char*>(a.biases) + (n + r) * sb_bytes;
-  }
+  const QuantRows<RB> qr(a, n);
+  const uint8_t* const* rows = qr.codes;
+  const char* const* srow = qr.scales;
+  const char* const* brow = qr.biases;
   __m256 acc[MX][RB];
 #pragma GCC unroll 8
   for (int m = 0; m < MX; ++m)

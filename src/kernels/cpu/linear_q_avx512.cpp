@@ -61,15 +61,11 @@ inline __m512 codes16(const uint8_t* row, int64_t c) {
 // out[0:MX, n:n+RB] for RB consecutive 8-bit weight rows starting at n.
 template <int MX, int RB>
 inline void block8(const LinearQArgs& a, int64_t n) {
-  const uint8_t* rows[RB];
-  const char* srow[RB];
-  const char* brow[RB];
-  const int64_t sb_bytes = a.sb_stride * static_cast<int64_t>(a.sb_dtype == DType::kF32 ? 4 : 2);
-  for (int r = 0; r < RB; ++r) {
-    rows[r] = reinterpret_cast<const uint8_t*>(a.packed + (n + r) * a.packed_stride);
-    srow[r] = static_cast<const char*>(a.scales) + (n + r) * sb_bytes;
-    brow[r] = static_cast<const char*>(a.biases) + (n + r) * sb_bytes;
-  }
+  const QuantRows<RB> qr(a, n);
+  const uint8_t* const* rows = qr.codes;
+  const char* const* srow = qr.scales;
+  const char* const* brow = qr.biases;
+  const int64_t sb_bytes = qr.sb_bytes;
   __m512 acc[MX][RB];
 #pragma GCC unroll 8
   for (int m = 0; m < MX; ++m)
@@ -132,16 +128,12 @@ inline __m512 sb16(const void* p, DType t, int64_t g, int64_t count) {
 // order.
 template <int MX, int RB>
 inline void block4(const LinearQArgs& a, const float* x, int64_t n) {
-  const uint8_t* rows[RB];
-  const char* srow[RB];
-  const char* brow[RB];
-  const int64_t sb_bytes = a.sb_stride * static_cast<int64_t>(a.sb_dtype == DType::kF32 ? 4 : 2);
+  const QuantRows<RB> qr(a, n);
+  const uint8_t* const* rows = qr.codes;
+  const char* const* srow = qr.scales;
+  const char* const* brow = qr.biases;
+  const int64_t sb_bytes = qr.sb_bytes;
   const int64_t row_bytes = a.packed_stride * 4;
-  for (int r = 0; r < RB; ++r) {
-    rows[r] = reinterpret_cast<const uint8_t*>(a.packed + (n + r) * a.packed_stride);
-    srow[r] = static_cast<const char*>(a.scales) + (n + r) * sb_bytes;
-    brow[r] = static_cast<const char*>(a.biases) + (n + r) * sb_bytes;
-  }
   __m512 acc[MX][RB];
 #pragma GCC unroll 8
   for (int m = 0; m < MX; ++m)

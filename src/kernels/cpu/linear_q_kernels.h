@@ -26,6 +26,23 @@ struct LinearQArgs {
   int64_t m = 0, n = 0, k = 0;  // k % group == 0
 };
 
+// The code, scale and bias rows of RB consecutive weight rows starting at n (the kernels' row blocks).
+template <int RB>
+struct QuantRows {
+  const uint8_t* codes[RB];
+  const char* scales[RB];
+  const char* biases[RB];
+  int64_t sb_bytes;  // bytes of one scale (or bias) row
+  QuantRows(const LinearQArgs& a, int64_t n)
+      : sb_bytes(a.sb_stride * static_cast<int64_t>(a.sb_dtype == DType::kF32 ? 4 : 2)) {
+    for (int r = 0; r < RB; ++r) {
+      codes[r] = reinterpret_cast<const uint8_t*>(a.packed + (n + r) * a.packed_stride);
+      scales[r] = static_cast<const char*>(a.scales) + (n + r) * sb_bytes;
+      biases[r] = static_cast<const char*>(a.biases) + (n + r) * sb_bytes;
+    }
+  }
+};
+
 // AVX2+FMA+F16C: 8 codes at a time are unpacked, dequantized and FMA'd into 8 k-strided f32 lanes per
 // output (then gemv_avx2's horizontal sum), for groups of up to 4 x rows.
 void linear_q_avx2(const LinearQArgs& a, int64_t n0, int64_t n1);
