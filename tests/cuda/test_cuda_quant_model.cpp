@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "cuda_test_util.h"
+#include "golden_cuda_util.h"
 #include "engine/generator.h"
 #include "engine/runner.h"
 #include "model/quant.h"
@@ -132,16 +133,6 @@ std::vector<float> decode_logits(engine::Runner& runner, const std::vector<int32
   return out;
 }
 
-double cosine(const float* a, const float* b, int64_t n) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    ab += static_cast<double>(a[i]) * b[i];
-    aa += static_cast<double>(a[i]) * a[i];
-    bb += static_cast<double>(b[i]) * b[i];
-  }
-  return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
-}
-
 // (argmax, (top1 - top2) / std) of a row.
 std::pair<int64_t, double> top1(const float* row, int64_t n) {
   double mean = 0, sq = 0;
@@ -173,7 +164,7 @@ int64_t compare(const std::string& what, const std::vector<float>& cpu, const st
     const float* c = cpu.data() + r * vocab;
     const float* g = gpu.data() + r * vocab;
     for (int64_t i = 0; i < vocab; ++i) EXPECT_TRUE(std::isfinite(g[i])) << what << " row " << r;
-    const double cs = cosine(c, g, vocab);
+    const double cs = golden::cosine(c, g, static_cast<size_t>(vocab));
     worst = std::min(worst, cs);
     EXPECT_GE(cs, kMinCosine) << what << " row " << r;
     const auto [want, margin] = top1(c, vocab);

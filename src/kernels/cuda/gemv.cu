@@ -394,11 +394,7 @@ void linear(void* stream, DevRows out, DevRows x, DevRows w, const void* bias, D
     return;
   }
   const LinearPath path = g_path.load();
-  // Narrow outputs (a gate column, a router) stay on the GEMV (chunks of kGemvMaxM rows): a GEMM gains
-  // nothing there, and cuBLASLt gave wrong [m > 8, 1] results on the H200 (found by the Qwen3-Next
-  // shared-expert gate; not reduced further).
-  constexpr int64_t kGemmMinN = 16;
-  const bool use_gemm = path == LinearPath::kGemm || (path == LinearPath::kAuto && m > kGemvMaxM && n >= kGemmMinN);
+  const bool use_gemm = path == LinearPath::kGemm || (path == LinearPath::kAuto && gemm_pays(m, n));
   if (use_gemm && gemm_cublaslt(s, out, x, w, bias, bias_dtype)) return;
   gemv(s, GemvArgs{w.data, x.data, out.data, bias, w.stride, x.stride, out.stride, m, n, k, w.dtype, x.dtype,
                    out.dtype, bias_dtype});

@@ -320,11 +320,8 @@ void linear_q(void* stream, DevRows out, DevRows x, const DevQuant& w, const voi
   if (m == 0 || n == 0) return;
   cudaStream_t s = as_stream(stream);
   const LinearQPath path = g_qpath.load();
-  // Narrow outputs (a shared-expert gate, a router) stay on the GEMV in chunks of kGemvMaxM rows, as in the
-  // bf16 linear (gemv.cu): cuBLASLt gave wrong [m > 8, 1] results on the H200.
-  constexpr int64_t kGemmMinN = 16;
-  const bool use_gemm = w.cols > 0 && (path == LinearQPath::kGemm ||
-                                       (path == LinearQPath::kAuto && m > kGemvMaxM && n >= kGemmMinN));
+  const bool use_gemm =
+      w.cols > 0 && (path == LinearQPath::kGemm || (path == LinearQPath::kAuto && gemm_pays(m, n)));
   const int64_t done = use_gemm ? linear_q_gemm(s, out, x, w, bias, bias_dtype) : 0;
   if (done == n) return;
   // Rows [done, n) of w: all of them, or what cuBLASLt could not take.

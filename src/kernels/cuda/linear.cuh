@@ -8,6 +8,14 @@
 
 namespace bunsen::kernels::cuda {
 
+// Whether an [m, n] product takes the cuBLASLt GEMM on the automatic path (bf16 linear and the quantized
+// linear's dequantize + GEMM): more rows than one GEMV launch takes, and not a narrow output (a gate column,
+// a router: a GEMM gains nothing there, and cuBLASLt gave wrong [m > 8, 1] results on the H200, found by
+// the Qwen3-Next shared-expert gate; not reduced further).
+inline bool gemm_pays(int64_t m, int64_t n) {
+  return m > kGemvMaxM && n >= 16;
+}
+
 // Shared by the GEMV launchers (gemv.cu, gemv_qmma.cu).
 inline bool aligned16(const void* p, int64_t stride_bytes) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_bytes % 16 == 0;

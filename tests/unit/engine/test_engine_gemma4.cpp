@@ -24,13 +24,9 @@ std::unique_ptr<model::Model> tiny_gemma4() {
   return model::create_model(cfg, std::move(ws));
 }
 
-using Out = test::GreedyResult;
-
-std::vector<Out> run(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-  return test::run_greedy_batch(engine, prompts, max_tokens);
-}
-
-void expect_same(const Out& a, const Out& b, size_t i) { test::expect_same_bits(a, b, i); }
+using test::expect_same_bits;
+using test::GreedyResult;
+using test::run_greedy_batch;
 
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> v;
@@ -39,13 +35,13 @@ std::vector<std::vector<int32_t>> prompts(int n) {
 }
 
 // Each prompt alone, whole prompt in one step, no prefix cache.
-std::vector<Out> alone(model::Model& m, const std::vector<std::vector<int32_t>>& ps, int64_t max_tokens) {
-  std::vector<Out> out;
+std::vector<GreedyResult> alone(model::Model& m, const std::vector<std::vector<int32_t>>& ps, int64_t max_tokens) {
+  std::vector<GreedyResult> out;
   Runner runner(m, runner_opts(1, 64), cpu_ctx());
   EngineOptions eo{1, 64, {}, {}};
   eo.prefix_cache = false;
   Engine engine(runner, eo);
-  for (const auto& p : ps) out.push_back(run(engine, {p}, max_tokens)[0]);
+  for (const auto& p : ps) out.push_back(run_greedy_batch(engine, {p}, max_tokens)[0]);
   return out;
 }
 
@@ -77,8 +73,8 @@ TEST(EngineGemma4, BatchedChunkedPrefillEqualsAlone) {
   EngineOptions eo{4, 16, {}, {}};
   eo.prefix_cache = false;
   Engine engine(runner, eo);
-  const auto got = run(engine, ps, 12);
-  for (size_t i = 0; i < ps.size(); ++i) expect_same(got[i], want[i], i);
+  const auto got = run_greedy_batch(engine, ps, 12);
+  for (size_t i = 0; i < ps.size(); ++i) expect_same_bits(got[i], want[i], i);
 }
 
 TEST(EngineGemma4, PrefixCacheHitEqualsUncached) {
@@ -88,10 +84,10 @@ TEST(EngineGemma4, PrefixCacheHitEqualsUncached) {
   const auto want = alone(*m, {longer}, 10);
   Runner runner(*m, runner_opts(2, 64), cpu_ctx());
   Engine engine(runner, EngineOptions{2, 64, {}, {}});
-  run(engine, {base}, 4);
-  const Out hit = run(engine, {longer}, 10)[0];
+  run_greedy_batch(engine, {base}, 4);
+  const GreedyResult hit = run_greedy_batch(engine, {longer}, 10)[0];
   EXPECT_GE(hit.usage.cached_tokens, 16);  // the base prompt's full blocks (block size 4)
-  expect_same(hit, want[0], 0);
+  expect_same_bits(hit, want[0], 0);
 }
 
 }  // namespace

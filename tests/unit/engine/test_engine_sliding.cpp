@@ -38,13 +38,9 @@ std::unique_ptr<model::Model> tiny_gemma4() {
     "final_logit_softcapping":30.0,"tie_word_embeddings":true})", 13);
 }
 
-using Out = test::GreedyResult;
-
-std::vector<Out> run(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t max_tokens) {
-  return test::run_greedy_batch(engine, prompts, max_tokens);
-}
-
-void expect_same(const Out& a, const Out& b, size_t i) { test::expect_same_bits(a, b, i); }
+using test::expect_same_bits;
+using test::GreedyResult;
+using test::run_greedy_batch;
 
 std::vector<std::vector<int32_t>> prompts(int n) {
   std::vector<std::vector<int32_t>> v;
@@ -55,14 +51,14 @@ std::vector<std::vector<int32_t>> prompts(int n) {
 constexpr int64_t kGen = 40;  // far past every window
 
 // Each prompt alone, whole prompt in one step, no prefix cache, no sliding space (full-length KV).
-std::vector<Out> alone(model::Model& m, const std::vector<std::vector<int32_t>>& ps) {
-  std::vector<Out> out;
+std::vector<GreedyResult> alone(model::Model& m, const std::vector<std::vector<int32_t>>& ps) {
+  std::vector<GreedyResult> out;
   Runner runner(m, runner_opts(1, 64), cpu_ctx());
   EXPECT_FALSE(runner.has_sliding_space());
   EngineOptions eo{1, 64, {}, {}};
   eo.prefix_cache = false;
   Engine engine(runner, eo);
-  for (const auto& p : ps) out.push_back(run(engine, {p}, kGen)[0]);
+  for (const auto& p : ps) out.push_back(run_greedy_batch(engine, {p}, kGen)[0]);
   return out;
 }
 
@@ -116,18 +112,18 @@ void batched_equals_alone(model::Model& m, int32_t n_sliding) {
   Runner runner(m, sliding_opts(4, 16, n_sliding), cpu_ctx(2));  // prompts span several steps
   ASSERT_TRUE(runner.has_sliding_space());
   Engine engine(runner, EngineOptions{4, 16, {}, {}});
-  const auto first = run(engine, ps, kGen);
-  for (size_t i = 0; i < ps.size(); ++i) ASSERT_NO_FATAL_FAILURE(expect_same(first[i], want[i], i));
+  const auto first = run_greedy_batch(engine, ps, kGen);
+  for (size_t i = 0; i < ps.size(); ++i) ASSERT_NO_FATAL_FAILURE(expect_same_bits(first[i], want[i], i));
   // Each prompt twice more, short: the second run hits the prefix cache where the window blocks survived
   // (a long decode in between would have cycled them out of the sliding pool).
   int64_t cached = 0;
   for (size_t i = 0; i < ps.size(); ++i) {
     for (int k = 0; k < 2; ++k) {
-      Out got = run(engine, {ps[i]}, 4)[0];
-      Out prefix = want[i];
+      GreedyResult got = run_greedy_batch(engine, {ps[i]}, 4)[0];
+      GreedyResult prefix = want[i];
       prefix.tokens.resize(4);
       prefix.logprobs.resize(4);
-      ASSERT_NO_FATAL_FAILURE(expect_same(got, prefix, i));
+      ASSERT_NO_FATAL_FAILURE(expect_same_bits(got, prefix, i));
       if (k == 1) cached += got.usage.cached_tokens;
     }
   }
