@@ -87,6 +87,28 @@ DeviceStream DeviceStream::create(Device device) {
   return s;
 }
 
+DeviceEvent DeviceEvent::create(Device device) {
+  DeviceEvent e;
+  if (!device.is_cuda()) return e;
+  set_current_device(device);
+  e.handle_ = std::shared_ptr<void>(cuda::event_create(), [](void* h) { cuda::event_destroy(h); });
+  return e;
+}
+
+void DeviceEvent::record(Context& ctx) {
+  if (handle_) cuda::event_record(handle_.get(), ctx.cuda_stream);
+}
+
+bool DeviceEvent::query() const { return !handle_ || cuda::event_query(handle_.get()); }
+
+void DeviceEvent::synchronize() const {
+  if (handle_) cuda::event_synchronize(handle_.get());
+}
+
+void DeviceEvent::wait_on(Context& ctx) const {
+  if (handle_) cuda::stream_wait_event(ctx.cuda_stream, handle_.get());
+}
+
 void DeviceGraph::begin_capture(Context& ctx) {
   check(ctx.cuda_stream != nullptr, "kernels", "graph capture needs a stream of its own (not the default stream)");
   cuda::graph_begin_capture(ctx.cuda_stream);
@@ -169,6 +191,15 @@ DeviceStream DeviceStream::create(Device device) {
   if (device.is_cuda()) not_built("DeviceStream::create");
   return {};
 }
+
+DeviceEvent DeviceEvent::create(Device device) {
+  if (device.is_cuda()) not_built("DeviceEvent::create");
+  return {};
+}
+void DeviceEvent::record(Context&) {}
+bool DeviceEvent::query() const { return true; }
+void DeviceEvent::synchronize() const {}
+void DeviceEvent::wait_on(Context&) const {}
 
 void DeviceGraph::begin_capture(Context&) { not_built("DeviceGraph::begin_capture"); }
 DeviceGraph DeviceGraph::end_capture(Context&) { not_built("DeviceGraph::end_capture"); }

@@ -1,5 +1,5 @@
 // Backend-neutral device services for the layers above kernels/ (model, engine, bench, cli): which CUDA
-// devices exist, owning device or pinned host memory, asynchronous copies, the staged upload of host
+// devices exist, owning device or pinned host memory, asynchronous copies and events, the staged upload of host
 // ranges (weights) and the device bandwidth probe. Not an op (ops.h) and not CUDA-aware: no CUDA
 // headers here; without the CUDA backend cuda_device_count() is 0 and every CUDA request throws
 // Error("kernels", "...: CUDA backend not built"). Invariant: memory is freed by its owner's destructor.
@@ -64,6 +64,24 @@ class DeviceStream {
   DeviceStream() = default;
   static DeviceStream create(Device device);  // CPU: an empty stream (handle() == nullptr)
   void* handle() const { return handle_.get(); }
+
+ private:
+  std::shared_ptr<void> handle_;
+};
+
+// A completion marker on a stream (a CUDA event): record() marks everything enqueued on ctx's stream so far;
+// query() is true once that has run (or when never recorded), without waiting; synchronize() waits for it.
+// For the CPU an empty event: always complete (CPU copies are done when they return). Move-only.
+class DeviceEvent {
+ public:
+  DeviceEvent() = default;
+  static DeviceEvent create(Device device);
+  void record(Context& ctx);
+  bool query() const;
+  void synchronize() const;
+  // Work enqueued on ctx's stream from now on waits for this event's last record (the host does not wait).
+  void wait_on(Context& ctx) const;
+  bool empty() const { return handle_ == nullptr; }
 
  private:
   std::shared_ptr<void> handle_;

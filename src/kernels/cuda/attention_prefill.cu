@@ -1,4 +1,6 @@
-// Tensor-core paged attention for prefill (flash attention): a block owns 64 query rows that share one kv
+// Tensor-core paged attention for prefill (flash attention), the WMMA kernel: since the mma.sync kernel
+// of attention_prefill_mma.cu became the default, this one runs with BUNSEN_FLASH_PREFILL=wmma (or the
+// testing switch) as the fallback and the comparison point. A block owns 64 query rows that share one kv
 // head (GQA: the group's heads of 64 / group consecutive tokens), walks their keys in tiles of 64 through
 // the block table, computes S = Q·Kᵀ and O += P·V with bf16 WMMA (f32 accumulation) and keeps an online
 // softmax per row in shared memory. Rows of several sequences in one tile are handled in passes, one
@@ -11,7 +13,10 @@
 #include <cuda_bf16.h>  // before mma.h: enables its bf16 fragments
 #include <mma.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -257,7 +262,27 @@ void launch_flash(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_he
   kernel<<<dim3(row_tiles, n_kv_heads), kThreads, Smem<kHd>::kBytes, s>>>(a);
 }
 
+// Which kernel flash_prefill runs: the mma.sync kernel (attention_prefill_mma.cu) unless
+// BUNSEN_FLASH_PREFILL=wmma (or 0) or the testing switch selects this file's WMMA kernel.
+constexpr int kPrefillDefault = 0, kPrefillWmma = 1, kPrefillMma = 2;
+std::atomic<int> g_prefill_kernel{kPrefillDefault};
+
+int prefill_kernel() {
+  const int forced = g_prefill_kernel.load();
+  if (forced != kPrefillDefault) return forced;
+  static const int from_env = [] {
+    const char* e = std::getenv("BUNSEN_FLASH_PREFILL");
+    const bool wmma = e != nullptr && (std::strcmp(e, "wmma") == 0 || std::strcmp(e, "0") == 0);
+    return wmma ? kPrefillWmma : kPrefillMma;
+  }();
+  return from_env;
+}
+
 }  // namespace
+
+void set_attention_prefill_kernel_for_testing(int kernel) {
+  g_prefill_kernel.store(kernel == kPrefillWmma || kernel == kPrefillMma ? kernel : kPrefillDefault);
+}
 
 bool flash_prefill_ok(const DevAttention& at) {
   const int64_t hd = at.q.head_dim;
@@ -286,6 +311,10 @@ void flash_prefill(void* stream, const DevAttention& at) {
   // block streams one sequence's keys once for the whole GQA group instead of one pass per token.
   a.tokens_per_tile = at.q.n_tokens <= at.meta.n_seqs ? 1 : kRows / a.heads_per_tile;
   const int row_tiles = ((a.n_tokens + a.tokens_per_tile - 1) / a.tokens_per_tile) * a.head_chunks;
+  if (prefill_kernel() == kPrefillMma) {
+    flash_prefill_mma(stream, at, a, row_tiles);
+    return;
+  }
   cudaStream_t s = as_stream(stream);
   auto go = [&](auto fmt) {
     constexpr int F = decltype(fmt)::value;

@@ -81,5 +81,9 @@ inline PagedArgs paged_args(const DevAttention& at) {
 // of decode rows (n_tokens <= n_seqs) run one token per block; many of them beat flash-decoding's splits.
 bool flash_prefill_ok(const DevAttention& at);
 void flash_prefill(void* stream, const DevAttention& at);
+// The mma.sync (FlashAttention-2-style) kernel of attention_prefill_mma.cu, with flash_prefill's args and
+// tiling (64 rows per block); flash_prefill calls it unless the WMMA kernel is selected
+// (BUNSEN_FLASH_PREFILL=wmma, or set_attention_prefill_kernel_for_testing(1)).
+void flash_prefill_mma(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles);
 
 }  // namespace bunsen::kernels::cuda

@@ -75,6 +75,16 @@ void copy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, siz
 // Enqueues a zero fill of device memory on `stream`.
 void fill_zero_async(void* dst, size_t bytes, void* stream);
 
+// Events (transfer.cu): completion markers of the work enqueued on a stream before event_record. Timing is
+// off. event_query is true once everything before the last record has run (or when never recorded).
+void* event_create();
+void event_destroy(void* event);
+void event_record(void* event, void* stream);
+bool event_query(void* event);
+void event_synchronize(void* event);
+// Work enqueued on `stream` after this call waits for `event`'s last record (the host does not wait).
+void stream_wait_event(void* stream, void* event);
+
 // One range of a host-to-device upload; src may be pageable (an mmap).
 struct HostToDevice {
   void* dst = nullptr;
@@ -229,5 +239,6 @@ enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };
 void set_linear_path_for_testing(LinearPath path);
 void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the shapes
 void set_attention_flash_decode_for_testing(bool on);  // large decode batches on tensor cores (default: BUNSEN_FLASH_DECODE)
+void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL), 1 = WMMA, 2 = mma.sync
 
 }  // namespace bunsen::kernels::cuda

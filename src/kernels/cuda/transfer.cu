@@ -1,4 +1,4 @@
-// Pinned host memory, asynchronous copies, the staged host-to-device upload (weights from an mmap) and
+// Pinned host memory, asynchronous copies, events, the staged host-to-device upload (weights from an mmap) and
 // the device read-bandwidth probe. Not the per-op memory (memory.cu) and not a model loader: callers
 // say which ranges go where. Invariants: a staging half is refilled only after the device copy that
 // read it has completed (one event per half); the probe's sum is written out so no load is elided.
@@ -53,6 +53,43 @@ void fill_zero_async(void* dst, size_t bytes, void* stream) {
   if (bytes == 0) return;
   check_cuda(cudaMemsetAsync(dst, 0, bytes, as_stream(stream)), "fill_zero_async",
              [&] { return strfmt("of %zu bytes", bytes); });
+}
+
+// ---- events ----
+
+void* event_create() {
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event_create", [] { return std::string(); });
+  return e;
+}
+
+void event_destroy(void* event) {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void event_record(void* event, void* stream) {
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(event), as_stream(stream)), "event_record",
+             [] { return std::string(); });
+}
+
+bool event_query(void* event) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: clear it so no later check sees it
+    return false;
+  }
+  check_cuda(e, "event_query", [] { return std::string(); });
+  return true;
+}
+
+void event_synchronize(void* event) {
+  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "event_synchronize",
+             [] { return std::string(); });
+}
+
+void stream_wait_event(void* stream, void* event) {
+  check_cuda(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0), "stream_wait_event",
+             [] { return std::string(); });
 }
 
 // ---- staged upload ----
