@@ -1,6 +1,8 @@
 // CUDA rope (in place, HF rotate_half on the first rotary_dim dims), kv_write (rows into the paged
 // cache through slot_mapping) and rope_kv_write (both ropes and the write in one launch, the decode
-// path). One block per (token, head) row. Not attention. Invariants: rope uses ref's formula with angle =
+// path). One block per (token, head) row; rope_kv_write on a plain cache with aligned rows takes a
+// vectorised kernel instead (one block row per token, 8 pairs per thread, see rope_kv_write_vec_kernel).
+// Not attention. Invariants: rope uses ref's formula with angle =
 // (float)pos * inv_freq[i] and full-precision sincosf; inv_freq travels by value in the launch
 // parameters (so graph replays keep the values captured); kv_write skips slots < 0 and slots past the
 // cache, rounding to the cache dtype to nearest-even exactly as ref's f32_to_bf16; the fused kernel writes
@@ -9,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/vec8.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -16,6 +19,12 @@ namespace {
 struct RopeTable {
   float inv_freq[kMaxRotaryDim / 2];
 };
+
+// The rotated pair (x1 c - x2 s, x2 c + x1 s) with explicit fmas, so every rope kernel (scalar or
+// vectorised) rounds the same way; c and s already carry attention_scaling.
+__device__ __forceinline__ float2 rotate_values(float x1, float x2, float c, float s) {
+  return make_float2(fmaf(x1, c, -(x2 * s)), fmaf(x2, c, x1 * s));
+}
 
 template <typename XT>
 __global__ void rope_kernel(XT* x, int64_t token_stride, int64_t head_stride, int64_t n_heads,
@@ -29,9 +38,9 @@ __global__ void rope_kernel(XT* x, int64_t token_stride, int64_t head_stride, in
     sincosf(pos * table.inv_freq[i], &s, &c);
     c *= attention_scaling;
     s *= attention_scaling;
-    const float x1 = to_f32(xh[i]), x2 = to_f32(xh[i + half]);
-    xh[i] = from_f32<XT>(x1 * c - x2 * s);
-    xh[i + half] = from_f32<XT>(x2 * c + x1 * s);
+    const float2 y = rotate_values(to_f32(xh[i]), to_f32(xh[i + half]), c, s);
+    xh[i] = from_f32<XT>(y.x);
+    xh[i + half] = from_f32<XT>(y.y);
   }
 }
 
@@ -88,8 +97,8 @@ __device__ __forceinline__ float2 rotate_pair(XT* xh, int i, int half, float pos
   sincosf(pos * inv_freq, &s, &c);
   c *= scaling;
   s *= scaling;
-  const float x1 = to_f32(xh[i]), x2 = to_f32(xh[i + half]);
-  const XT y1 = from_f32<XT>(x1 * c - x2 * s), y2 = from_f32<XT>(x2 * c + x1 * s);
+  const float2 y = rotate_values(to_f32(xh[i]), to_f32(xh[i + half]), c, s);
+  const XT y1 = from_f32<XT>(y.x), y2 = from_f32<XT>(y.y);
   xh[i] = y1;
   xh[i + half] = y2;
   return make_float2(to_f32(y1), to_f32(y2));
@@ -143,6 +152,118 @@ __global__ void rope_kv_write_kernel(const DevRopeKv a, const __grid_constant__ 
     for (int64_t d = 2 * half + threadIdx.x; d < a.k.head_dim; d += blockDim.x) kd[d] = from_f32<CT>(to_f32(kh[d]));
     for (int64_t d = threadIdx.x; d < a.v.head_dim; d += blockDim.x) vd[d] = from_f32<CT>(to_f32(vh[d]));
   }
+}
+
+// ---- rope_kv_write on a plain cache, vectorised (the prefill path, and decode when aligned) ----
+// A token's work is cut into units of 8 consecutive elements, in this order: q rotation units (pairs
+// i..i+7 with i+half..i+half+7 of one q head), k rotation units (the same on k, plus the cache write), k
+// pass-through units (k's dims past rotary_dim, copied to the cache) and v units (copied to the cache).
+// Grid (n_tokens, ceil(units / kRopeThreads)): one unit per thread. A thread loads its unit first, then
+// the block computes the token's cos/sin table (half entries, one sincosf each) into shared memory, so
+// the loads' latency overlaps the table. Needs half % 8 == 0, head dims % 8 == 0 and 16-byte aligned
+// rows (rope_vec_ok); the results are those of rope_kv_write_kernel bit for bit.
+constexpr int kRopeThreads = 128;
+
+struct RopeUnits {
+  int rot, pass, vcols;            // per row: rotation units (half / 8), k pass-through units, v units
+  int q_end, k_end, pass_end, end;  // cumulative unit counts of one token
+};
+
+__host__ __device__ inline RopeUnits rope_units(const DevRopeKv& a, int half) {
+  RopeUnits u;
+  u.rot = half / vec8::kVec;
+  u.pass = static_cast<int>(a.k.head_dim - 2 * half) / vec8::kVec;
+  u.vcols = static_cast<int>(a.v.head_dim) / vec8::kVec;
+  const int kvh = static_cast<int>(a.k.n_heads);
+  u.q_end = static_cast<int>(a.q.n_heads) * u.rot;
+  u.k_end = u.q_end + kvh * u.rot;
+  u.pass_end = u.k_end + kvh * u.pass;
+  u.end = u.pass_end + kvh * u.vcols;
+  return u;
+}
+
+template <typename XT, typename VT, typename CT>
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kv_write_vec_kernel(const DevRopeKv a, const __grid_constant__ RopeTable table, int half) {
+  __shared__ float2 cs[kMaxRotaryDim / 2];  // (cos, sin) * attention_scaling of pair i at this position
+  pdl_launch_dependents();
+  pdl_wait();
+  using vec8::kVec;
+  const int64_t t = blockIdx.x;
+  const RopeUnits n = rope_units(a, half);
+  const int u = static_cast<int>(blockIdx.y) * kRopeThreads + static_cast<int>(threadIdx.x);
+  // This thread's unit: its row (head) h, first column j, and the values it reads (loaded before the
+  // slot is known, so the loads of q, k, v, the slot and the position are all in flight at once).
+  enum Kind { kNone, kQ, kK, kPass, kV } kind = kNone;
+  int h = 0, j = 0;
+  float x1[kVec], x2[kVec];
+  XT* row = nullptr;
+  if (u < n.q_end) {
+    kind = kQ, h = u / n.rot, j = (u - h * n.rot) * kVec;
+    row = static_cast<XT*>(a.q.data) + t * a.q.token_stride + h * a.q.head_stride;
+  } else if (u < n.k_end) {
+    kind = kK, h = (u - n.q_end) / n.rot, j = (u - n.q_end - h * n.rot) * kVec;
+    row = static_cast<XT*>(a.k.data) + t * a.k.token_stride + h * a.k.head_stride;
+  } else if (u < n.pass_end) {
+    kind = kPass, h = (u - n.k_end) / n.pass, j = 2 * half + (u - n.k_end - h * n.pass) * kVec;
+    row = static_cast<XT*>(a.k.data) + t * a.k.token_stride + h * a.k.head_stride;
+  } else if (u < n.end) {
+    kind = kV, h = (u - n.pass_end) / n.vcols, j = (u - n.pass_end - h * n.vcols) * kVec;
+  }
+  if (kind == kQ || kind == kK) {
+    vec8::load8(row + j, x1);
+    vec8::load8(row + j + half, x2);
+  } else if (kind == kPass) {
+    vec8::load8(row + j, x1);
+  } else if (kind == kV) {
+    vec8::load8(static_cast<const VT*>(a.v.data) + t * a.v.token_stride + h * a.v.head_stride + j, x1);
+  }
+  const DevCache& c = a.cache;
+  const int64_t slot = a.slot_mapping[t];
+  const bool write = slot >= 0 && slot < c.n_blocks * c.block_size;  // uniform over the block
+  const int64_t block = write ? slot / c.block_size : 0, offset = write ? slot % c.block_size : 0;
+  const float pos = static_cast<float>(a.positions[t]), scaling = a.attention_scaling;
+  for (int i = threadIdx.x; i < half; i += kRopeThreads) {
+    float s, co;
+    sincosf(pos * table.inv_freq[i], &s, &co);
+    cs[i] = make_float2(co * scaling, s * scaling);
+  }
+  __syncthreads();
+  if (kind == kNone || (!write && (kind == kPass || kind == kV))) return;
+  if (kind == kQ || kind == kK) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const float2 r = cs[j + i];
+      const float2 y = rotate_values(x1[i], x2[i], r.x, r.y);
+      x1[i] = to_f32(from_f32<XT>(y.x));  // as stored in q / k
+      x2[i] = to_f32(from_f32<XT>(y.y));
+    }
+    vec8::store8(row + j, x1);
+    vec8::store8(row + j + half, x2);
+    if (kind == kQ || !write) return;
+  }
+  CT* dst = kind == kV ? static_cast<CT*>(c.v) + block * c.v_strides[0] + offset * c.v_strides[1] + h * c.v_strides[2]
+                       : static_cast<CT*>(c.k) + block * c.k_strides[0] + offset * c.k_strides[1] + h * c.k_strides[2];
+  vec8::store8(dst + j, x1);
+  if (kind == kK) vec8::store8(dst + j + half, x2);
+}
+
+// The vectorised kernel can take this call: a plain cache, half and every head dim a multiple of 8, all
+// rows (q, k, v heads and tokens, cache rows) 16-byte aligned.
+bool rope_vec_ok(const DevRopeKv& a, int half) {
+  using vec8::aligned16;
+  using vec8::stride_ok;
+  const DevCache& c = a.cache;
+  if (c.bits != 0 || half % vec8::kVec != 0 || a.k.head_dim % vec8::kVec != 0 || a.v.head_dim % vec8::kVec != 0 ||
+      a.k.head_dim < 2 * half || a.q.head_dim < 2 * half)
+    return false;
+  auto heads_ok = [](const DevHeads& x) {
+    return aligned16(x.data) && stride_ok(x.token_stride, x.dtype) && stride_ok(x.head_stride, x.dtype);
+  };
+  if (!heads_ok(a.q) || !heads_ok(a.k) || !heads_ok(a.v) || !aligned16(c.k) || !aligned16(c.v)) return false;
+  for (int d = 0; d < 3; ++d)
+    if (!stride_ok(c.k_strides[d], c.dtype) || !stride_ok(c.v_strides[d], c.dtype)) return false;
+  return true;
 }
 
 }  // namespace
@@ -227,6 +348,11 @@ void rope_kv_write(void* stream, const DevRopeKv& a) {
     throw Error("cuda", strfmt("rope_kv_write: quantized cache needs head_dim %lld (= v's %lld) <= %d and a group "
                                "(%d) dividing it",
                                (long long)a.k.head_dim, (long long)a.v.head_dim, kMaxHeadDim, c.group_size));
+  // The vectorised kernel needs q, k and v over the same tokens (one block row per token).
+  const bool vec = a.q.n_tokens == a.k.n_tokens && a.v.n_tokens == a.k.n_tokens && a.k.n_tokens > 0 &&
+                   rope_vec_ok(a, half);
+  const int vec_units = vec ? rope_units(a, half).end : 0;
+  const unsigned vec_splits = static_cast<unsigned>((vec_units + kRopeThreads - 1) / kRopeThreads);
   with_act_type(a.q.dtype, [&](auto xt) {
     with_act_type(a.v.dtype, [&](auto vt) {
       using XT = typename decltype(xt)::type;
@@ -238,6 +364,15 @@ void rope_kv_write(void* stream, const DevRopeKv& a) {
       };
       if (c.bits != 0) {
         with_quant_fmt(c, [&](auto fmt) { go(rope_kv_write_kernel<XT, VT, uint8_t, decltype(fmt)::value>); });
+        return;
+      }
+      if (vec_splits > 0) {
+        with_act_type(c.dtype, [&](auto ct) {
+          const cudaError_t e = launch_pdl(rope_kv_write_vec_kernel<XT, VT, typename decltype(ct)::type>,
+                                           dim3(static_cast<unsigned>(a.k.n_tokens), vec_splits), dim3(kRopeThreads),
+                                           0, as_stream(stream), a, table, half);
+          check_cuda(e, "rope_kv_write", [&] { return heads_desc("q", a.q); });
+        });
         return;
       }
       with_act_type(c.dtype, [&](auto ct) {

@@ -1,13 +1,15 @@
 // CUDA row-wise ops: embedding, rms_norm, add_scaled, scale, silu_mul, softmax, argmax, gather_rows. One
-// block per row for the reductions and gathers (grid-stride over rows), a flat grid-stride loop for
-// element-wise ops; all math in f32, storage in each tensor's own dtype (activations f32|bf16,
-// weights f32|f16|bf16).
+// block per row for the reductions and gathers (grid-stride over rows); the element-wise ops run 8
+// columns per thread with 16-byte accesses (vec8.cuh) when every row is 16-byte aligned, else a flat
+// grid-stride loop; all math in f32, storage in each tensor's own dtype (activations f32|bf16,
+// weights f32|f16|bf16). Both element-wise paths apply one functor, so they store the same bits.
 // rms_norm and add_rms_norm take a vectorised path for rows of d % 8 == 0 and d <= 8192 with 16-byte
 // aligned rows (the model widths): one block of d / 8 threads per row, 8 elements per thread in registers,
 // one block reduction; the rest is scalar (coalesced). Invariants: same formulas as ref/ (rms_norm's mean
 // in f32; argmax: first maximum, NaN never wins).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/vec8.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -97,32 +99,8 @@ __global__ void __launch_bounds__(kAddNormThreads)
 constexpr int kVecPer = 8;
 constexpr int kVecMaxThreads = 1024;
 
-__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
-template <typename T>  // Bf16 or Half
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = to_f32(h[i]);
-}
-
-__device__ __forceinline__ void store8(float* p, const float (&v)[8]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-template <typename T>
-__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
-  uint4 u;
-  T* h = reinterpret_cast<T*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) h[i] = from_f32<T>(v[i]);
-  *reinterpret_cast<uint4*>(p) = u;
-}
+using vec8::load8;
+using vec8::store8;
 
 // out = x * rsqrt(mean(x^2) + eps) * (w + w_offset) for one row per block; with kAdd, first
 // x += y * y_scale (x stored rounded to XT, the norm taken over the stored values).
@@ -186,12 +164,22 @@ __device__ __forceinline__ void for_each_elem(int64_t n_rows, int64_t n_cols, F&
   }
 }
 
+struct AddScaled {
+  float scale;
+  __device__ __forceinline__ float operator()(float x, float y) const { return x + y * scale; }
+};
+
+struct Scale {
+  float s;
+  __device__ __forceinline__ float operator()(float x) const { return x * s; }
+};
+
 template <typename XT, typename YT>
 __global__ void add_scaled_kernel(XT* x, int64_t xs, const YT* y, int64_t ys, int64_t n_rows, int64_t n_cols,
                                   float scale) {
   for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
     XT* p = x + r * xs + c;
-    *p = from_f32<XT>(to_f32(*p) + to_f32(y[r * ys + c]) * scale);
+    *p = from_f32<XT>(AddScaled{scale}(to_f32(*p), to_f32(y[r * ys + c])));
   });
 }
 
@@ -199,16 +187,20 @@ template <typename XT>
 __global__ void scale_kernel(XT* x, int64_t xs, int64_t n_rows, int64_t n_cols, float s) {
   for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
     XT* p = x + r * xs + c;
-    *p = from_f32<XT>(to_f32(*p) * s);
+    *p = from_f32<XT>(Scale{s}(to_f32(*p)));
   });
 }
+
+// silu(g) * u: the decode GEMV's fused epilogue (gemv.cu, gemv_qmma.cu) uses the same expression.
+struct SiluMul {
+  __device__ __forceinline__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+};
 
 template <typename OT, typename GT, typename UT>
 __global__ void silu_mul_kernel(OT* out, int64_t os, const GT* gate, int64_t gs, const UT* up, int64_t us,
                                 int64_t n_rows, int64_t n_cols) {
   for_each_elem(n_rows, n_cols, [&](int64_t r, int64_t c) {
-    const float g = to_f32(gate[r * gs + c]);
-    out[r * os + c] = from_f32<OT>(g / (1.0f + expf(-g)) * to_f32(up[r * us + c]));
+    out[r * os + c] = from_f32<OT>(SiluMul{}(to_f32(gate[r * gs + c]), to_f32(up[r * us + c])));
   });
 }
 
@@ -324,10 +316,18 @@ void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype
 
 void add_scaled(void* stream, DevRows x, DevRows y, float scale) {
   if (x.n_rows == 0 || x.n_cols == 0) return;
+  const bool vec = vec8::rows_ok(x) && vec8::rows_ok(y);
   with_act_type(x.dtype, [&](auto xt) {
     with_act_type(y.dtype, [&](auto yt) {
       using XT = typename decltype(xt)::type;
       using YT = typename decltype(yt)::type;
+      if (vec) {  // x is both the gate and the out of the element-wise kernel: each thread reads, then writes
+        const vec8::Grid g = vec8::grid_for(x.n_rows, x.n_cols);
+        vec8::gated_kernel<<<g.blocks, g.threads, 0, as_stream(stream)>>>(
+            static_cast<XT*>(x.data), x.stride, static_cast<const XT*>(x.data), x.stride,
+            static_cast<const YT*>(y.data), y.stride, x.n_rows, x.n_cols, AddScaled{scale});
+        return;
+      }
       add_scaled_kernel<XT, YT><<<flat_blocks(x.n_rows * x.n_cols), kThreads, 0, as_stream(stream)>>>(
           static_cast<XT*>(x.data), x.stride, static_cast<const YT*>(y.data), y.stride, x.n_rows, x.n_cols,
           scale);
@@ -375,8 +375,15 @@ void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w
 
 void scale(void* stream, DevRows x, float s) {
   if (x.n_rows == 0 || x.n_cols == 0) return;
+  const bool vec = vec8::rows_ok(x);
   with_act_type(x.dtype, [&](auto xt) {
     using XT = typename decltype(xt)::type;
+    if (vec) {
+      const vec8::Grid g = vec8::grid_for(x.n_rows, x.n_cols);
+      vec8::map_kernel<<<g.blocks, g.threads, 0, as_stream(stream)>>>(static_cast<XT*>(x.data), x.stride, x.n_rows,
+                                                                       x.n_cols, Scale{s});
+      return;
+    }
     scale_kernel<XT><<<flat_blocks(x.n_rows * x.n_cols), kThreads, 0, as_stream(stream)>>>(
         static_cast<XT*>(x.data), x.stride, x.n_rows, x.n_cols, s);
   });
@@ -385,12 +392,20 @@ void scale(void* stream, DevRows x, float s) {
 
 void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up) {
   if (out.n_rows == 0 || out.n_cols == 0) return;
+  const bool vec = vec8::rows_ok(out) && vec8::rows_ok(gate) && vec8::rows_ok(up);
   with_act_type(out.dtype, [&](auto ot) {
     with_act_type(gate.dtype, [&](auto gt) {
       with_act_type(up.dtype, [&](auto ut) {
         using OT = typename decltype(ot)::type;
         using GT = typename decltype(gt)::type;
         using UT = typename decltype(ut)::type;
+        if (vec) {
+          const vec8::Grid g = vec8::grid_for(out.n_rows, out.n_cols);
+          vec8::gated_kernel<<<g.blocks, g.threads, 0, as_stream(stream)>>>(
+              static_cast<OT*>(out.data), out.stride, static_cast<const GT*>(gate.data), gate.stride,
+              static_cast<const UT*>(up.data), up.stride, out.n_rows, out.n_cols, SiluMul{});
+          return;
+        }
         silu_mul_kernel<OT, GT, UT><<<flat_blocks(out.n_rows * out.n_cols), kThreads, 0, as_stream(stream)>>>(
             static_cast<OT*>(out.data), out.stride, static_cast<const GT*>(gate.data), gate.stride,
             static_cast<const UT*>(up.data), up.stride, out.n_rows, out.n_cols);
