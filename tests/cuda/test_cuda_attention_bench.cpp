@@ -4,7 +4,8 @@
 // CUDA graph (as the runner replays decode steps), timed with CUDA events; prints us per layer and the
 // visible K/V bytes read per second. A measurement tool, not a speed assertion: it runs only with
 // BUNSEN_BENCH_ATTENTION=1 and asserts only that outputs are finite. Layers cycle over enough distinct
-// caches that a layer's K/V is not still in L2 from the previous call.
+// caches that a layer's K/V is not still in L2 from the previous call. DecodeAttentionBenchBatch1 compares
+// the fused combine with the separate combine kernel at batch 1 and sweeps forced slice counts.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,11 +35,16 @@ struct BenchResult {
 };
 
 // path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT (attention.cu's general kernel
-// for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu.
-BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path) {
+// for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu. combine: as
+// set_attention_decode_combine_for_testing (0 default, 1 fused, 2 combine kernel); splits: forced slice
+// count (0: chosen).
+BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path, int combine = 0,
+                         int splits = 0) {
   const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
+  cuda::set_attention_decode_combine_for_testing(combine);
+  cuda::set_attention_splits_for_testing(splits);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -117,6 +123,8 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cudaStreamDestroy(stream);
   cuda::set_attention_flash_decode_for_testing(false);
   cuda::set_attention_decode_variant_for_testing(0);
+  cuda::set_attention_decode_combine_for_testing(0);
+  cuda::set_attention_splits_for_testing(0);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
@@ -151,6 +159,30 @@ TEST_F(CudaTest, DecodeAttentionBench) {
                                : "tc-prefill-path",
                    r);
     }
+}
+
+// Batch 1 on the Llama-3.1-8B shape (the latency case: 8 rows of 8 kv heads cannot fill the GPU, so the
+// fixed costs of a slice block and of merging the slices dominate): the fused combine (default) against
+// the separate combine kernel, both kernels, then forced slice counts with the fused combine.
+// BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchBatch1*'
+TEST_F(CudaTest, DecodeAttentionBenchBatch1) {
+  const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
+  if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
+  for (int64_t ctx : {256, 1024, 4096}) {
+    for (int path : {0, 1})
+      for (int combine : {1, 2}) {
+        const BenchResult r = bench_decode(kLlama, 1, ctx, path, combine);
+        const char* name = path == 0 ? (combine == 1 ? "mma/fused" : "mma/combine-krn")
+                                     : (combine == 1 ? "simt/fused" : "simt/combine-krn");
+        print_result(kLlama, 1, ctx, name, r);
+      }
+    for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 1, splits);
+      char name[32];
+      std::snprintf(name, sizeof(name), "mma/fused/s%d", splits);
+      print_result(kLlama, 1, ctx, name, r);
+    }
+  }
 }
 
 // The wide heads (256/512) of Gemma 4 E4B and Qwen3.5 4B: tensor-core flash-decoding against the SIMT

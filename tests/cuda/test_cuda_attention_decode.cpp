@@ -5,6 +5,9 @@
 // V sharing one cache (Gemma 4's k_eq_v), and a CUDA graph captured at short contexts and replayed at
 // longer ones (the slicing is decided on device). Head dims 256/512 run the tensor-core kernel's
 // multi-warp key streams (S summed across warps); variant 1 sends 512 and groups > 8 to attention.cu.
+// The fused combine (the last slice block of a row merges) against the reference and, bit for bit,
+// against the separate combine kernel; one captured graph replayed many times over growing (and
+// shrinking, and repeated) contexts, so the arrival counters must be back at zero after every launch.
 #include <cuda_runtime.h>
 
 #include "attention_test_util.h"
@@ -21,9 +24,13 @@ class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int
     if (IsSkipped()) return;
     cuda::set_attention_flash_decode_for_testing(false);
     cuda::set_attention_decode_variant_for_testing(GetParam());
+    cuda::set_attention_decode_combine_for_testing(0);
   }
   void TearDown() override {
-    if (cuda::device_count() > 0) cuda::set_attention_decode_variant_for_testing(0);
+    if (cuda::device_count() > 0) {
+      cuda::set_attention_decode_variant_for_testing(0);
+      cuda::set_attention_decode_combine_for_testing(0);
+    }
     CudaTest::TearDown();
   }
 };
@@ -241,6 +248,123 @@ TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
   graph_replay_case(256, 8, 2, 512);  // Gemma 4 E4B sliding layers
   graph_replay_case(256, 16, 4, 0);   // Qwen3.5 4B full-attention layers
   graph_replay_case(512, 8, 2, 0);    // Gemma 4 E4B global layers
+}
+
+// Refills a device tensor with random garbage (stream-ordered, synchronous).
+void scramble(DeviceTensor& t, std::mt19937& rng, void* stream) {
+  OwnedTensor g = OwnedTensor::make(t.tensor.dtype, std::span<const int64_t>(t.tensor.shape, t.tensor.ndim));
+  fill_uniform(g.tensor, rng, -9.0f, 9.0f);
+  cuda::copy_to_device(t.tensor.data, g.tensor.data, g.tensor.nbytes(), stream);
+}
+
+// Contexts around the tile (16) and slice edges up to several thousand keys, as single rows and as one
+// batch of very different lengths, with the slice count forced to 1, 2, 7 and the maximum (128) or
+// chosen: the fused combine (mode 1) matches the reference, and the separate combine kernel (mode 2)
+// bit for bit.
+TEST_P(CudaDecodeTest, FusedCombineAcrossContextsAndSliceCounts) {
+  const std::vector<int64_t> lens = {1, 15, 16, 17, 255, 1000, 5000};
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  for (Shape sh : {Shape{32, 8, 128}, Shape{16, 4, 256}, Shape{8, 2, 512}})
+    for (int splits : {1, 2, 7, 128, 0}) {
+      cuda::set_attention_splits_for_testing(splits);
+      std::vector<std::vector<int64_t>> batches = {lens};
+      if (splits == 128 || splits == 0)
+        for (int64_t len : lens) batches.push_back({len});
+      for (const auto& bl : batches) {
+        Scenario s = decode_scenario(1, sh.head_dim, bl);
+        s.n_heads = sh.n_heads;
+        s.n_kv_heads = sh.n_kv_heads;
+        s.out_dtype = DType::kF32;
+        const std::string what =
+            strfmt("heads %lld/%lld head_dim %lld splits %d rows %zu (first len %lld)", (long long)sh.n_heads,
+                   (long long)sh.n_kv_heads, (long long)sh.head_dim, splits, bl.size(), (long long)bl[0]);
+        std::mt19937 rng(409);
+        Batch b = make_batch(s, rng);
+        const Tensor& q = b.q.f32.tensor;
+        OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+        ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+        DeviceBatch d = upload(b, DType::kF32, rng);
+        auto run = [&](int combine) {  // on garbage: a row nobody writes cannot pass as the previous result
+          scramble(d.out, rng, nullptr);
+          cuda::set_attention_decode_combine_for_testing(combine);
+          paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+          return values(d.out.download().tensor);
+        };
+        const std::vector<float> fused = run(1);
+        expect_close(fused, values(want.tensor), tolerance(DType::kF32, 1e-4f), what + " fused");
+        expect_close(run(2), fused, 0.0f, what + " combine kernel equals fused");
+        expect_close(run(0), fused, 0.0f, what + " fused again");  // the counters were left at zero
+      }
+    }
+}
+
+// One graph captured at position 0 (one key per row), replayed at growing contexts, twice at the same
+// ones, then shorter and longer again: each replay equals the reference at its positions (and a repeat
+// equals the replay before it bit for bit), which holds only if every launch leaves the arrival
+// counters at zero whatever its rows' slice counts.
+void growing_replay_case(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads, int splits) {
+  SCOPED_TRACE(strfmt("head_dim %lld heads %lld/%lld splits %d", (long long)head_dim, (long long)n_heads,
+                      (long long)n_kv_heads, splits));
+  cuda::set_attention_splits_for_testing(splits);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Context ctx;
+  ctx.cuda_stream = stream;
+  Scenario s = decode_scenario(1, head_dim, {5000, 1000, 17, 255, 1});
+  s.n_heads = n_heads;
+  s.n_kv_heads = n_kv_heads;
+  s.out_dtype = DType::kF32;
+  std::mt19937 rng(410);
+  Batch b = make_batch(s, rng);
+  DeviceBatch d = upload(b, DType::kF32, rng);
+  int32_t* host_pos = b.positions.tensor.ptr<int32_t>();
+  const std::vector<int32_t> last(host_pos, host_pos + s.seq_lens.size());
+  auto set_positions = [&](double f) {
+    for (size_t i = 0; i < last.size(); ++i) host_pos[i] = static_cast<int32_t>(last[i] * f);
+    cuda::copy_to_device(d.positions.tensor.data, host_pos, last.size() * sizeof(int32_t), stream);
+  };
+  set_positions(0.0);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);  // sizes the scratch
+  cuda::synchronize(stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const Tensor& q = b.q.f32.tensor;
+  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+  std::vector<float> prev;
+  double prev_f = -1.0;
+  for (double f : {0.0, 0.003, 0.01, 0.05, 0.05, 0.2, 0.5, 0.5, 0.5, 1.0, 0.1, 1.0, 1.0}) {
+    set_positions(f);
+    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    scramble(d.out, rng, stream);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    cuda::synchronize(stream);
+    const std::vector<float> got = values(d.out.download().tensor);
+    expect_close(got, values(want.tensor), tolerance(DType::kF32, 1e-4f), strfmt("replay at %g", f));
+    if (f == prev_f) expect_close(got, prev, 0.0f, strfmt("repeated replay at %g", f));
+    prev = got;
+    prev_f = f;
+  }
+  scramble(d.out, rng, stream);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);  // eager, same inputs
+  cuda::synchronize(stream);
+  expect_close(values(d.out.download().tensor), prev, 0.0f, "eager equals replay");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_P(CudaDecodeTest, FusedCombineGraphReplaysOverGrowingContexts) {
+  for (int splits : {0, 2, 7, 128}) {
+    growing_replay_case(128, 32, 8, splits);  // Llama 3.1 8B
+    growing_replay_case(256, 16, 4, splits);  // Qwen3.5 4B full-attention layers
+    growing_replay_case(512, 8, 2, splits);   // Gemma 4 E4B global layers
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1));

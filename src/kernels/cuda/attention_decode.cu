@@ -8,11 +8,22 @@
 // and keeps an online softmax per lane group in f32; groups and warps merge at the end. A row uses
 // min(n_splits, ceil(visible keys / min_keys)) slices, decided on the device from its position, so the
 // grid (fixed by host scalars) fits any context within the block table and CUDA-graph replays stay valid;
-// surplus slice blocks exit at once. combine_kernel merges a row's slices with log-sum-exp weights.
+// surplus slice blocks exit at once. A row with several slices is merged with log-sum-exp weights by
+// combine_kernel in a second launch (the default), or by the last of its slice blocks to finish (fused
+// combine, BUNSEN_DECODE_FUSED_COMBINE=1 or the testing switch: one launch per call, but on the H200 it
+// measured 0.5-2.4 us per layer slower than the two launches at batch 1 x 256..4k keys). Slice kernels are launched with programmatic
+// dependent launch (BUNSEN_PDL=0: plain stream order) and wait before their first read.
 // Invariants: masks as ref; a visible key whose sequence or block id is invalid makes its row NaN and is
-// never dereferenced; no allocation but the stream's scratch arena (partials), sized by the eager step.
+// never dereferenced; no allocation but the stream's scratch arena (partials), sized by the eager step, and
+// the stream's arrival counters (fused combine), allocated zeroed once and left zero by every launch.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
@@ -26,6 +37,51 @@ using namespace decode;
 constexpr int kSimtBlocksPerSm = 4;  // the SIMT kernel's residency (128 registers x 128 threads)
 
 std::atomic<int> g_variant{0};  // 0: tensor cores where they apply, else SIMT; 1: SIMT always
+std::atomic<int> g_combine{0};  // 0: BUNSEN_DECODE_FUSED_COMBINE (default combine_kernel); 1: fused; 2: combine_kernel
+
+bool fused_combine() {
+  const int mode = g_combine.load();
+  if (mode != 0) return mode == 1;
+  static const bool env_on = [] {
+    const char* e = std::getenv("BUNSEN_DECODE_FUSED_COMBINE");
+    return e != nullptr && std::string_view(e) == "1";
+  }();
+  return env_on;
+}
+
+// The fused combine's arrival counters of (device, stream): at least `n` zeroed unsigned ints, at least
+// kMinCounters, so the buffer is set up by the first eager step and never grows under a captured graph:
+// choose_splits gives n_splits > 1 only while rows x kv heads < a wave of blocks (a few hundred), so more
+// takes a forced slice count (tests). Like the scratch arena, valid for work on that stream until a call
+// that grows it (which waits for the stream first); unlike it, growth is not seen by the runner's
+// scratch_capacity check, hence the margin.
+constexpr int64_t kMinCounters = int64_t{1} << 16;
+
+unsigned* arrival_counters(cudaStream_t stream, int64_t n, const char* op) {
+  static std::mutex mu;
+  static auto* by_stream = new std::map<std::pair<int, void*>, DeviceBuffer>();  // leaked, as the arena
+  const int dev = current_device();
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceBuffer& buf = (*by_stream)[{dev, static_cast<void*>(stream)}];
+  const size_t bytes = static_cast<size_t>(std::max(n, kMinCounters)) * sizeof(unsigned);
+  if (buf.data() != nullptr && buf.size() >= static_cast<size_t>(n) * sizeof(unsigned))
+    return static_cast<unsigned*>(buf.data());
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(stream, &status);
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    throw Error("cuda",
+                strfmt("%s: needs %lld decode arrival counters while the stream is capturing a graph, "
+                       "but holds %zu; run the step once before capturing",
+                       op, static_cast<long long>(n), buf.size() / sizeof(unsigned)));
+  }
+  auto detail = [] { return std::string("(decode arrival counters)"); };
+  check_cuda(cudaStreamSynchronize(stream), op, detail);  // earlier work may still count in the old buffer
+  buf = DeviceBuffer();
+  buf = DeviceBuffer(bytes);
+  check_cuda(cudaMemsetAsync(buf.data(), 0, bytes, stream), op, detail);
+  return static_cast<unsigned*>(buf.data());
+}
 
 // kE bf16 of a row as kE / 2 words (one 16- or 8-byte load), and their f32 values.
 template <int kE>
@@ -252,8 +308,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   using S = Shape<kE, kL, kG>;
   constexpr int kU = S::kUnroll;
   __shared__ float red[S::kRed / sizeof(float)];
+  slice_prologue();
   const Where w = where_am_i(a);
-  allow_combine_launch();
   if (!w.live) return;  // uniform over the block
   const LaneAt ln = lane_at<kE, kL>(a);
   RowState<kE, kG> st;
@@ -290,7 +346,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 }
 
 // out[t, h] = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m), over the row's n_act slices. Rows
-// with one slice were written by the slice kernel.
+// with one slice were written by the slice kernel. The unfused path (merge_if_last does the same in the
+// slice kernel); reads positions before its wait, which the slice kernel's prologue order allows.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   __shared__ float w[kMaxSplits];
   __shared__ float inv_den;
@@ -347,7 +404,9 @@ Tiling tiling_for(int64_t head_dim, int64_t group) {
 
 template <int kE, int kL, int kG, int F>
 void launch(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  decode_kernel<kE, kL, kG, F><<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, 0, s>>>(a);
+  check_cuda(launch_pdl(decode_kernel<kE, kL, kG, F>, dim3(a.n_tokens, n_kv_heads, a.n_splits), dim3(kThreads), 0,
+                        s, a),
+             "paged_attention", [] { return std::string("(flash-decoding slice kernel)"); });
 }
 
 template <int kE, int kG, int F>
@@ -401,6 +460,10 @@ void set_attention_decode_variant_for_testing(int variant) {
   g_variant.store(variant);
 }
 
+void set_attention_decode_combine_for_testing(int mode) {
+  g_combine.store(mode);
+}
+
 bool decode_attention_ok(const DevAttention& at) {
   const DevCache& c = at.cache;
   const int64_t hd = at.q.head_dim;
@@ -440,12 +503,14 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   const int bs = a.block_size;
   a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
   cudaStream_t s = as_stream(stream);
+  const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
+  const bool fused = a.n_splits > 1 && fused_combine();
   if (a.n_splits > 1) {
     const size_t bytes =
         static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
+    if (fused) a.counters = arrival_counters(s, static_cast<int64_t>(a.n_tokens) * n_kv_heads, op);
   }
-  const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   if (mma)
     launch_decode_mma(s, a, n_kv_heads);
   else if (at.cache.bits == 0)
@@ -453,7 +518,7 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   else
     with_quant_fmt(at.cache, [&](auto fmt) { launch_tiling<decltype(fmt)::value>(s, a, ti, n_kv_heads); });
   check_launch(op, detail);
-  if (a.n_splits > 1) {  // launched early (programmatic dependent launch); it waits for the partials
+  if (a.n_splits > 1 && !fused) {  // launched early (programmatic dependent launch); it waits for the partials
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(at.q.n_tokens * at.q.n_heads));
     cfg.blockDim = dim3(kThreads);

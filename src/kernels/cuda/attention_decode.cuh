@@ -23,4 +23,9 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits);
 // for attention.cu's general kernel). For tests and the micro-benchmark (all must match the reference).
 void set_attention_decode_variant_for_testing(int variant);
 
+// How a row's key slices are merged: 0 (default): as BUNSEN_DECODE_FUSED_COMBINE says (unset or not "0":
+// fused); 1: fused (the last slice block of a (row, kv head) merges them, one launch); 2: a separate
+// combine kernel (the path before the fused one). For tests and the micro-benchmark.
+void set_attention_decode_combine_for_testing(int mode);
+
 }  // namespace bunsen::kernels::cuda

@@ -1,14 +1,18 @@
 // Pieces shared by the flash-decoding kernels (attention_decode.cu: SIMT, any head_dim % 8 == 0 up to 256;
 // attention_decode_mma.cu: tensor cores, head_dim 64/128/256/512, bf16 q): the launch arguments, the per-row
-// key slicing both the slice kernels and the combine kernel derive on the device, block-table lookup,
-// cp.async wrappers and the block epilogue that merges the warps' softmax states and writes a row or a
-// partial. Not a public interface. Invariants: scores live in the log2 domain (q·k·scale·log2e); a state is
-// (max m, sum l, acc); NaN poisons l and acc but never m (fmaxf ignores NaN).
+// key slicing both the slice kernels and the combine derive on the device, block-table lookup, cp.async
+// wrappers and the block epilogue that merges the warps' softmax states and writes a row or a partial, then
+// (fused combine) lets the last slice block of a (row, kv head) to finish merge the partials into the row.
+// Not a public interface. Invariants: scores live in the log2 domain (q·k·scale·log2e); a state is
+// (max m, sum l, acc); NaN poisons l and acc but never m (fmaxf ignores NaN); arrival counters are zero
+// between launches (the last block resets its own); a slice kernel calls pdl_wait() before its first read
+// and only then pdl_launch_dependents(), so a dependent (the combine kernel) may read positions at once.
 #pragma once
 #include <cstdint>
 
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda::decode {
 
@@ -25,6 +29,9 @@ struct DecodeArgs : PagedArgs {
   int min_keys = 32;          // a row uses no more slices than ceil(visible keys / min_keys)
   int block_shift = -1;       // log2(block_size) when it is a power of two, else -1
   float* partials = nullptr;  // [n_tokens, n_heads, n_splits, head_dim + 2] f32: max (log2), sum, acc
+  // [n_tokens, n_kv_heads] arrivals of a row's slice blocks (fused combine: the last one merges and
+  // resets it to 0); null: combine_kernel merges the partials in a second launch.
+  unsigned* counters = nullptr;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below
@@ -75,10 +82,13 @@ __device__ __forceinline__ Where where_am_i(const DecodeArgs& a) {
   return w;
 }
 
-// Lets the combine kernel (launched as a programmatic dependent) get its blocks resident while this
-// grid runs; it still waits (griddepcontrol.wait) for this grid's completion before reading partials.
-__device__ __forceinline__ void allow_combine_launch() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+// The slice kernels' prologue: waits for the kernel before it on the stream (they are launched with
+// programmatic dependent launch, so their blocks get resident while that one finishes; the wait comes
+// before any read), then lets a dependent (the combine kernel, or the next layer's kernel) get its blocks
+// resident while this grid runs; a dependent still waits (griddepcontrol.wait) for this grid's completion.
+__device__ __forceinline__ void slice_prologue() {
+  pdl_wait();
+  pdl_launch_dependents();
 }
 
 // Physical block of `key` (< the row's end) and its offset in it; -1 for an invalid sequence or block id.
@@ -108,10 +118,95 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// The fused combine, after every thread of this block wrote its part of its slice's partial: counts the
+// block in (the partials made visible GPU-wide first); the last of the row's n_act blocks to arrive
+// (atomicInc wraps its counter back to 0 for the next launch or graph replay) merges the n_act partials of
+// the kG heads of its kv head into out[t, head] as combine_kernel does (same order: bit-identical). sm:
+// kG * (kMaxSplits + 1) + 1 floats of shared memory that no thread reads any more.
+template <int kG>
+__device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& w, float* sm) {
+  float* wts = sm;                           // [kG][kMaxSplits] slice weights 2^(m_s - max m)
+  float* inv = sm + kG * kMaxSplits;         // [kG] 1 / sum_s w_s l_s
+  float* flag = sm + kG * (kMaxSplits + 1);  // 1: this block arrived last
+  const int n = w.sl.n_act;
+  // Release: every thread fences its partial stores, the barrier orders them before thread 0's fence
+  // and count (the pattern of cooperative groups' grid sync); acquire: the last block's thread 0 fences
+  // after the count, the barrier orders the block's reads (through L2, not L1) after it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned old =
+        atomicInc(a.counters + static_cast<int64_t>(w.t) * gridDim.y + w.g, static_cast<unsigned>(n - 1));
+    const bool last = old == static_cast<unsigned>(n - 1);
+    if (last) __threadfence();
+    *flag = last ? 1.0f : 0.0f;
+  }
+  __syncthreads();
+  if (*flag == 0.0f) return;  // uniform over the block
+  const int D = a.head_dim, G = a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* part0 = a.partials + (static_cast<int64_t>(w.t) * a.n_heads + w.g * G) * a.n_splits * (D + 2);
+  for (int h = warp; h < G; h += kWarps) {
+    const float* part = part0 + static_cast<int64_t>(h) * a.n_splits * (D + 2);
+    constexpr int kPer = kMaxSplits / 32;  // slices per lane (n <= kMaxSplits): m and l in one round trip
+    float ms[kPer], ls[kPer];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int s = lane + 32 * i;
+      ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
+      ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
+      mx = fmaxf(mx, ms[i]);
+    }
+    mx = warp_max(mx);
+    float den = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int s = lane + 32 * i;
+      if (s < n) {
+        const float ws = rescale(ms[i], mx);
+        wts[h * kMaxSplits + s] = ws;
+        den += ws * ls[i];
+      }
+    }
+    den = warp_sum(den);
+    if (lane == 0) inv[h] = 1.0f / den;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
+    const int h = idx / D, d = idx - h * D;
+    const float* part = part0 + static_cast<int64_t>(h) * a.n_splits * (D + 2) + 2 + d;
+    const float* ws = wts + h * kMaxSplits;
+    // Chains by slice index mod 4 and the tail into chain 0, as combine_kernel; the loads of 16 slices
+    // are issued before their FMAs (one L2 round trip per 16 slices, not per 4).
+    float num[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int s = 0;
+    for (; s + 16 <= n; s += 16) {
+      float v[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = __ldcg(part + (s + i) * (D + 2));
+#pragma unroll
+      for (int i = 0; i < 16; ++i) num[i % 4] = fmaf(ws[s + i], v[i], num[i % 4]);
+    }
+    for (; s + 4 <= n; s += 4) {
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = __ldcg(part + (s + i) * (D + 2));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) num[i] = fmaf(ws[s + i], v[i], num[i]);
+    }
+    for (; s < n; ++s) num[0] = fmaf(ws[s], __ldcg(part + s * (D + 2)), num[0]);
+    store_any(a.out, a.out_dtype, w.t * a.o_ts + (w.g * G + h) * a.o_hs + d,
+              (num[0] + num[1] + num[2] + num[3]) * inv[h]);
+  }
+}
+
 // Block epilogue. red [kStates][kG][kD + 2] f32 holds each warp's (or key stream's) (m, l, acc[head_dim])
-// per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial.
+// per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial, then
+// (fused combine) reuses red for merge_if_last.
 template <int kG, int kD, int kStates = kWarps>
-__device__ __forceinline__ void write_block(const DecodeArgs& a, const float* red, const Where& w) {
+__device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, const Where& w) {
+  static_assert(kStates * kG * (kD + 2) >= kG * (kMaxSplits + 1) + 1, "red holds merge_if_last's weights");
   __syncthreads();
   const int D = a.head_dim, G = a.group;
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
@@ -139,6 +234,7 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, const float* re
       part[2 + d] = num;
     }
   }
+  if (w.sl.n_act > 1 && a.counters != nullptr) merge_if_last<kG>(a, w, red);  // uniform over the block
 }
 
 // The tensor-core slice kernel (attention_decode_mma.cu) for head_dim 64/128/256/512 with bf16 q and cache

@@ -7,8 +7,10 @@
 // (a named barrier per tile, fixed order, so every warp sees the same bits), run the same online softmax
 // (log2 domain, as the SIMT kernel) and each accumulates O += P·V over its own dims. P is split into bf16
 // hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. Not for f32 q (not exact in bf16), quantized caches
-// or other head dims: attention_decode.cu's SIMT kernel takes those. Invariants: masks as ref; a visible
-// key with an invalid block id is a NaN row of K (never read from global memory).
+// or other head dims: attention_decode.cu's SIMT kernel takes those. The epilogue (write_block) writes the
+// row or the slice's partial, and the last slice block of a row merges them (fused combine). Invariants:
+// masks as ref; a visible key with an invalid block id is a NaN row of K (never read from global memory);
+// launched with programmatic dependent launch, nothing is read before slice_prologue()'s wait.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -42,6 +44,9 @@ struct MmaShape {
   static constexpr size_t kXchg = kParts > 1 ? sizeof(float4) * (2 * 32 * kR * kWarps) : 0;
   static constexpr size_t kRed = size_t{kStreams} * kRows * (kD + 2) * sizeof(float);
   static constexpr size_t kSmem = kRing + kXchg > kRed ? kRing + kXchg : kRed;
+  // Blocks per SM the shared memory allows (as mma_blocks_per_sm), for the launch bounds: with the
+  // default bound ptxas capped the registers at 168 once the fused combine was inlined, and spilled.
+  static constexpr int kMinBlocks = kD == 64 ? 4 : 2;
   static_assert(kWarps % kParts == 0 && kPartD % 16 == 0 && (kTile * kChunks) % 32 == 0, "tiling");
 };
 
@@ -150,12 +155,13 @@ __device__ __forceinline__ void load_q(const DecodeArgs& a, const Where& w, int 
 }
 
 template <int kD, int kRows>
-__global__ void __launch_bounds__(kThreads) decode_mma_kernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
+    decode_mma_kernel(const DecodeArgs a) {
   using S = MmaShape<kD, kRows>;
   constexpr int kR = S::kR, kPartD = S::kPartD;
   extern __shared__ __align__(128) unsigned char smem[];
+  slice_prologue();
   const Where w = where_am_i(a);
-  allow_combine_launch();
   if (!w.live) return;  // uniform over the block
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, G = a.group;
   const int stream = warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
@@ -336,7 +342,8 @@ void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   constexpr size_t kSmem = MmaShape<kD, kRows>::kSmem;
   auto kernel = decode_mma_kernel<kD, kRows>;
   prepare<kD, kRows>(reinterpret_cast<const void*>(kernel));
-  kernel<<<dim3(a.n_tokens, n_kv_heads, a.n_splits), kThreads, kSmem, s>>>(a);
+  check_cuda(launch_pdl(kernel, dim3(a.n_tokens, n_kv_heads, a.n_splits), dim3(kThreads), kSmem, s, a),
+             "paged_attention", [] { return std::string("(flash-decoding slice kernel)"); });
 }
 
 template <int kD>
