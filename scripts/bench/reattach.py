@@ -166,6 +166,11 @@ def main():
     res["cached_tokens"] = ((usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
     res["ssd_after_warm"] = s.stats().get("ssd")
     res["ttft_ratio"] = res["warm_ttft_s"] / res["cold_ttft_s"]
+    warm_ssd = res["ssd_after_warm"] or {}
+    if warm_ssd.get("restore_s"):  # restore jobs: payload bytes over the seconds they took
+        res["restore_s"] = warm_ssd["restore_s"]
+        res["restored_gb"] = warm_ssd.get("restored_bytes", 0) / 1e9
+        res["restore_gb_s"] = res["restored_gb"] / warm_ssd["restore_s"]
     if not args.no_decode:
         res["decode_ssd_on"] = serve_bench(args, s.url)
     s.stop()

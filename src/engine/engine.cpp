@@ -5,7 +5,8 @@
 // thread; mu_ guards only the inbox, the cancel list and the stats snapshot, and is never held while a
 // forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
 // The prefix cache (when on) is owned here and used by the Scheduler only, on the loop thread; its SSD tier
-// (engine_ssd.cpp) snapshots finished requests and restores waiting prompts, also on the loop thread.
+// (engine_ssd.cpp) snapshots finished requests and restores waiting prompts: the loop thread starts a restore
+// job (RestorePool workers copy), holds the sequence out of admission and polls the job every step.
 // Hybrid models keep the prefix cache on through linear-attention state checkpoints (engine_state.cpp): the
 // scheduler says which checkpoints to restore before a step and which chunks end at a checkpoint boundary.
 // Runners with a sliding-window block space: a second PrefixCache over that pool (same keys) goes to the
@@ -289,7 +290,8 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       auto ready = [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || (progressed && scheduler_.has_unfinished());
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || restore_done_ ||
+               (progressed && scheduler_.has_unfinished());
       };
       if (!progressed && scheduler_.has_unfinished())  // nothing fit last time: retry soon, not busily
         cv_.wait_for(lk, std::chrono::milliseconds(1), ready);
@@ -304,6 +306,7 @@ void Engine::loop() {
 
 void Engine::cancel_everything() {
   ssd_snapshots_ = false;  // shutting down: cancelled requests are not snapshotted
+  ssd_drain_restores();    // before the requests end: their held blocks go back first
   {
     std::lock_guard<std::mutex> lk(mu_);
     while (!inbox_.empty()) {
@@ -372,6 +375,7 @@ void Engine::admit(std::unique_ptr<Pending> p) {
 
 bool Engine::step_once() {
   take_inbox();
+  ssd_poll_restores();  // also when nothing is left to run: a cancelled request's restore frees its blocks
   if (!scheduler_.has_unfinished()) {
     refresh_stats();
     return true;
@@ -550,6 +554,7 @@ void Engine::end_request(RequestId id, EngineEvent::Kind kind, FinishReason why,
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
   ssd_probed_.erase(id);
+  ssd_cancel_restore(id);
   EngineEvent ev = finish_event(why, live->n_prompt, live->emitted);
   ev.kind = kind;
   if (const Sequence* s = scheduler_.find(id)) {

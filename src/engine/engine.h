@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/generator.h"
+#include "engine/restore_pool.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "core/thread_pool.h"
@@ -117,6 +118,11 @@ struct EngineStats {
   int64_t ssd_cache_quarantined = 0;
   int64_t ssd_cache_evictions = 0;
   int64_t ssd_cache_dropped = 0;  // snapshots skipped because the write queue was full
+  // Restores (asynchronous jobs, see engine_ssd.cpp): bytes copied into KV blocks by restores that
+  // completed, and the seconds those jobs took from submission to their last copy landing (GB/s = ratio).
+  int64_t ssd_cache_restored_bytes = 0;
+  double ssd_cache_restore_s = 0;
+  int64_t ssd_cache_restores_pending = 0;  // restore jobs in flight
   // RAM tier (--prompt-cache GB on CUDA): blocks evicted from the device cache, in pinned host memory.
   bool ram_cache_enabled = false;
   int64_t ram_cache_capacity_blocks = 0;
@@ -175,10 +181,14 @@ struct EngineOptions {
   uint64_t cache_namespace = 0;
   // SSD tier of the prefix cache (needs prefix_cache): "" disables it. Finished requests' prefixes are
   // snapshotted to this directory by a background thread; prompts the device cache misses are restored
-  // from it (on the engine thread, see engine_ssd.cpp for the cost). Survives restarts.
+  // from it by restore worker threads while the request waits and other sequences keep stepping (see
+  // engine_ssd.cpp for the cost). Survives restarts.
   std::string ssd_cache_dir;
   uint64_t ssd_cache_max_bytes = 32ull << 30;
   bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
+  int ssd_restore_threads = 0;    // restore workers; 0: min(8, hardware threads)
+  // Tests: runs on a restore worker as each restore job starts (it may block, to hold a restore in flight).
+  std::function<void()> ssd_restore_hook;
   // RAM tier of the prefix cache (needs prefix_cache): bytes of host memory (pinned for CUDA runners) that
   // blocks evicted from the device cache are copied into, and restored from on a later hit. 0: off.
   // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already). With a sliding-window block
@@ -244,12 +254,29 @@ class Engine final : public Backend {
   // SSD tier (engine_ssd.cpp), engine thread only.
   void ssd_open();
   void ssd_snapshot(const Sequence& s);  // a finished sequence's cached prefix -> the writer queue
-  void ssd_restore_waiting();            // restores the waiting sequences about to be admitted
-  void ssd_restore(const Sequence& s);
-  // The longest usable snapshot of a prefix of s deeper than `above` blocks (keys: s's first blocks); its
-  // length in blocks -> n (0 when none).
-  std::optional<kv::SsdEntry> ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above,
-                                         int64_t& n);
+  void ssd_restore_waiting();            // finishes done restores, starts those of sequences about to be admitted
+  void ssd_restore(const Sequence& s);   // starts one restore job (the sequence is held until it ends)
+  // The deepest prefix of s deeper than `above` blocks (keys: s's first blocks) whose snapshot the disk
+  // index lists (no I/O), in blocks; 0 when none.
+  int64_t ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above);
+  // One restore in flight: what the engine holds for it until its job is done.
+  struct SsdRestore {
+    SeqId seq = 0;
+    std::shared_ptr<RestoreJob> job;
+    uint64_t ns = 0;
+    std::vector<int32_t> tokens;  // [n * block_size] the restored prefix's ids
+    std::vector<kv::BlockKey> keys;
+    int64_t d = 0, before = 0, n = 0;  // device hit, the hit the device alone allows, the hit restored
+    std::vector<kv::BlockId> blocks;   // the device hit's d blocks, then the fresh ones of [d, n)
+    std::vector<kv::BlockId> swa_held;  // sliding window blocks the device had (referenced)
+    std::vector<int64_t> swa_missing;   // sliding window block indices restored from the file ...
+    std::vector<kv::BlockId> fresh_swa;  // ... into these blocks
+  };
+  // Releases what `r` holds; when its job succeeded (and was not cancelled) the restored blocks are cached.
+  void ssd_finish_restore(SsdRestore& r);
+  void ssd_drain_restores();  // shutdown: cancels and waits for every restore, then releases its blocks
+  void ssd_poll_restores();           // every step: finishes the restores whose job is done (non-blocking)
+  void ssd_cancel_restore(SeqId id);  // the request ended: its restore's copies stop (blocks freed when done)
   kv::SsdLayout ssd_layout() const;      // tensor_bytes per block (full space, then the sliding space)
   void fill_ssd_stats(EngineStats& s) const;  // any thread
   // The per-block tensors of one KV space (the full space: runner.storage(); the sliding one:
@@ -334,6 +361,10 @@ class Engine final : public Backend {
   mutable std::mutex ram_stats_mu_;
   kv::RamTierStats ram_stats_, swa_ram_stats_;     // copies for other threads (guarded by ram_stats_mu_)
   std::unordered_set<SeqId> ssd_probed_;           // waiting sequences already looked up on disk
+  std::vector<SsdRestore> ssd_restores_;           // restores in flight (engine thread only)
+  std::vector<SeqId> ssd_followers_;               // held until a restore ends (another job restores their prefix)
+  bool restore_done_ = false;                      // guarded by mu_: a restore job ended (wakes the loop)
+  std::unique_ptr<RestorePool> restore_pool_;      // with ssd_; destroyed before it (declared after)
   bool ssd_snapshots_ = true;                      // off while shutting down
   EngineStats counters_;                       // engine thread's totals; copied into stats_ each step
   std::thread thread_;

@@ -7,6 +7,8 @@
 // holds are copied back (host-to-device on the same stream, ordered before its prefill) into fresh blocks
 // and inserted into the device cache, so admission hits them. Not the SSD tier (engine_ssd.cpp): both run;
 // RAM is consulted first. Invariant: a slot being restored is pinned until its copy is enqueued.
+// Cost: neither direction waits. Restores are only enqueued (pinned host -> device on the runner's stream, which
+// the sequence's prefill follows), so unlike the SSD tier's they need no restore job and no held sequence.
 // Runners with a sliding-window block space have a second RamTier (own slots and bytes) for the blocks the
 // sliding prefix cache evicts, under the same keys; a restore brings back, with the full-space blocks, the
 // sliding blocks of the window at the deepest hit whose window is on the device or in RAM (engine_tiers.cpp),

@@ -2,17 +2,26 @@
 // tokens that the device cache holds are copied (engine thread: each block's K, V (and, for quantized
 // layers, their scale/bias tensors) per layer; a memcpy on the CPU, device-to-host copies on CUDA) into a
 // buffer the writer thread owns and writes; no disk I/O here. Two prefix lengths are written from one copy:
-// all cached blocks (a conversation's next turn) and the prompt's lookup length (the same prompt again). Restores: before a step admits waiting sequences, a prompt the device cache does not fully
-// cover is looked up on disk (index only), longest block-aligned prefix first; a hit maps the file, copies
-// the payload into freshly allocated pool blocks (memcpy / staged upload) and inserts them into the device
-// cache, so admission hits them. Not the scheduler: only PrefixCache::match/allocate/release are used.
+// all cached blocks (a conversation's next turn) and the prompt's lookup length (the same prompt again).
+// Restores are jobs (engine/restore_pool.h): before a step admits waiting sequences, a prompt the device cache
+// does not fully cover is looked up in the disk index (no I/O), longest block-aligned prefix first; on a hit
+// the engine thread allocates and holds the destination blocks (not yet cached), hands a job to the restore
+// workers and holds the sequence out of admission (Scheduler::set_held) while everything else keeps stepping.
+// A worker maps the file and checks its header and tokens; then all workers copy the payload in pieces and
+// (--ssd-cache-verify) checksum its tensors in parallel. Every step polls the jobs without blocking: a done
+// one has its blocks inserted into the device cache under their keys and the sequence released, so admission
+// hits them; a failed one (unreadable, damaged -> quarantined, other layout) or a cancelled one releases the
+// blocks and the prompt is prefilled. A prompt whose next missing block another job is restoring waits for
+// that job (held too) and is looked up again when it ends. Not the scheduler: only PrefixCache::match/allocate/release are used.
 // The RAM tier (engine_ram.cpp) is consulted first for the same sequences.
 // Runners with a sliding-window block space: each snapshot target also carries the sliding blocks of the
 // window at its end (a version-2 file, kv/ssd_format.h), cut back to the deepest prefix whose window the
 // sliding cache still holds; a restore brings those back into the sliding cache with the full-space blocks,
 // and is taken only when it makes a hit deeper than the device alone allows (engine_tiers.cpp).
-// Cost: a restore runs on the engine thread and delays that step by the file's mapping + verification +
-// a copy of the restored bytes (memory/PCIe speed once the page cache holds the file, disk speed when not).
+// Cost: the engine thread pays an index lookup and the block allocation; nothing on the decode loop waits for
+// the disk. The restoring request waits for its job: on CUDA the workers read the mapping (page cache or
+// disk) into a ring of pinned staging buffers and copy them to the device on a copy stream of their own, so
+// parallel page-cache reads and PCIe transfers overlap; on the CPU they memcpy straight into the pool.
 #include <algorithm>
 #include <cstring>
 
@@ -25,7 +34,7 @@ namespace bunsen::engine {
 namespace {
 
 constexpr size_t kMaxPendingSnapshotBytes = size_t{2} << 30;  // host bytes waiting for the writer
-constexpr size_t kUploadChunkBytes = size_t{64} << 20;
+constexpr size_t kRestorePieceBytes = size_t{32} << 20;  // per staging buffer (CUDA) and per worker task
 
 // Whether `e` is the prefix of n_blocks blocks of `tokens` in this engine's layout (per_block: bytes per
 // block of each tensor, and the sliding part's tensors and window), with the sliding window blocks
@@ -69,6 +78,16 @@ void Engine::ssd_open() {
   so.max_bytes = opts_.ssd_cache_max_bytes;
   so.verify_payload = opts_.ssd_cache_verify;
   ssd_ = std::make_unique<kv::SsdTier>(std::move(so), kMaxPendingSnapshotBytes);
+  RestorePoolOptions ro;
+  ro.device = runner_.device();
+  ro.threads = opts_.ssd_restore_threads;
+  ro.piece_bytes = kRestorePieceBytes;
+  ro.job_hook = opts_.ssd_restore_hook;
+  try {
+    restore_pool_ = std::make_unique<RestorePool>(std::move(ro));
+  } catch (const std::exception& e) {
+    log::warn("engine", strfmt("ssd cache: cannot start the restore workers (%s); restores are off", e.what()));
+  }
 }
 
 void Engine::fill_ssd_stats(EngineStats& s) const {
@@ -85,6 +104,8 @@ void Engine::fill_ssd_stats(EngineStats& s) const {
   s.ssd_cache_quarantined = t.quarantined;
   s.ssd_cache_evictions = t.evictions;
   s.ssd_cache_dropped = t.dropped;
+  s.ssd_cache_restored_bytes = t.restored_bytes;
+  s.ssd_cache_restore_s = t.restore_s;
 }
 
 kv::SsdLayout Engine::ssd_layout() const {
@@ -171,8 +192,30 @@ void Engine::ssd_snapshot(const Sequence& s) {
   ssd_->submit(std::move(snap));
 }
 
+void Engine::ssd_poll_restores() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    restore_done_ = false;
+  }
+  // Done jobs first: their blocks enter the cache before this step's admission looks for them.
+  for (size_t i = 0; i < ssd_restores_.size();) {
+    if (!ssd_restores_[i].job->done()) {
+      ++i;
+      continue;
+    }
+    ssd_finish_restore(ssd_restores_[i]);
+    ssd_restores_.erase(ssd_restores_.begin() + static_cast<std::ptrdiff_t>(i));
+    for (SeqId id : ssd_followers_) {  // looked up again this step: the device cache may now cover them
+      scheduler_.set_held(id, false);
+      ssd_probed_.erase(id);
+    }
+    ssd_followers_.clear();
+  }
+  counters_.ssd_cache_restores_pending = static_cast<int64_t>(ssd_restores_.size());
+}
+
 void Engine::ssd_restore_waiting() {
-  const bool ssd = ssd_ && cache_ && ssd_->store().enabled();
+  const bool ssd = ssd_ && cache_ && restore_pool_ && ssd_->store().enabled();
   if (!ssd && !ram_.tier) return;
   auto slots = opts_.max_batch - static_cast<int64_t>(scheduler_.running().size());
   for (Sequence* s : scheduler_.waiting()) {
@@ -181,114 +224,213 @@ void Engine::ssd_restore_waiting() {
     if (ram_.tier) ram_restore(*s);  // RAM first: what it restores, the disk lookup then finds on the device
     if (ssd) ssd_restore(*s);
   }
+  counters_.ssd_cache_restores_pending = static_cast<int64_t>(ssd_restores_.size());
 }
 
-std::optional<kv::SsdEntry> Engine::ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above,
-                                               int64_t& n) {
-  const kv::SsdLayout per_block = ssd_layout();
-  for (auto nb = static_cast<int64_t>(keys.size()); nb > above; --nb) {
-    const kv::SsdEntryKey key{s.cache_namespace, keys[static_cast<size_t>(nb - 1)]};
-    if (!ssd_->store().contains(key)) continue;
-    std::optional<kv::SsdEntry> entry = ssd_->store().get(key);  // nullopt when damaged (quarantined by the store)
-    if (entry && entry_usable(*entry, per_block, s.tokens, nb, swa_cache_ ? window_first_block(nb) : 0)) {
-      n = nb;
-      return entry;
+int64_t Engine::ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above) {
+  for (auto nb = static_cast<int64_t>(keys.size()); nb > above; --nb)
+    if (ssd_->store().contains(kv::SsdEntryKey{s.cache_namespace, keys[static_cast<size_t>(nb - 1)]})) return nb;
+  return 0;
+}
+
+namespace {
+
+// Where a restore's bytes go: tensor i of pool block b at base[i] + b * bytes[i].
+struct RestoreDst {
+  std::vector<std::byte*> base;
+  std::vector<size_t> bytes;
+};
+
+RestoreDst restore_dst(const std::vector<const Tensor*>& tensors, const std::vector<size_t>& bytes) {
+  RestoreDst d;
+  for (const Tensor* t : tensors) d.base.push_back(static_cast<std::byte*>(t->data));
+  d.bytes = bytes;
+  return d;
+}
+
+// Copies of file blocks pos[k] (src block index pos[k] - src_first of each tensor) into pool blocks ids[k]
+// for every tensor of `dst` (file tensor file_first + i); runs where both sides are consecutive are one copy.
+void plan_copies(const kv::SsdEntry& e, size_t file_first, const RestoreDst& dst, std::span<const int64_t> pos,
+                 int64_t src_first, std::span<const kv::BlockId> ids, std::vector<RestoreCopy>& out) {
+  for (size_t i = 0; i < dst.base.size(); ++i) {
+    const size_t bb = dst.bytes[i];
+    for (size_t k = 0; k < ids.size();) {
+      size_t m = k + 1;
+      while (m < ids.size() && ids[m] == ids[m - 1] + 1 && pos[m] == pos[m - 1] + 1) ++m;
+      out.push_back({dst.base[i] + static_cast<size_t>(ids[k]) * bb,
+                     e.tensors[file_first + i].data() + static_cast<size_t>(pos[k] - src_first) * bb, (m - k) * bb});
+      k = m;
     }
   }
-  n = 0;
-  return std::nullopt;
 }
+
+}  // namespace
 
 void Engine::ssd_restore(const Sequence& s) {
   const int32_t bs = runner_.block_size();
   const int64_t max_blocks = (s.n_tokens() - 1) / bs;  // the last token always runs
   if (max_blocks <= 0) return;
-  std::vector<kv::BlockId> blocks;
-  const int64_t d = cache_->match(s.cache_namespace, s.tokens, max_blocks, blocks);
-  auto release_all = [&] {
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cache_->release(*it);
-  };
-  const std::vector<kv::BlockKey> keys = cache_->block_keys(s.cache_namespace, s.tokens, max_blocks);
+  SsdRestore r;
+  r.seq = s.id;
+  r.ns = s.cache_namespace;
+  const int64_t d = cache_->match(s.cache_namespace, s.tokens, max_blocks, r.blocks);
+  r.keys = cache_->block_keys(s.cache_namespace, s.tokens, max_blocks);
   // Sliding space: the hit the device alone allows is the deepest one whose window the sliding cache holds.
-  const std::vector<kv::BlockId> on_device = sliding_on_device(s, keys);
+  const std::vector<kv::BlockId> on_device = sliding_on_device(s, r.keys);
   int64_t before = d;
   if (swa_cache_) {
     std::vector<bool> have(on_device.size());
     for (size_t j = 0; j < have.size(); ++j) have[j] = on_device[j] >= 0;
     before = deepest_with_window(d, have);
   }
+  auto release_all = [&] {
+    for (kv::BlockId id : r.swa_held) swa_cache_->release(id);
+    for (kv::BlockId id : r.fresh_swa) swa_cache_->release(id);  // not cached: back to the free list
+    for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) cache_->release(*it);
+  };
   if (before == max_blocks) return release_all();
-  int64_t n = 0;
-  const std::optional<kv::SsdEntry> entry = ssd_lookup(s, keys, before, n);
+  for (const SsdRestore& f : ssd_restores_) {
+    const auto j = static_cast<size_t>(d);  // the first block s lacks on the device
+    if (f.ns == r.ns && f.n > d && j < f.keys.size() && f.keys[j] == r.keys[j]) {
+      // Another request's job is restoring it: wait for that job (no second copy), then look again.
+      ssd_followers_.push_back(s.id);
+      scheduler_.set_held(s.id, true);
+      return release_all();
+    }
+  }
+  int64_t n = ssd_lookup(s, r.keys, before);
   if (swa_cache_ && n - d > cache_->n_available()) n = 0;  // its window fits this length only
   n = std::min<int64_t>(n, d + cache_->n_available());
   // Sliding space: hold the window blocks the device has; the others come from the file into fresh blocks.
-  std::vector<kv::BlockId> swa_held;
-  std::vector<int64_t> swa_missing;  // block indices
-  const int64_t first = swa_cache_ && entry && n > before ? window_first_block(n) : n;
+  const int64_t first = swa_cache_ && n > before ? window_first_block(n) : n;
   for (int64_t j = first; j < n; ++j) {
     const kv::BlockId id = on_device[static_cast<size_t>(j)];
     if (id >= 0) {
       swa_cache_->acquire(id);
-      swa_held.push_back(id);
+      r.swa_held.push_back(id);
     } else {
-      swa_missing.push_back(j);
+      r.swa_missing.push_back(j);
     }
   }
-  auto release_swa = [&] {
-    for (kv::BlockId id : swa_held) swa_cache_->release(id);
-  };
-  if (!entry || n <= before || (swa_cache_ && static_cast<int64_t>(swa_missing.size()) > swa_cache_->n_available())) {
+  if (n <= before || (swa_cache_ && static_cast<int64_t>(r.swa_missing.size()) > swa_cache_->n_available())) {
     ssd_->count_lookup(false, 0);
-    release_swa();
     return release_all();
   }
-  std::vector<kv::BlockId> fresh_swa;
+  std::vector<int64_t> pos;  // file block of each fresh full-space block
+  std::vector<kv::BlockId> fresh;
   try {
-    std::vector<kernels::HostToDevice> ranges;
     for (int64_t j = d; j < n; ++j) {
-      blocks.push_back(*cache_->allocate());
-      for (size_t i = 0; i < blocks_.tensors.size(); ++i) {
-        const size_t bb = blocks_.bytes[i];
-        ranges.push_back({static_cast<std::byte*>(blocks_.tensors[i]->data) + static_cast<size_t>(blocks.back()) * bb,
-                          entry->tensors[i].data() + static_cast<size_t>(j) * bb, bb});
-      }
+      const std::optional<kv::BlockId> id = cache_->allocate();
+      check(id.has_value(), "engine", "ssd restore: no block to allocate");
+      fresh.push_back(*id);
+      pos.push_back(j);
     }
-    for (int64_t j : swa_missing) {  // the file's sliding tensors follow the full space's, from block `first`
-      fresh_swa.push_back(*swa_cache_->allocate());
-      for (size_t i = 0; i < swa_blocks_.tensors.size(); ++i) {
-        const size_t bb = swa_blocks_.bytes[i];
-        auto* dst = static_cast<std::byte*>(swa_blocks_.tensors[i]->data) + static_cast<size_t>(fresh_swa.back()) * bb;
-        ranges.push_back({dst, entry->tensors[blocks_.tensors.size() + i].data() + static_cast<size_t>(j - first) * bb,
-                          bb});
-      }
-    }
-    if (runner_.device().is_cpu()) {
-      for (const auto& r : ranges) std::memcpy(r.dst, r.src, r.bytes);
-    } else {
-      // The RAM tier's copies (out of evicted blocks, into restored ones) are queued on the runner's
-      // non-blocking stream; the upload (another stream) must not overtake them on these blocks.
-      kernels::synchronize(runner_.context());
-      kernels::upload(runner_.device(), ranges, kUploadChunkBytes);
+    for (size_t k = 0; k < r.swa_missing.size(); ++k) {
+      const std::optional<kv::BlockId> id = swa_cache_->allocate();
+      check(id.has_value(), "engine", "ssd restore: no sliding block to allocate");
+      r.fresh_swa.push_back(*id);
     }
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("ssd cache: restore failed: %s", e.what()));
     ssd_->count_lookup(false, 0);
-    for (kv::BlockId id : fresh_swa) swa_cache_->release(id);  // not cached: back to the free list
-    release_swa();
-    return release_all();  // the new blocks are not cached: they go back to the free list
+    for (kv::BlockId id : fresh) cache_->release(id);
+    return release_all();
   }
-  for (size_t k = 0; k < swa_missing.size(); ++k) {
-    const int64_t j = swa_missing[k];
-    swa_cache_->release_keyed(keys[static_cast<size_t>(j)], j > 0 ? keys[static_cast<size_t>(j - 1)] : 0,
-                              std::span<const int32_t>(s.tokens).subspan(static_cast<size_t>(j * bs), bs),
-                              fresh_swa[k]);
+  // Ascending ids: blocks fresh from the free list are mostly consecutive, so whole runs are one copy each.
+  std::sort(fresh.begin(), fresh.end());
+  std::sort(r.fresh_swa.begin(), r.fresh_swa.end());
+  r.blocks.insert(r.blocks.end(), fresh.begin(), fresh.end());
+  r.d = d;
+  r.before = before;
+  r.n = n;
+  r.tokens.assign(s.tokens.begin(), s.tokens.begin() + std::max(n, d) * bs);
+  // What the worker needs, by value: the engine may change anything else meanwhile.
+  auto prepare = [store = &ssd_->store(), key = kv::SsdEntryKey{s.cache_namespace, r.keys[static_cast<size_t>(n - 1)]},
+                  per_block = ssd_layout(), tokens = r.tokens, n, swa_first = swa_cache_ ? first : int64_t{0},
+                  full = restore_dst(blocks_.tensors, blocks_.bytes), swa = restore_dst(swa_blocks_.tensors, swa_blocks_.bytes),
+                  pos = std::move(pos), fresh = std::move(fresh), swa_pos = r.swa_missing, fresh_swa = r.fresh_swa,
+                  verify = opts_.ssd_cache_verify](std::string& why) -> std::optional<RestorePlan> {
+    std::optional<kv::SsdEntry> e = store->get_unverified(key);  // maps; header + tokens checked
+    if (!e) {
+      why = "the snapshot is unreadable or damaged";
+      return std::nullopt;
+    }
+    if (!entry_usable(*e, per_block, tokens, n, swa_first)) {
+      why = "the snapshot does not match this engine's KV layout";
+      return std::nullopt;
+    }
+    RestorePlan p;
+    plan_copies(*e, 0, full, pos, 0, fresh, p.copies);
+    // The file's sliding tensors follow the full space's, from block swa_first.
+    plan_copies(*e, full.base.size(), swa, swa_pos, swa_first, fresh_swa, p.copies);
+    if (verify)
+      for (size_t t = 0; t < e->tensors.size(); ++t) p.checks.push_back({e->tensors[t], e->checksums[t]});
+    p.keep_alive = e->mapping;
+    p.on_check_failed = [store, entry = *e](const std::string& what) { store->reject(entry, what); };
+    return p;
+  };
+  kernels::DeviceEvent after;
+  try {  // the RAM tier's copies out of evicted blocks (the runner's stream) land before these blocks are written
+    after = kernels::DeviceEvent::create(runner_.device());
+    after.record(runner_.context());
+    r.job = restore_pool_->submit(std::move(prepare), std::move(after), [this] {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        restore_done_ = true;
+      }
+      cv_.notify_one();
+    });
+  } catch (const std::exception& e) {
+    log::warn("engine", strfmt("ssd cache: restore failed: %s", e.what()));
+    ssd_->count_lookup(false, 0);
+    return release_all();
   }
-  release_swa();
-  const auto n_tok = static_cast<size_t>(std::max(n, d) * bs);
-  cache_->release_sequence(s.cache_namespace, std::span<const int32_t>(s.tokens.data(), n_tok),
-                           static_cast<int64_t>(n_tok), blocks);
-  ssd_->count_lookup(true, (n - before) * bs);
+  scheduler_.set_held(s.id, true);
+  ssd_restores_.push_back(std::move(r));
+}
+
+void Engine::ssd_finish_restore(SsdRestore& r) {
+  const RestoreJob& job = *r.job;
+  const bool cancelled = job.cancelled();
+  const bool ok = job.ok() && !cancelled;
+  const auto bs = static_cast<size_t>(runner_.block_size());
+  for (size_t k = 0; k < r.swa_missing.size(); ++k) {
+    if (!ok) {
+      swa_cache_->release(r.fresh_swa[k]);  // not cached: back to the free list
+      continue;
+    }
+    const auto j = static_cast<size_t>(r.swa_missing[k]);
+    swa_cache_->release_keyed(r.keys[j], j > 0 ? r.keys[j - 1] : 0,
+                              std::span<const int32_t>(r.tokens).subspan(j * bs, bs), r.fresh_swa[k]);
+  }
+  for (kv::BlockId id : r.swa_held) swa_cache_->release(id);
+  if (ok) {  // the device hit and the restored blocks go back to the cache, the restored ones under their keys
+    cache_->release_sequence(r.ns, r.tokens, static_cast<int64_t>(r.tokens.size()), r.blocks);
+  } else {  // the fresh blocks are not cached: they return to the free list
+    for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) cache_->release(*it);
+  }
+  if (!cancelled) {
+    if (!ok) log::warn("engine", strfmt("ssd cache: restore failed (%s); the prompt is prefilled", job.error().c_str()));
+    ssd_->count_lookup(ok, ok ? (r.n - r.before) * static_cast<int64_t>(bs) : 0);
+  }
+  if (ok) ssd_->count_restore(job.seconds(), static_cast<int64_t>(job.bytes()));
+  scheduler_.set_held(r.seq, false);
+}
+
+void Engine::ssd_cancel_restore(SeqId id) {
+  for (SsdRestore& r : ssd_restores_)
+    if (r.seq == id) r.job->cancel();  // its blocks are released once the job is done (ssd_poll_restores)
+}
+
+void Engine::ssd_drain_restores() {
+  for (SsdRestore& r : ssd_restores_) {
+    r.job->cancel();
+    restore_pool_->wait(*r.job);
+    ssd_finish_restore(r);
+  }
+  ssd_restores_.clear();
+  ssd_followers_.clear();
+  counters_.ssd_cache_restores_pending = 0;
 }
 
 }  // namespace bunsen::engine

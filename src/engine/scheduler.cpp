@@ -286,14 +286,22 @@ void Scheduler::schedule_running_prefills() {
   }
 }
 
+void Scheduler::set_held(SeqId id, bool held) {
+  Sequence* s = lookup(id);
+  if (s && s->status == SeqStatus::kWaiting) s->held = held;
+}
+
 void Scheduler::admit_waiting() {
-  while (!waiting_.empty() && budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
-    Sequence& s = *waiting_.front();
+  size_t i = 0;  // the first waiting sequence not held (held ones wait for a tier restore)
+  while (budget_ > 0 && static_cast<int64_t>(running_.size()) < cfg_.max_num_seqs) {
+    while (i < waiting_.size() && waiting_[i]->held) ++i;
+    if (i == waiting_.size()) break;
+    Sequence& s = *waiting_[i];
     if (!s.table.acquire_state_slot(pool_)) break;  // hybrid models: a state slot per running sequence
     int32_t checkpoint = -1;
     const int64_t hit = attach_cached_prefix(s, checkpoint);
     const int64_t n = reserve(s, cap_at_checkpoint(s, std::min(s.n_tokens() - hit, budget_)), /*may_preempt=*/false);
-    if (n == 0) {  // FCFS: nobody overtakes the head of the queue; the hits go back to the cache
+    if (n == 0) {  // FCFS: nobody overtakes the head of the queue (held ones aside); the hits go back
       const auto& held = s.table.blocks();  // only hit blocks (reserve allocated nothing); deepest first
       for (auto it = held.rbegin(); it != held.rend(); ++it) cache_->release(*it);
       s.table.clear();
@@ -305,7 +313,7 @@ void Scheduler::admit_waiting() {
     if (cache_)
       cache_->record_lookup(hit / cfg_.block_size, (s.n_tokens() - 1) / cfg_.block_size, hit, s.n_tokens());
     if (s.num_cached_tokens < 0) s.num_cached_tokens = std::min(hit, s.n_prompt);
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     s.status = SeqStatus::kRunning;
     auto at = std::upper_bound(running_.begin(), running_.end(), &s,
                                [](const Sequence* a, const Sequence* b) { return a->arrival < b->arrival; });

@@ -1,5 +1,6 @@
 // Scheduler: continuous-batching bookkeeping. Each step it packs one decode token per running sequence, then
-// prefill chunks (chunked prefill) of partially prefilled and waiting sequences, FCFS, under a token budget;
+// prefill chunks (chunked prefill) of partially prefilled and waiting sequences, FCFS (a held sequence, whose
+// prefix a cache tier is restoring, is passed by until released), under a token budget;
 // it allocates exactly the KV blocks the scheduled tokens need and preempts the newest running sequence when
 // blocks run out (recomputed later). Not a runner, not thread-safe: no tensors, no CUDA, no locks (the
 // Engine owns the loop thread). Invariants: block tables change only here; between steps every live
@@ -97,6 +98,9 @@ class Scheduler {
   // Finishes a waiting or running sequence as cancelled and returns its blocks to the pool now. False when
   // the id is unknown or already finished. Safe between schedule() and on_step_done() (its row is ignored).
   bool cancel(SeqId id);
+  // Holds a waiting sequence out of admission (while a tier restores its prefix) or lets it in again;
+  // sequences behind a held one are admitted past it. No-op for an unknown or non-waiting id.
+  void set_held(SeqId id, bool held);
   // Builds the next step. Must be followed by on_step_done() before the next schedule().
   const SchedulerOutput& schedule();
   // Completes the last step: advances num_computed_tokens of every scheduled chunk and appends the sampled

@@ -51,6 +51,8 @@ struct Sequence {
   // Prompt tokens whose K/V came from the prefix cache at the first admission (-1: not admitted yet).
   // Readmissions after a preemption may hit too (that saves recompute) but do not change it.
   int64_t num_cached_tokens = -1;
+  // A waiting sequence whose prefix a tier is restoring (Scheduler::set_held): admission passes it by.
+  bool held = false;
 
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_generated() const { return n_tokens() - n_prompt; }

@@ -348,7 +348,7 @@ void SsdStore::reject_loaded(const SsdEntryKey& key, uint64_t ino, const std::st
   quarantine(file_name(key), why, ino);
 }
 
-std::optional<SsdEntry> SsdStore::load(const SsdEntryKey& key) {
+std::optional<SsdEntry> SsdStore::load(const SsdEntryKey& key, bool verify_payload) {
   std::string name = file_name(key);
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -383,7 +383,7 @@ std::optional<SsdEntry> SsdStore::load(const SsdEntryKey& key) {
     auto tok = bytes.subspan(h->header_bytes, 4 * h->n_tokens);
     if (ssd_checksum64(tok) != h->tokens_checksum) why = "token checksum mismatch";
   }
-  for (size_t t = 0; h && why.empty() && options_.verify_payload && t < h->tensor_offsets.size(); ++t) {
+  for (size_t t = 0; h && why.empty() && verify_payload && t < h->tensor_offsets.size(); ++t) {
     auto payload = bytes.subspan(h->tensor_offsets[t], h->layout.tensor_bytes[t]);
     if (ssd_checksum64(payload) != h->tensor_checksums[t]) why = strfmt("payload %zu checksum mismatch", t);
   }
@@ -397,16 +397,29 @@ std::optional<SsdEntry> SsdStore::load(const SsdEntryKey& key) {
     e.tensors.push_back(bytes.subspan(h->tensor_offsets[t], h->layout.tensor_bytes[t]));
   }
   e.mapping = std::move(map);
+  e.checksums = h->tensor_checksums;
+  e.inode = ino;
   return e;
 }
 
-std::optional<SsdEntry> SsdStore::get(const SsdEntryKey& key) {
+std::optional<SsdEntry> SsdStore::get(const SsdEntryKey& key) { return get(key, options_.verify_payload); }
+
+std::optional<SsdEntry> SsdStore::get_unverified(const SsdEntryKey& key) { return get(key, false); }
+
+void SsdStore::reject(const SsdEntry& e, const std::string& why) {
+  reject_loaded(e.key, e.inode, why);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.misses;  // counted as a hit by get(): it was not one
+  if (stats_.hits > 0) --stats_.hits;
+}
+
+std::optional<SsdEntry> SsdStore::get(const SsdEntryKey& key, bool verify_payload) {
   if (!enabled()) return std::nullopt;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!index_.count(key)) return ++stats_.misses, std::nullopt;
   }
-  std::optional<SsdEntry> e = load(key);
+  std::optional<SsdEntry> e = load(key, verify_payload);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!e) return ++stats_.misses, std::nullopt;
   ++stats_.hits;

@@ -62,6 +62,8 @@ struct SsdEntry {
   SsdLayout layout;
   std::vector<std::span<const std::byte>> tensors;  // one per layout.tensor_bytes entry, same order
   std::shared_ptr<const SsdMapping> mapping;        // owns the memory behind `tensors`
+  std::vector<uint64_t> checksums;  // the header's ssd_checksum64 of each tensor (for callers that verify)
+  uint64_t inode = 0;               // of the file mapped (reject() quarantines only that file)
 };
 
 class SsdStore {
@@ -82,6 +84,12 @@ class SsdStore {
   // A verified snapshot, or nullopt (miss). A hit makes the entry the newest for eviction (in memory only;
   // after a restart the order is the write order).
   std::optional<SsdEntry> get(const SsdEntryKey& key);
+  // get() without the payload checksums, whatever verify_payload says: a caller that verifies them itself
+  // (in parallel, against entry.checksums) reports a mismatch with reject().
+  std::optional<SsdEntry> get_unverified(const SsdEntryKey& key);
+  // Quarantines the file `e` was loaded from (unless a put replaced it meanwhile); `why` goes to the log.
+  void reject(const SsdEntry& e, const std::string& why);
+  bool verify_payload() const { return options_.verify_payload; }
   // Index lookup only, no I/O: whether get() may hit.
   bool contains(const SsdEntryKey& key) const;
   bool erase(const SsdEntryKey& key);
@@ -110,7 +118,8 @@ class SsdStore {
   void evict_for(uint64_t incoming, const SsdEntryKey* replacing);
   bool write_file(const std::string& tmp, const SsdFileHeader& h, std::span<const int32_t> tokens,
                   std::span<const std::span<const std::byte>> tensors);
-  std::optional<SsdEntry> load(const SsdEntryKey& key);
+  std::optional<SsdEntry> load(const SsdEntryKey& key, bool verify_payload);
+  std::optional<SsdEntry> get(const SsdEntryKey& key, bool verify_payload);
   // Moves DIR/name to DIR/quarantine/ (requires mutex_). For a file opened by get(): only if DIR/name is
   // still the inode `ino` (a concurrent put may have replaced it).
   void quarantine(const std::string& name, const std::string& why, uint64_t ino = 0);

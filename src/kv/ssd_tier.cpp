@@ -87,6 +87,12 @@ void SsdTier::count_lookup(bool hit, int64_t restored_tokens) {
   refresh_store_stats();  // a lookup may have quarantined a file
 }
 
+void SsdTier::count_restore(double seconds, int64_t bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  restore_s_ += seconds;
+  restored_bytes_ += bytes;
+}
+
 // The store's numbers are read here, where waiting on its lock (held across a directory fsync) is fine,
 // and cached for stats(), which the engine loop calls every step.
 void SsdTier::refresh_store_stats() {
@@ -110,6 +116,8 @@ SsdTierStats SsdTier::stats() const {
   s.misses = misses_;
   s.hit_tokens = hit_tokens_;
   s.dropped = dropped_;
+  s.restored_bytes = restored_bytes_;
+  s.restore_s = restore_s_;
   s.pending = static_cast<int64_t>(queue_.size()) + (busy_ ? 1 : 0);
   return s;
 }

@@ -56,6 +56,8 @@ struct SsdTierStats {
   int64_t evictions = 0;
   int64_t dropped = 0;  // snapshots not queued because the queue was over its byte cap
   int64_t pending = 0;  // snapshots waiting for the writer
+  int64_t restored_bytes = 0;  // payload bytes restores copied into KV blocks (completed restores)
+  double restore_s = 0;        // seconds those restores took (submission to the last copy landing)
 };
 
 class SsdTier {
@@ -77,6 +79,7 @@ class SsdTier {
   // Blocks until every queued snapshot is written (tests, orderly shutdown).
   void flush();
   void count_lookup(bool hit, int64_t restored_tokens);
+  void count_restore(double seconds, int64_t bytes);  // one completed restore
   SsdTierStats stats() const;
 
  private:
@@ -95,6 +98,8 @@ class SsdTier {
   bool stopping_ = false;            // guarded by mu_
   std::unordered_set<SsdEntryKey, SsdEntryKeyHash> seen_;  // guarded by mu_
   int64_t hits_ = 0, misses_ = 0, hit_tokens_ = 0, dropped_ = 0;  // guarded by mu_
+  int64_t restored_bytes_ = 0;  // guarded by mu_
+  double restore_s_ = 0;        // guarded by mu_
   SsdTierStats store_stats_;  // guarded by mu_: the store's numbers as of the last refresh
   std::thread thread_;
 };

@@ -81,11 +81,19 @@ describe('prefix cache (SSD tier)', () => {
     assert.equal(s.enabled, true);
     assert.ok(s.hits >= 1, JSON.stringify(s));
     assert.equal(s.quarantined, 0, JSON.stringify(s));
+    // The restore ran as a job: its bytes and seconds are counted (the benchmark's GB/s), none is in flight.
+    assert.ok(s.restored_bytes > 0, JSON.stringify(s));
+    assert.ok(s.restore_s > 0, JSON.stringify(s));
+    assert.equal(s.restores_pending, 0, JSON.stringify(s));
     const metrics = await (await fetch(`${b.url}/metrics`)).text();
     const m = metrics.match(/^bunsen_ssd_cache_hits_total (\d+)$/m);
     assert.ok(m && Number(m[1]) >= 1, 'ssd hits counter');
     assert.match(metrics, /^# TYPE bunsen_ssd_cache_writes_total counter$/m);
     assert.match(metrics, /^bunsen_ssd_cache_entries \d+$/m);
+    const rb = metrics.match(/^bunsen_ssd_cache_restored_bytes_total (\d+)$/m);
+    assert.ok(rb && Number(rb[1]) === s.restored_bytes, 'restored bytes counter');
+    assert.match(metrics, /^# TYPE bunsen_ssd_cache_restore_seconds_total counter$/m);
+    assert.match(metrics, /^bunsen_ssd_cache_restores_pending 0$/m);
     await b.stop();
   });
 

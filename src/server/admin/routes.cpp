@@ -114,7 +114,10 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
               {"write_failures", es.ssd_cache_write_failures},
               {"quarantined", es.ssd_cache_quarantined},
               {"evictions", es.ssd_cache_evictions},
-              {"dropped", es.ssd_cache_dropped}};
+              {"dropped", es.ssd_cache_dropped},
+              {"restored_bytes", es.ssd_cache_restored_bytes},
+              {"restore_s", es.ssd_cache_restore_s},
+              {"restores_pending", es.ssd_cache_restores_pending}};
   j["admission"] = {{"max_request_tokens", service.backend().max_request_tokens()},
                     {"max_context", info.max_context}};
   j["batch"] = {{"max_batch", es.max_batch > 0 ? es.max_batch : info.max_batch},
@@ -187,6 +190,12 @@ std::string metrics_text(ModelService& service) {
   out += counter("bunsen_ssd_cache_quarantined_total", "Damaged snapshots moved to quarantine/.",
                  es.ssd_cache_quarantined);
   out += counter("bunsen_ssd_cache_evictions_total", "Snapshots evicted by the byte cap.", es.ssd_cache_evictions);
+  out += counter("bunsen_ssd_cache_restored_bytes_total", "Payload bytes restores from the SSD tier copied into KV blocks.",
+                 es.ssd_cache_restored_bytes);
+  out += metric("counter", "bunsen_ssd_cache_restore_seconds_total",
+                "Seconds restores from the SSD tier took (submission to the last copy landing).", es.ssd_cache_restore_s);
+  out += gauge("bunsen_ssd_cache_restores_pending", "Restores from the SSD tier in flight.",
+               static_cast<double>(es.ssd_cache_restores_pending));
   out += gauge("bunsen_engine_steps", "Forward passes run by the engine.", static_cast<double>(es.steps));
   return out;
 }

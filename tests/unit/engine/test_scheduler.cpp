@@ -44,6 +44,31 @@ TEST(Scheduler, FcfsAdmissionAndPrefillOrder) {
   EXPECT_EQ(out2.n_tokens(), 8);
 }
 
+TEST(Scheduler, HeldSequencesArePassedByUntilReleased) {
+  kv::BlockPool pool(64);
+  Scheduler s({4, 16, 4}, pool);
+  s.add(make_seq(10, 5, 3));
+  s.add(make_seq(11, 5, 3));
+  s.set_held(10, true);  // e.g. its prefix is being restored from the SSD tier
+  const SchedulerOutput out = s.schedule();
+  ASSERT_EQ(out.chunks.size(), 1u);
+  EXPECT_EQ(out.chunks[0].id, 11);  // 11 overtakes the held head of the queue
+  EXPECT_EQ(s.waiting().size(), 1u);
+  EXPECT_TRUE(s.get(10).table.blocks().empty());  // held: owns nothing
+  s.on_step_done(test::sample_for(out));
+  s.set_held(10, false);
+  const SchedulerOutput out2 = s.schedule();
+  ASSERT_EQ(out2.chunks.size(), 2u);
+  EXPECT_EQ(out2.chunks[0].id, 11);
+  EXPECT_TRUE(out2.chunks[0].is_decode);
+  EXPECT_EQ(out2.chunks[1].id, 10);
+  EXPECT_EQ(out2.chunks[1].n_tokens, 5);
+  s.on_step_done(test::sample_for(out2));
+  s.set_held(10, true);  // a running sequence is never held
+  EXPECT_FALSE(s.get(10).held);
+  test::check_invariants(s);
+}
+
 TEST(Scheduler, ChunkedPrefillSpansStepsWithContiguousPositions) {
   kv::BlockPool pool(64);
   Scheduler s({2, 16, 4}, pool);

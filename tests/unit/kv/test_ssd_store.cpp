@@ -254,6 +254,30 @@ TEST_F(SsdStoreTest, FlippedPayloadByteIsQuarantinedWithVerify) {
   expect_quarantined_on_get(store, a, dir_);
 }
 
+TEST_F(SsdStoreTest, UnverifiedGetHandsTheChecksumsToTheCallerWhoRejects) {
+  Sample a = make_sample(1, 1);
+  SsdStore store(opts(1ull << 30, /*verify=*/true));
+  ASSERT_TRUE(put(store, a));
+  flip_byte(file_of(a.key), fs::file_size(file_of(a.key)) - 5);  // inside the last tensor
+  auto e = store.get_unverified(a.key);  // the caller verifies (the engine's restore workers, in parallel)
+  ASSERT_TRUE(e.has_value());
+  ASSERT_EQ(e->checksums.size(), 4u);
+  for (size_t t = 0; t < 3; ++t) EXPECT_EQ(bunsen::kv::ssd_checksum64(e->tensors[t]), e->checksums[t]) << t;
+  EXPECT_NE(bunsen::kv::ssd_checksum64(e->tensors[3]), e->checksums[3]);
+  EXPECT_EQ(store.stats().quarantined, 0u);
+  store.reject(*e, "payload 3 checksum mismatch");
+  EXPECT_EQ(store.stats().quarantined, 1u);
+  EXPECT_EQ(store.stats().hits, 0u);
+  EXPECT_FALSE(store.contains(a.key));
+  EXPECT_FALSE(fs::exists(file_of(a.key)));
+  EXPECT_EQ(count_files(dir_ / "quarantine"), 1u);
+  // A put that replaced the file meanwhile is never quarantined by a stale reject.
+  ASSERT_TRUE(put(store, a));
+  store.reject(*e, "stale");
+  EXPECT_TRUE(store.contains(a.key));
+  expect_hit(store, a);
+}
+
 TEST_F(SsdStoreTest, TruncatedFileIsQuarantinedOnGet) {
   Sample a = make_sample(1, 1, 12);
   for (uint64_t keep : {0ull, 50ull, 100ull, 170ull, 4200ull, 1ull << 40}) {
