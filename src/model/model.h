@@ -73,8 +73,10 @@ struct KvLayerSpec {
 
 // Receives named intermediates during forward (golden tests, debugging): "embed" (embedding lookup),
 // "decoder_in" (after any embedding scaling), "layer" (output of decoder layer `layer`), "final_norm"
-// (rows whose logits are computed), "logits". Tensors are only valid during the call and live on the
-// model's device (f32 on the CPU; on CUDA the residual stream and logits are f32, see the arch file).
+// (rows whose logits are computed), "logits"; on MoE layers also "router_logits" and "router_ids" (moe.h's
+// hook_routing, after the layer's experts ran, before its "layer"). Tensors are only valid during the call
+// and live on the model's device (f32 on the CPU; on CUDA the residual stream and logits are f32, see the
+// arch file).
 class ActivationHook {
  public:
   virtual ~ActivationHook() = default;

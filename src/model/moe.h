@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/model.h"
 #include "model/registry.h"
 #include "model/weights.h"
 
@@ -81,5 +82,15 @@ MoeBuffers alloc_moe_buffers(Arena& ws, const MoeSpec& spec, int64_t n_tokens);
 // CUDA); router_x [n_tokens, d_model] like x. Overwrites out.
 void moe_forward(kernels::Context& ctx, const MoeLayer& l, Tensor out, Tensor x, const MoeBuffers& buf,
                  Tensor router_x = {});
+
+// Hands one MoE layer's routing to `hook` (nothing when it is null): "router_logits" [n_tokens, n_experts] f32,
+// then "router_ids" [n_tokens, top_k] i32 (the experts moe_forward chose, descending score), both for decoder
+// layer `layer`. Call right after that layer's moe_forward, while `buf` still holds its routing. The names
+// are read by RoutingTrace (routing_trace.h); other hooks ignore them.
+inline void hook_routing(ActivationHook* hook, int layer, const MoeBuffers& buf) {
+  if (!hook) return;
+  hook->on("router_logits", layer, buf.logits);
+  hook->on("router_ids", layer, buf.ids);
+}
 
 }  // namespace bunsen::model

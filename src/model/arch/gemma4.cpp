@@ -236,6 +236,7 @@ void Gemma4::forward(const ForwardArgs& a) {
     kernels::rms_norm(ctx, s.proj, s.proj, l.post_attn_norm, eps);
     kernels::add_rms_norm(ctx, s.h, s.x, s.proj, l.pre_ffw_norm, eps);
     feed_forward(ctx, i, s);
+    if (p_.moe) hook_routing(a.hook, static_cast<int>(i), s.moe_buf);
     kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm, eps);
     kernels::add_scaled(ctx, s.x, s.proj);
     if (p_.ple_dim > 0) per_layer_input(ctx, i, s);

@@ -215,6 +215,7 @@ void Hybrid::forward(const ForwardArgs& a) {
     else attention(a, l.at, a.kv[i], h, proj);
     kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, 1.0f, off);
     mlp(ctx, l, h, proj);
+    if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
     if (i + 1 < w_.layers.size()) kernels::add_rms_norm(ctx, h, x, proj, w_.layers[i + 1].in_norm, eps, 1.0f, off);
     else kernels::add_scaled(ctx, x, proj, 1.0f);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);

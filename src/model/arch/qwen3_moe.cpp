@@ -240,6 +240,7 @@ void Qwen3Moe::forward(const ForwardArgs& a) {
     attention_block(a, l, a.kv[i], h, proj);
     kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps);
     mlp_block(ctx, l, h, proj);
+    if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
     if (i + 1 < layers_.size())
       kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps);
     else

@@ -10,7 +10,8 @@
 
 namespace bunsen::model::testutil {
 
-inline std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& tokens, int64_t block = 16) {
+inline std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& tokens, int64_t block = 16,
+                                         ActivationHook* hook = nullptr) {
   const int64_t n = static_cast<int64_t>(tokens.size()), n_blocks = (n + block - 1) / block;
   std::vector<int32_t> ids(tokens), pos(tokens.size()), seq(tokens.size(), 0), rows(tokens.size());
   std::vector<int32_t> table(static_cast<size_t>(n_blocks)), starts = {0, static_cast<int32_t>(n)}, state_slots = {0};
@@ -53,6 +54,7 @@ inline std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& t
   a.workspace = &ws;
   a.logits = Tensor::view(logits.data(), DType::kF32, {n, m.config().vocab_size});
   a.ctx = &ctx;
+  a.hook = hook;
   m.forward(a);
   return logits;
 }

@@ -1,0 +1,93 @@
+// RoutingTrace (routing_trace.h): pairs each MoE layer's "router_logits" with the "router_ids" that follow
+// it and appends one margin per token. Not on any hot path: it runs only when a caller sets it as the hook.
+// Invariant: a "router_ids" call consumes the logits of the same layer, received just before.
+#include "model/routing_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/status.h"
+#include "kernels/device.h"
+
+namespace bunsen::model {
+
+double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k) {
+  if (top_k >= n_experts) return std::numeric_limits<double>::infinity();  // nothing else to choose
+  if (top_k <= 0) return 0.0;
+  double mean = 0.0;
+  for (int64_t e = 0; e < n_experts; ++e) mean += logits[e];
+  mean /= static_cast<double>(n_experts);
+  double sq = 0.0;
+  for (int64_t e = 0; e < n_experts; ++e) sq += (logits[e] - mean) * (logits[e] - mean);
+  const double sd = std::sqrt(sq / static_cast<double>(n_experts));
+  double kth = std::numeric_limits<double>::infinity(), next = -std::numeric_limits<double>::infinity();
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const bool chosen = std::find(ids, ids + top_k, static_cast<int32_t>(e)) != ids + top_k;
+    if (chosen) kth = std::min(kth, static_cast<double>(logits[e]));
+    else next = std::max(next, static_cast<double>(logits[e]));
+  }
+  const double m = (kth - next) / sd;
+  return std::isfinite(m) && m > 0.0 ? m : 0.0;
+}
+
+template <typename T>
+std::vector<T> RoutingTrace::host_rows(const Tensor& t) {
+  check(t.ndim == 2 && dtype_size(t.dtype) == sizeof(T), "model", "routing trace: unexpected tensor " + t.shape_str());
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  std::vector<T> out(static_cast<size_t>(rows * cols));
+  const size_t row_bytes = static_cast<size_t>(cols) * sizeof(T);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* dst = out.data() + r * cols;
+    if (t.device.is_cpu()) {
+      std::memcpy(dst, t.row_ptr(r), row_bytes);
+    } else {
+      check(ctx_ != nullptr, "model", "routing trace: a device model needs the Context to copy with");
+      kernels::copy_async(*ctx_, dst, t.row_ptr(r), row_bytes);
+    }
+  }
+  if (!t.device.is_cpu()) kernels::synchronize(*ctx_);
+  return out;
+}
+
+RoutingTrace::Layer& RoutingTrace::layer_entry(int layer) {
+  for (Layer& l : layers_)
+    if (l.layer == layer) return l;
+  layers_.push_back(Layer{layer, 0, {}, {}});
+  return layers_.back();
+}
+
+void RoutingTrace::on(std::string_view name, int layer, const Tensor& t) {
+  if (name == "router_logits") {
+    check(t.dtype == DType::kF32, "model", "routing trace: router logits must be f32");
+    pending_logits_ = host_rows<float>(t);
+    pending_layer_ = layer;
+    pending_experts_ = t.dim(1);
+    return;
+  }
+  if (name != "router_ids") return;
+  check(t.dtype == DType::kI32 && layer == pending_layer_, "model",
+        "routing trace: router ids without the logits of their layer");
+  const std::vector<int32_t> ids = host_rows<int32_t>(t);
+  const int64_t n = t.dim(0), k = t.dim(1);
+  check(static_cast<int64_t>(pending_logits_.size()) == n * pending_experts_, "model",
+        "routing trace: router logits and ids disagree on the token count");
+  Layer& l = layer_entry(layer);
+  check(l.top_k == 0 || l.top_k == k, "model", "routing trace: top_k changed between steps");
+  l.top_k = k;
+  for (int64_t r = 0; r < n; ++r)
+    l.margin.push_back(static_cast<float>(
+        routing_margin(pending_logits_.data() + r * pending_experts_, pending_experts_, ids.data() + r * k, k)));
+  l.ids.insert(l.ids.end(), ids.begin(), ids.end());
+  pending_layer_ = -1;
+}
+
+double RoutingTrace::min_margin(int64_t token) const {
+  double m = std::numeric_limits<double>::infinity();
+  for (const Layer& l : layers_)
+    if (token >= 0 && token < l.n_tokens()) m = std::min(m, static_cast<double>(l.margin[static_cast<size_t>(token)]));
+  return m;
+}
+
+}  // namespace bunsen::model

@@ -1,0 +1,63 @@
+// The routing of every MoE layer during forward, recorded through the ActivationHook names that moe.h's
+// hook_routing emits: per MoE layer and per token (appended step after step, in row order), the experts
+// chosen and the normalised routing margin (routing_margin below). Not a checker: the golden tests decide
+// what a small margin means. Invariants: margins are >= 0; device tensors are copied to the host
+// on the Context given (required for a CUDA model; the copy synchronizes, so trace eager steps only).
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace bunsen::model {
+
+// How close one token's top-k selection is to choosing differently: (l_k - l_{k+1}) / sd(l), where l are
+// the token's router logits [n_experts], l_k the smallest logit among the chosen `ids` [top_k], l_{k+1} the
+// largest among the others, and sd the population standard deviation of all n_experts logits.
+// Why logits and why sd: every scoring moe_route supports (softmax, sigmoid; expert_scale applies after the
+// choice) is strictly increasing in the logit, so the logits rank the experts exactly as the selection does,
+// and the router is linear (l = W x), so an error δx of relative size ε in its input moves each logit by
+// about ε·|w_e|·|x|/sqrt(d) ≈ ε·sd(l) for the random-direction errors of low-precision arithmetic. The gap
+// divided by sd(l) is then compared against ε directly, whatever the layer's logit scale, router norm,
+// softmax temperature or expert count: one threshold fits every layer and family. Probabilities would not
+// do: their gaps shrink with the softmax's saturation while the choice's sensitivity does not.
+// 0 when sd is 0 or any logit involved is not finite; never negative (ties and a device's own rounding are
+// clamped to 0); +infinity when top_k = n_experts (no other choice exists).
+double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k);
+
+class RoutingTrace : public ActivationHook {
+ public:
+  struct Layer {
+    int layer = -1;             // decoder layer index
+    int64_t top_k = 0;
+    std::vector<float> margin;  // [n_tokens] routing_margin of each token
+    std::vector<int32_t> ids;   // [n_tokens, top_k] the chosen experts, as moe_route ordered them
+    int64_t n_tokens() const { return static_cast<int64_t>(margin.size()); }
+  };
+
+  // `ctx` copies device tensors to the host (may be null for a CPU model).
+  explicit RoutingTrace(kernels::Context* ctx = nullptr) : ctx_(ctx) {}
+  void on(std::string_view name, int layer, const Tensor& t) override;
+
+  // MoE layers in the order first seen (decoder layer order).
+  const std::vector<Layer>& layers() const { return layers_; }
+  // Smallest margin over the MoE layers at token `token` (+infinity when no layer recorded it).
+  double min_margin(int64_t token) const;
+  void clear() { layers_.clear(); }
+
+ private:
+  Layer& layer_entry(int layer);
+  // The rows of a 2-D tensor (f32 or i32, any device) packed on the host: [t.dim(0) * t.dim(1)] elements.
+  template <typename T>
+  std::vector<T> host_rows(const Tensor& t);
+
+  kernels::Context* ctx_ = nullptr;
+  int pending_layer_ = -1;
+  int64_t pending_experts_ = 0;
+  std::vector<float> pending_logits_;  // [n_tokens, n_experts] of pending_layer_'s "router_logits"
+  std::vector<Layer> layers_;
+};
+
+}  // namespace bunsen::model
