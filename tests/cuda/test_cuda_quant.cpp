@@ -231,6 +231,32 @@ TEST_F(CudaQuantTest, QuantGemvIsBatchInvariant) {
     }
 }
 
+// x too wide for one launch's shared memory at m = 8 (k = 14,720: 8 rows of bf16 x need 236 KB at 4 bits)
+// runs as several launches of the shared-memory kernel: every token still matches the CPU, and a token's
+// bits are the same at m = 8 and m = 1; f32 x (hi + lo parts) stays at f32 accuracy. 8 bits take the other
+// kernels by default (BUNSEN_QMMA=2 runs them through the shared-memory kernel, 471 KB at m = 8).
+TEST_F(CudaQuantTest, WideXSplitsRowsAcrossLaunchesAndStaysBatchInvariant) {
+  std::mt19937 rng(813);
+  for (int bits : {4, 8})
+    for (DType xt : {DType::kBF16, DType::kF32}) {
+      const int64_t n = 40, k = 128 * 115;
+      QuantPair q = make_quant(n, k, bits, 64, DType::kBF16, rng);
+      HostPair x = random_pair(xt, {8, k}, rng);
+      DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+      DeviceTensor o8 = DeviceTensor::upload(random_tensor(DType::kF32, {8, n}, rng).tensor);
+      DeviceTensor o1 = DeviceTensor::upload(random_tensor(DType::kF32, {1, n}, rng).tensor);
+      linear_q(ctx_, o8.tensor, xd.tensor, q.dev);
+      linear_q(ctx_, o1.tensor, xd.tensor.slice(0, 6, 7), q.dev);
+      const std::vector<float> all = values(o8.download().tensor), one = values(o1.download().tensor);
+      const std::string what = strfmt("bits %d x %s", bits, dtype_name(xt));
+      ASSERT_EQ(std::memcmp(all.data() + 6 * n, one.data(), static_cast<size_t>(n) * 4), 0) << what;
+      OwnedTensor want = OwnedTensor::make(DType::kF32, {8, n});
+      Context cpu;
+      linear_q(cpu, want.tensor, x.f32.tensor, q.host);
+      expect_close(o8.download().tensor, want.tensor, 1e-4f, what);
+    }
+}
+
 void expect_bits_equal(const Tensor& got, const Tensor& want, const std::string& what) {
   const std::vector<float> g = values(got), w = values(want);
   ASSERT_EQ(g.size(), w.size()) << what;

@@ -1,6 +1,6 @@
 // cuda::linear_q's entry point and its small-m path: a bandwidth-bound GEMV over MLX affine-quantized
-// weights. 4/8-bit weights with bf16 activations go to the tensor-core kernel (gemv_qmma.cu); everything
-// else (other widths, f32 x, or forced by the kGemvSimt test hook) runs the CUDA-core kernel here. A group of `split` warps owns kR weight rows and splits k; each lane streams whole 32-code
+// weights. 4/8-bit weights go to the tensor-core kernels (gemv_qmma.cu) where they fit; everything
+// else (other widths, f32 x over f32 scales, or forced by the kGemvSimt test hook) runs the CUDA-core kernel here. A group of `split` warps owns kR weight rows and splits k; each lane streams whole 32-code
 // chunks (16-byte loads for 4/8 bits) of its kR rows, decodes the codes to exact f32 integers in registers
 // and accumulates, per chunk, dot = sum(q * x) and xs = sum(x) (xs shared by the kR rows), then
 // acc += scale * dot + bias * xs: the weights are never materialised and every loaded chunk serves all

@@ -1,17 +1,23 @@
-// The tensor-core quantized GEMV (gemv_qmma.cuh): MLX affine 4/8-bit weights times <= 8 bf16 rows of x.
+// The tensor-core quantized GEMV (gemv_qmma.cuh): MLX affine 4/8-bit weights times <= 8 rows of x.
 // A warp owns a tile of 16 weight rows (gated launches: 8 gate rows and the same 8 up rows) and a slice of
 // k; each lane streams its quarter of every scale group of 2 rows with non-allocating vector loads (two
-// pipeline stages of up to 8 words per row in flight, the first issued before the programmatic-dependent-
-// launch wait), turns the codes into exact bf16 integers (magic-exponent OR + one bf16x2 FMA for 4 bits,
-// byte-permute + f32 subtract + pack for 8 bits) and feeds mma.m16n8k16 (rows x tokens, f32 accumulate),
-// x being the B operand read straight from global memory (L1/L2 resident) in the matching order. A second
-// mma with an all-ones A gives the per-group sums of x, so per group and row: acc += scale * sum(q * x) +
-// bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU gating and the output conversion are
-// fused into the store.
+// pipeline stages in flight, the first issued before the programmatic-dependent-launch wait), turns the
+// codes into exact bf16 integers and feeds mma.m16n8k16 (rows x tokens, f32 accumulate); per group and row
+// acc += scale * sum(q * x) + bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU gating and
+// the output conversion are fused into the store. Two kernels:
+// - gemv_qmma_smem_kernel (the default at 4 bits): the block first copies x into shared memory in the order the MMAs
+//   read it (f32 x as bf16 hi + lo parts, two MMAs each) with each group's sum(x); 4-bit codes enter as
+//   128 + q (one mask-and-or per pair; bias' = bias - 128 scale), 8-bit codes as two such nibbles against
+//   x and 16 x. About half the instructions per weight byte of the other kernel, and no x traffic in the
+//   loop. x rows that do not fit one block's shared memory run as several launches.
+// - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an all-ones
+//   MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
 // Not a general GEMM (m > 8 goes to dequant_q.cu) and not for 2/3/5/6 bits (gemv_q.cu).
 // Invariants: every output element is written by exactly one lane; the k split, the lane's k order and
-// the summation order depend on (rows, k, bits, group) only.
+// the summation order depend on (rows, k, bits, group) only, so a token's bits do not depend on m.
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 #include "kernels/cuda/gemv_qmma.cuh"
 #include "kernels/cuda/linear.cuh"
@@ -147,20 +153,20 @@ __device__ __forceinline__ LaneRows<SBT> lane_rows(const QMmaArgs& a, int part, 
 }
 
 // One pipeline stage: kU groups of the lane's 2 rows (codes, scales, biases).
-template <int kBits, int kGroup, typename SBT>
+template <int kBits, int kGroup, typename SBT, int kU = Geom<kBits, kGroup>::kU>
 struct Stage {
   using G = Geom<kBits, kGroup>;
-  uint32_t w[G::kU][2][G::kWpg];
-  typename SbRaw<SBT>::type s[G::kU][2], b[G::kU][2];
+  uint32_t w[kU][2][G::kWpg];
+  typename SbRaw<SBT>::type s[kU][2], b[kU][2];
 };
 
 // Issues the loads of iteration `it` (groups it * kU ..), skipping groups past ng (warp-uniform).
-template <int kBits, int kGroup, typename SBT>
-__device__ __forceinline__ void load_stage(Stage<kBits, kGroup, SBT>& st, const LaneRows<SBT>& lr, int it, int ng) {
+template <int kBits, int kGroup, typename SBT, int kU>
+__device__ __forceinline__ void load_stage(Stage<kBits, kGroup, SBT, kU>& st, const LaneRows<SBT>& lr, int it, int ng) {
   using G = Geom<kBits, kGroup>;
 #pragma unroll
-  for (int u = 0; u < G::kU; ++u) {
-    const int grp = it * G::kU + u;
+  for (int u = 0; u < kU; ++u) {
+    const int grp = it * kU + u;
     if (grp >= ng) break;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -296,6 +302,229 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_kernel(const __grid_con
   if (active) store_tile<kGlu>(a, part, n0, g, t, v);
 }
 
+// ---- the x-in-shared-memory kernel (the default) ----
+// The block first copies x (<= 8 rows, bf16; f32 x split into bf16 hi + lo parts) into shared memory, 4-bit
+// chunks already permuted to the (n_e, n_e+4) pair order, together with every group's sum of x (f32, a fixed
+// shuffle tree: deterministic). The inner loop then reads x with one shared load per word, needs no
+// all-ones MMA for sum(x), and leaves the 4-bit codes biased by 128 (bias' = bias - 128 * scale folds the
+// offset back): about half the instructions per weight byte of gemv_qmma_kernel, which stays for x that
+// does not fit in shared memory.
+constexpr size_t kSmemMax = size_t{96} << 10;  // dynamic shared memory of one block at most
+
+// Groups per stage: 4 words of each of the lane's 2 rows (16 bytes per row), at least one group.
+template <int kBits, int kGroup>
+struct SmemStage {
+  static constexpr int kU = Geom<kBits, kGroup>::kWpg >= 4 ? 1 : 4 / Geom<kBits, kGroup>::kWpg;
+};
+
+// The 4-bit codes at bits [0, 4) and [16, 20) of v as bf16x2 (128 + q0, 128 + q1): exact integers.
+__device__ __forceinline__ uint32_t pair4_biased(uint32_t v) {
+  return (v & 0x000F000Fu) | 0x43004300u;
+}
+
+// 8 consecutive activations as 4 bf16x2 words (element 2i in the low half of word i); f32 x as hi + lo,
+// two bf16 parts whose sum keeps ~16 significant bits (the GEMV then runs the MMAs once per part).
+__device__ __forceinline__ void load_x8_bf16(const Bf16* p, uint4& hi, uint4& lo) {
+  hi = __ldg(reinterpret_cast<const uint4*>(p));
+  lo = make_uint4(0, 0, 0, 0);
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {  // a low, b high
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+}
+__device__ __forceinline__ void load_x8_bf16(const float* p, uint4& hi, uint4& lo) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
+    l[i] = pack_bf16x2(f[2 * i] - __uint_as_float(h[i] << 16), f[2 * i + 1] - __uint_as_float(h[i] & 0xffff0000u));
+  }
+  hi = make_uint4(h[0], h[1], h[2], h[3]);
+  lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+__device__ __forceinline__ float bf16x8_sum(uint4 v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s += __uint_as_float(w[i] << 16) + __uint_as_float(w[i] & 0xffff0000u);
+  return s;
+}
+
+// Shared-memory bytes of a launch: m rows of k / 8 * x_words + 1 16-byte words (one word of padding
+// spreads the rows over the banks; f32 x: twice, hi and lo parts) and m x (k / group) group sums.
+// 16-byte words of shared x per 8 activations: 8-bit codes are fed as two 4-bit halves, x and 16 x.
+__host__ __device__ constexpr int x_words(int bits) {
+  return bits == 8 ? 2 : 1;
+}
+
+size_t smem_bytes(const QMmaArgs& a) {
+  const size_t parts = a.x_dtype == DType::kF32 ? 2 : 1;
+  return parts * static_cast<size_t>(a.m) * static_cast<size_t>(a.k / 8 * x_words(a.bits) + 1) * 16 +
+         static_cast<size_t>(a.m) * static_cast<size_t>(a.k / a.group_size) * 4;
+}
+
+__device__ __forceinline__ uint4 perm4(uint4 v) {  // (e, e + 4) pairs: the 4-bit codes' order
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632), __byte_perm(v.y, v.w, 0x5410),
+                    __byte_perm(v.y, v.w, 0x7632));
+}
+
+__device__ __forceinline__ uint32_t times16(uint32_t v) {  // bf16x2 * 16, exact
+  uint32_t r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x41804180u), "r"(0x80008000u));
+  return r;
+}
+
+// The 8-bit layout of 8 activations: for codes (b0..b3) of a word, whose nibbles pair as (lo0, lo2),
+// (hi0, hi2), (lo1, lo3), (hi1, hi3): (x0, x2), 16 (x0, x2), (x1, x3), 16 (x1, x3); then x4..x7 alike.
+__device__ __forceinline__ void perm8(uint4 v, uint4& u0, uint4& u1) {
+  const uint32_t a = __byte_perm(v.x, v.y, 0x5410), b = __byte_perm(v.x, v.y, 0x7632);
+  const uint32_t c = __byte_perm(v.z, v.w, 0x5410), d = __byte_perm(v.z, v.w, 0x7632);
+  u0 = make_uint4(a, times16(a), b, times16(b));
+  u1 = make_uint4(c, times16(c), d, times16(d));
+}
+
+// Stores the 8 activations v at word `col` of a shared row in the layout of kBits.
+template <int kBits>
+__device__ __forceinline__ void store_x(uint4* row, int col, uint4 v) {
+  if constexpr (kBits == 8) {
+    perm8(v, row[2 * col], row[2 * col + 1]);
+  } else {
+    row[col] = perm4(v);
+  }
+}
+
+// Copies x into shared memory (see above; f32 x: hi parts at xs, lo parts at xs + m * row_chunks) and
+// computes the group sums of the values the MMAs see; ends with a block barrier.
+template <int kBits, int kGroup, typename XT>
+__device__ __forceinline__ void stage_x(const QMmaArgs& a, uint4* xs, float* gsum) {
+  constexpr int kG8 = kGroup / 8;  // chunks per group: consecutive threads, one warp
+  const int k8 = static_cast<int>(a.k / 8), row_chunks = k8 * x_words(kBits) + 1, ng = static_cast<int>(a.k / kGroup);
+  const int total = static_cast<int>(a.m) * k8;
+  uint4* xs_lo = xs + a.m * row_chunks;
+  for (int base = 0; base < total; base += kThreads) {
+    const int c = base + static_cast<int>(threadIdx.x);
+    const bool ok = c < total;
+    const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
+    uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
+    if (ok) load_x8_bf16(static_cast<const XT*>(a.x) + r * a.x_stride + col * 8, hi, lo);
+    float s = bf16x8_sum(hi);
+    if constexpr (sizeof(XT) == 4) s += bf16x8_sum(lo);
+#pragma unroll
+    for (int o = 1; o < kG8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (ok) {
+      store_x<kBits>(xs + r * row_chunks, col, hi);
+      if constexpr (sizeof(XT) == 4) store_x<kBits>(xs_lo + r * row_chunks, col, lo);
+      if ((threadIdx.x & (kG8 - 1)) == 0) gsum[r * ng + col / kG8] = s;
+    }
+  }
+  __syncthreads();
+}
+
+// acc += the groups of stage `it`, x from shared memory (xrow: the lane's token row, offset to its quarter
+// of group 0), sum(x) of tokens 2t / 2t + 1 from gs0 / gs1 (null: token past m).
+// kLo: x has lo parts too, lo_off uint4 past xrow (f32 x).
+template <int kBits, int kGroup, typename SBT, int kU, bool kLo>
+__device__ __forceinline__ void compute_stage_smem(const Stage<kBits, kGroup, SBT, kU>& st, int it, int ng,
+                                                   const uint4* xrow, int lo_off, bool x_ok, const float* gs0,
+                                                   const float* gs1, float (&acc)[4]) {
+  using G = Geom<kBits, kGroup>;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int grp = it * kU + u;
+    if (grp >= ng) break;
+    const uint4* xg = xrow + grp * (kGroup / 8 * x_words(kBits));
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Word j of a row: 4-bit codes 8j .. 8j + 7 as pairs (n0, n4), (n1, n5) | (n2, n6), (n3, n7); 8-bit
+    // codes 4j .. 4j + 3 as nibble pairs (lo0, lo2), (hi0, hi2) | (lo1, lo3), (hi1, hi3); shared word j
+    // holds the matching activations (store_x). Codes carry + 128 in every nibble.
+#pragma unroll
+    for (int j = 0; j < G::kWpg; ++j) {
+      const uint32_t wa = st.w[u][0][j], wb = st.w[u][1][j];
+      const uint32_t a0 = pair4_biased(wa), a1 = pair4_biased(wb), a2 = pair4_biased(wa >> 4), a3 = pair4_biased(wb >> 4);
+      const uint32_t c0 = pair4_biased(wa >> 8), c1 = pair4_biased(wb >> 8), c2 = pair4_biased(wa >> 12),
+                     c3 = pair4_biased(wb >> 12);
+      const uint4 xv = x_ok ? xg[j] : make_uint4(0, 0, 0, 0);
+      mma_bf16(cq, a0, a1, a2, a3, xv.x, xv.y);
+      mma_bf16(cq, c0, c1, c2, c3, xv.z, xv.w);
+      if constexpr (kLo) {
+        const uint4 xl = x_ok ? xg[lo_off + j] : make_uint4(0, 0, 0, 0);
+        mma_bf16(cq, a0, a1, a2, a3, xl.x, xl.y);
+        mma_bf16(cq, c0, c1, c2, c3, xl.z, xl.w);
+      }
+    }
+    const float co0 = gs0 != nullptr ? gs0[grp] : 0.0f, co1 = gs1 != nullptr ? gs1[grp] : 0.0f;
+    const float s0 = sb_f32(st.s[u][0], SBT{}), s1 = sb_f32(st.s[u][1], SBT{});
+    float b0 = sb_f32(st.b[u][0], SBT{}), b1 = sb_f32(st.b[u][1], SBT{});
+    // The +128 of the codes: 4 bits 128 sum(x); 8 bits 128 sum(x) + 128 sum(16 x).
+    constexpr float kOffset = kBits == 8 ? -128.0f * 17.0f : -128.0f;
+    b0 = fmaf(kOffset, s0, b0);
+    b1 = fmaf(kOffset, s1, b1);
+    acc[0] = fmaf(s0, cq[0], fmaf(b0, co0, acc[0]));
+    acc[1] = fmaf(s0, cq[1], fmaf(b0, co1, acc[1]));
+    acc[2] = fmaf(s1, cq[2], fmaf(b1, co0, acc[2]));
+    acc[3] = fmaf(s1, cq[3], fmaf(b1, co1, acc[3]));
+  }
+}
+
+// As gemv_qmma_kernel (tiles, k split, reduction, store), with x and the group sums in shared memory.
+template <int kBits, int kGroup, typename SBT, typename XT, bool kGlu, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    gemv_qmma_smem_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  using G = Geom<kBits, kGroup>;
+  constexpr int kU = SmemStage<kBits, kGroup>::kU;
+  extern __shared__ uint4 xs[];
+  __shared__ float4 partial[kWarps][32];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int slice = warp % split;
+  int part = 0;
+  int64_t n0 = 0;
+  const bool active = locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + warp / split, part, n0);
+  const LaneRows<SBT> lr = lane_rows<kGlu, SBT>(a, part, n0, g, t * G::kWpg);
+  const int ng = static_cast<int>(a.k / kGroup), n_iter = (ng + kU - 1) / kU;
+  Stage<kBits, kGroup, SBT, kU> sa, sb;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int it = slice;
+  if (active && it < n_iter) load_stage(sa, lr, it, ng);  // weights depend on no earlier kernel
+  pdl_wait();
+  const int row_chunks = static_cast<int>(a.k / 8) * x_words(kBits) + 1;
+  constexpr bool kLo = sizeof(XT) == 4;
+  const int lo_off = kLo ? static_cast<int>(a.m) * row_chunks : 0;
+  float* gsum = reinterpret_cast<float*>(xs + (kLo ? 2 : 1) * a.m * row_chunks);
+  stage_x<kBits, kGroup, XT>(a, xs, gsum);
+  const bool x_ok = g < a.m;
+  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8 * x_words(kBits));
+  const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
+  const float* gs1 = 2 * t + 1 < a.m ? gsum + (2 * t + 1) * ng : nullptr;
+  for (; active && it < n_iter; it += 2 * split) {
+    if (it + split < n_iter) load_stage(sb, lr, it + split, ng);
+    compute_stage_smem<kBits, kGroup, SBT, kU, kLo>(sa, it, ng, xrow, lo_off, x_ok, gs0, gs1, acc);
+    if (it + split >= n_iter) break;
+    if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
+    compute_stage_smem<kBits, kGroup, SBT, kU, kLo>(sb, it + split, ng, xrow, lo_off, x_ok, gs0, gs1, acc);
+  }
+  float v[4] = {acc[0], acc[1], acc[2], acc[3]};
+  if (split > 1) {  // uniform over the block
+    partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    if (slice != 0) return;
+    v[0] = v[1] = v[2] = v[3] = 0.0f;
+    for (int p = 0; p < split; ++p) {
+      const float4 q = partial[warp + p][lane];
+      v[0] += q.x;
+      v[1] += q.y;
+      v[2] += q.z;
+      v[3] += q.w;
+    }
+  }
+  if (active) store_tile<kGlu>(a, part, n0, g, t, v);
+}
+
 
 int64_t total_tiles(const QMmaArgs& a) {
   if (a.glu) return (a.part[0].w.rows + kTileRows / 2 - 1) / (kTileRows / 2);
@@ -319,8 +548,71 @@ cudaError_t launch(cudaStream_t stream, const QMmaArgs& a) {
   return launch_pdl(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, dim3(blocks), dim3(kThreads), 0, stream, a, split);
 }
 
+// BUNSEN_QMMA (read once) picks the kernel: unset, the shared-memory kernel for 4-bit weights and
+// gemv_qmma_kernel for 8-bit (on the H200 the 8-bit nibble form measured slower: 215 vs 236 tok/s on the
+// Llama-3.1-8B shape, while 4 bits went from 248 to 266); 0: gemv_qmma_kernel for both; 2: the
+// shared-memory kernel for both; 3: as 2 with 3 blocks per SM at 4 bits.
+int qmma_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("BUNSEN_QMMA");
+    return e != nullptr && *e != '\0' ? std::atoi(e) : -1;
+  }();
+  return v;
+}
+
+// Rows of x one shared-memory launch takes (0: not even one row fits).
+int64_t smem_rows(const QMmaArgs& a) {
+  QMmaArgs r = a;
+  for (r.m = a.m; r.m > 0; --r.m)
+    if (smem_bytes(r) <= kSmemMax) break;
+  return r.m;
+}
+
+// Whether the launch takes the shared-memory kernel (the bit width's default or BUNSEN_QMMA, bf16/f16
+// scales, one row of x fits; more rows than fit run as several launches of the same kernel, so a token's
+// bits never depend on m).
+bool smem_fits(const QMmaArgs& a) {
+  const int v = qmma_variant();
+  const bool wanted = v < 0 ? a.bits == 4 : v != 0;
+  return wanted && a.part[0].w.sb_dtype != DType::kF32 && smem_rows(a) >= 1;
+}
+
+template <int kBits, int kGroup, typename SBT, typename XT, bool kGlu, int kMinBlocks>
+cudaError_t launch_smem(cudaStream_t stream, const QMmaArgs& a) {
+  constexpr int kU = SmemStage<kBits, kGroup>::kU;
+  auto kernel = gemv_qmma_smem_kernel<kBits, kGroup, SBT, XT, kGlu, kMinBlocks>;
+  static const int by_regs = [&] {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemMax));
+    return occupancy(kernel, kThreads);
+  }();
+  const size_t smem = smem_bytes(a);
+  // The k split is modelled on the register-limited residency only, so it never depends on m (shared
+  // memory grows with m): a token's summation order is the same in any launch of this kernel.
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
+  const int64_t ng = a.k / kGroup, iters = (ng + kU - 1) / kU, tiles = total_tiles(a);
+  const int forced = g_split.load();
+  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced
+                                                                             : choose_split(tiles, iters, resident, kWarps);
+  const int64_t tiles_per_block = kWarps / split;
+  const unsigned blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
+  return launch_pdl(kernel, dim3(blocks), dim3(kThreads), smem, stream, a, split);
+}
+
+template <int kBits, int kGroup, typename SBT>
+cudaError_t launch_smem_x(cudaStream_t stream, const QMmaArgs& a) {
+  if (a.x_dtype == DType::kF32) return launch_smem<kBits, kGroup, SBT, float, false, 2>(stream, a);  // never gated
+  if (kBits == 4 && qmma_variant() == 3)
+    return a.glu ? launch_smem<kBits, kGroup, SBT, Bf16, true, 3>(stream, a)
+                 : launch_smem<kBits, kGroup, SBT, Bf16, false, 3>(stream, a);
+  return a.glu ? launch_smem<kBits, kGroup, SBT, Bf16, true, 2>(stream, a)
+               : launch_smem<kBits, kGroup, SBT, Bf16, false, 2>(stream, a);
+}
+
 template <int kBits, int kGroup>
 cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a) {
+  if (smem_fits(a))
+    return a.part[0].w.sb_dtype == DType::kF16 ? launch_smem_x<kBits, kGroup, Half>(stream, a)
+                                               : launch_smem_x<kBits, kGroup, Bf16>(stream, a);
   cudaError_t e = cudaSuccess;
   with_float_type(a.part[0].w.sb_dtype, [&](auto st) {
     using SBT = typename decltype(st)::type;
@@ -341,9 +633,12 @@ cudaError_t launch_bits(cudaStream_t stream, const QMmaArgs& a) {
 bool qmma_fits(const QMmaArgs& a) {
   if ((a.bits != 4 && a.bits != 8) || (a.group_size != 32 && a.group_size != 64 && a.group_size != 128))
     return false;
-  if (a.x_dtype != DType::kBF16 || a.m < 1 || a.m > kGemvMaxM || a.k <= 0 || a.k % a.group_size != 0) return false;
+  if (a.m < 1 || a.m > kGemvMaxM || a.k <= 0 || a.k % a.group_size != 0) return false;
   if (a.n_parts < 1 || a.n_parts > kQMmaMaxParts || (a.glu && a.n_parts != 2)) return false;
-  if (!aligned16(a.x, a.x_stride * 2)) return false;
+  // bf16 x: either kernel; f32 x (hi + lo bf16 parts): the shared-memory kernel, plain launches.
+  const bool bf16_x = a.x_dtype == DType::kBF16 && aligned16(a.x, a.x_stride * 2);
+  const bool f32_x = a.x_dtype == DType::kF32 && aligned16(a.x, a.x_stride * 4) && !a.glu && smem_fits(a);
+  if (!bf16_x && !f32_x) return false;
   for (int p = 0; p < a.n_parts; ++p) {
     const QuantView& w = a.part[p].w;
     if (w.rows < 1 || w.cols != a.k || w.sb_dtype != a.part[0].w.sb_dtype) return false;
@@ -354,11 +649,24 @@ bool qmma_fits(const QMmaArgs& a) {
 }
 
 void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
-  const cudaError_t e = a.bits == 4 ? launch_bits<4>(stream, a) : launch_bits<8>(stream, a);
-  check_cuda(e, "linear_q (tensor-core GEMV)", [&] {
-    return strfmt("m %lld k %lld bits %d group %d parts %d glu %d", (long long)a.m, (long long)a.k, a.bits,
-                  a.group_size, a.n_parts, (int)a.glu);
-  });
+  auto one = [&](const QMmaArgs& q) {
+    const cudaError_t e = q.bits == 4 ? launch_bits<4>(stream, q) : launch_bits<8>(stream, q);
+    check_cuda(e, "linear_q (tensor-core GEMV)", [&] {
+      return strfmt("m %lld k %lld bits %d group %d parts %d glu %d", (long long)q.m, (long long)q.k, q.bits,
+                    q.group_size, q.n_parts, (int)q.glu);
+    });
+  };
+  const int64_t rows = smem_fits(a) ? smem_rows(a) : a.m;
+  if (rows >= a.m) return one(a);
+  const size_t xs = dtype_size(a.x_dtype), os = dtype_size(a.out_dtype);
+  for (int64_t i0 = 0; i0 < a.m; i0 += rows) {  // x too large for one launch's shared memory
+    QMmaArgs q = a;
+    q.m = std::min(rows, a.m - i0);
+    q.x = static_cast<const char*>(a.x) + i0 * a.x_stride * xs;
+    for (int p = 0; p < a.n_parts; ++p)
+      q.part[p].out = static_cast<char*>(a.part[p].out) + i0 * a.part[p].out_stride * os;
+    one(q);
+  }
 }
 
 void set_qmma_split(int split) {

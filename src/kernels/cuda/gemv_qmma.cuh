@@ -1,7 +1,8 @@
 // Internal interface of the tensor-core quantized GEMV (gemv_qmma.cu): 4- and 8-bit MLX affine weights
-// times at most kGemvMaxM bf16 rows of x, for linear_q (gemv_q.cu) and the fused quantized q/k/v and
-// gate/up launches (linear_q_multi, linear_q_swiglu). Not public (quant_ops.h is); other bit widths, f32
-// activations and unaligned rows stay on the CUDA-core kernels of gemv_q.cu.
+// times at most kGemvMaxM rows of x (bf16; f32 for plain launches over bf16/f16 scales), for linear_q
+// (gemv_q.cu) and the fused quantized q/k/v and gate/up launches (linear_q_multi, linear_q_swiglu). Not
+// public (quant_ops.h is); other bit widths, f32 x with f32 scales and unaligned rows stay on the CUDA-core
+// kernels of gemv_q.cu.
 // Invariants: out = x · dequant(w)ᵀ (+ bias) on the exact codes with f32 accumulation
 // (sum_g scale_g * sum(q * x) + bias_g * sum(x)); the k split depends on (rows, k, bits, group) only, never
 // on m, and a token's result does not depend on the other rows of x (batch invariant).
@@ -32,7 +33,8 @@ struct QMmaArgs {
   DType x_dtype = DType::kBF16, out_dtype = DType::kF32, bias_dtype = DType::kF32;
 };
 
-// True when the launch fits the tensor-core kernel: bits 4 or 8, bf16 x with 16-byte aligned rows,
+// True when the launch fits the tensor-core kernels: bits 4 or 8, 16-byte aligned rows of bf16 x (or f32 x,
+// plain launches, bf16/f16 scales),
 // 1 <= m <= kGemvMaxM, every part non-empty with k columns, 16-byte aligned packed rows and part[0]'s
 // scale dtype (glu: two parts of one n).
 bool qmma_fits(const QMmaArgs& a);
