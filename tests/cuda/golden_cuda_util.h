@@ -229,7 +229,7 @@ inline RoutingFilter routing_filter(model::Model& cpu, const std::vector<int32_t
 
 // The same for a checkpoint directory: loads it on the CPU only when its config is MoE.
 inline RoutingFilter routing_filter(const std::string& dir, const std::vector<int32_t>& tokens) {
-  if (!is_moe(model::load_config(dir))) return {};
+  if (!is_moe(model::load_config(dir))) return RoutingFilter();
   auto cpu = load(dir, Device::cpu());
   return routing_filter(*cpu, tokens);
 }

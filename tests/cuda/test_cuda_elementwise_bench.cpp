@@ -14,15 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "cuda_test_util.h"
+#include "graph_bench_util.h"
 
 namespace bunsen::kernels::test {
 namespace {
-
-bool bench_enabled() {
-  const char* env = std::getenv("BUNSEN_BENCH_GEMV");
-  return env != nullptr && std::string(env) == "1";
-}
 
 // One device allocation of `bytes` (+ slack for a shifted view), filled with a constant byte pattern.
 struct Dev {
@@ -42,51 +37,14 @@ struct Dev {
   }
 };
 
-class ElementwiseBench : public CudaTest {
+class ElementwiseBench : public GraphBench {
  protected:
-  void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped()) return;
-    if (!bench_enabled()) GTEST_SKIP() << "set BUNSEN_BENCH_GEMV=1";
-    stream_ = cuda::stream_create();
-    ctx_.cuda_stream = stream_;
-    ASSERT_EQ(cudaEventCreate(&start_), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) {
-      cudaEventDestroy(start_);
-      cudaEventDestroy(stop_);
-      cuda::stream_destroy(stream_);
-    }
-    CudaTest::TearDown();
-  }
-
-  // Mean microseconds of one call of fn(i): `iters` calls captured in one CUDA graph, replayed 5 times
-  // after a warm-up replay (kernel boundaries count, host launch costs do not).
-  double time_us(const std::function<void(int)>& fn, int iters = 20) {
-    for (int i = 0; i < 2; ++i) fn(i);
-    cuda::synchronize(stream_);
-    cuda::graph_begin_capture(stream_);
-    for (int i = 0; i < iters; ++i) fn(i);
-    void* exec = cuda::graph_end_capture(stream_);
-    cuda::graph_launch(exec, stream_);
-    cudaEventRecord(start_, static_cast<cudaStream_t>(stream_));
-    for (int r = 0; r < 5; ++r) cuda::graph_launch(exec, stream_);
-    cudaEventRecord(stop_, static_cast<cudaStream_t>(stream_));
-    EXPECT_EQ(cudaEventSynchronize(stop_), cudaSuccess);
-    cuda::graph_destroy(exec);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start_, stop_);
-    return 1000.0 * ms / (5.0 * iters);
-  }
+  double time_us(const std::function<void(int)>& fn) { return GraphBench::time_us(fn, 20); }
 
   static void report(const std::string& what, double us, double bytes) {
     std::printf("[bench] %-58s %9.2f us %6.0f GB/s\n", what.c_str(), us, bytes / us / 1e3);
   }
 
-  void* stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 constexpr int kSets = 3;  // operand sets cycled per call (each set larger than L2 / kSets)

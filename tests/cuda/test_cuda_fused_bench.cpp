@@ -15,16 +15,11 @@
 #include <functional>
 #include <string>
 
-#include "cuda_test_util.h"
+#include "graph_bench_util.h"
 #include "kernels/cuda/quant_ops.h"
 
 namespace bunsen::kernels::test {
 namespace {
-
-bool bench_enabled() {
-  const char* env = std::getenv("BUNSEN_BENCH_GEMV");
-  return env != nullptr && std::string(env) == "1";
-}
 
 // One device allocation viewed as a tensor; bf16 weights set to a small constant (the values do not
 // change the timing, and memset is fast for gigabytes).
@@ -42,56 +37,12 @@ struct Dev {
   }
 };
 
-class FusedDecodeBench : public CudaTest {
+class FusedDecodeBench : public GraphBench {
  protected:
   void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped()) return;
-    if (!bench_enabled()) GTEST_SKIP() << "set BUNSEN_BENCH_GEMV=1";
-    stream_ = cuda::stream_create();
-    ctx_.cuda_stream = stream_;
-    ASSERT_EQ(cudaEventCreate(&start_), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop_), cudaSuccess);
+    GraphBench::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     copy_gbps_ = measure_copy();
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) {
-      cudaEventDestroy(start_);
-      cudaEventDestroy(stop_);
-      cuda::stream_destroy(stream_);
-    }
-    CudaTest::TearDown();
-  }
-
-  // Mean microseconds of one call of fn(i): `iters` calls captured in one CUDA graph (as decode steps
-  // run), replayed 5 times after a warm-up replay; kernel boundaries count, host launch costs do not.
-  double time_us(const std::function<void(int)>& fn, int iters = 40) {
-    for (int i = 0; i < 2; ++i) fn(i);  // eager warm-up (plans, occupancy queries)
-    cuda::synchronize(stream_);
-    cuda::graph_begin_capture(stream_);
-    for (int i = 0; i < iters; ++i) fn(i);
-    void* exec = cuda::graph_end_capture(stream_);
-    cuda::graph_launch(exec, stream_);
-    cudaEventRecord(start_, static_cast<cudaStream_t>(stream_));
-    for (int r = 0; r < 5; ++r) cuda::graph_launch(exec, stream_);
-    cudaEventRecord(stop_, static_cast<cudaStream_t>(stream_));
-    EXPECT_EQ(cudaEventSynchronize(stop_), cudaSuccess);
-    cuda::graph_destroy(exec);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start_, stop_);
-    return 1000.0 * ms / (5.0 * iters);
-  }
-
-  // Mean microseconds of one eager call (the copy ceiling; not capturable as a kernel sequence).
-  double time_eager_us(const std::function<void(int)>& fn, int iters) {
-    fn(0);
-    cudaEventRecord(start_, static_cast<cudaStream_t>(stream_));
-    for (int i = 0; i < iters; ++i) fn(i);
-    cudaEventRecord(stop_, static_cast<cudaStream_t>(stream_));
-    EXPECT_EQ(cudaEventSynchronize(stop_), cudaSuccess);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, start_, stop_);
-    return 1000.0 * ms / iters;
   }
 
   double measure_copy() {
@@ -117,8 +68,6 @@ class FusedDecodeBench : public CudaTest {
   };
   void decode_chain(const ChainShape& c);
 
-  void* stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
   double copy_gbps_ = 1.0;
 };
 

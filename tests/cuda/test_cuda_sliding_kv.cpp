@@ -75,7 +75,9 @@ std::vector<Answer> answers(model::Model& m, bool sliding, const std::vector<std
   engine::Engine e(runner, eo);
   std::vector<Answer> out = run_all(e, prompts);
   const engine::EngineStats st = e.stats();
-  if (sliding) EXPECT_EQ(st.kv_sliding_blocks_free, st.kv_sliding_blocks_total) << "sliding blocks leaked";
+  if (sliding) {
+    EXPECT_EQ(st.kv_sliding_blocks_free, st.kv_sliding_blocks_total) << "sliding blocks leaked";
+  }
   e.shutdown();
   return out;
 }

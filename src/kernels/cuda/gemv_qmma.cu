@@ -256,6 +256,28 @@ __device__ __forceinline__ void store_tile(const QMmaArgs& a, int part, int64_t 
   }
 }
 
+// The end of both kernels: warps splitting k (split > 1, uniform over the block) add their partial sums
+// through shared memory in slice order, and slice 0 of each tile stores it.
+template <bool kGlu>
+__device__ __forceinline__ void finish_tile(const QMmaArgs& a, float4 (*partial)[32], const float (&acc)[4], int split,
+                                            int slice, int warp, int lane, bool active, int part, int64_t n0) {
+  float v[4] = {acc[0], acc[1], acc[2], acc[3]};
+  if (split > 1) {
+    partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    __syncthreads();
+    if (slice != 0) return;
+    v[0] = v[1] = v[2] = v[3] = 0.0f;
+    for (int p = 0; p < split; ++p) {
+      const float4 q = partial[warp + p][lane];
+      v[0] += q.x;
+      v[1] += q.y;
+      v[2] += q.z;
+      v[3] += q.w;
+    }
+  }
+  if (active) store_tile<kGlu>(a, part, n0, lane >> 2, lane & 3, v);
+}
+
 // Warps form groups of `split` (1, 2, 4 or 8) per row tile; warp `slice` of a group takes iterations
 // slice, slice + split, ... (kU groups each), two stages in flight. Partial sums meet in shared memory in
 // slice order.
@@ -285,21 +307,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_kernel(const __grid_con
     if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
     compute_stage(sb, it + split, ng, xrow, x_ok, acc);
   }
-  float v[4] = {acc[0], acc[1], acc[2], acc[3]};
-  if (split > 1) {  // uniform over the block
-    partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    __syncthreads();
-    if (slice != 0) return;
-    v[0] = v[1] = v[2] = v[3] = 0.0f;
-    for (int p = 0; p < split; ++p) {
-      const float4 q = partial[warp + p][lane];
-      v[0] += q.x;
-      v[1] += q.y;
-      v[2] += q.z;
-      v[3] += q.w;
-    }
-  }
-  if (active) store_tile<kGlu>(a, part, n0, g, t, v);
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
 // ---- the x-in-shared-memory kernel (the default) ----
@@ -508,21 +516,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
     compute_stage_smem<kBits, kGroup, SBT, kU, kLo>(sb, it + split, ng, xrow, lo_off, x_ok, gs0, gs1, acc);
   }
-  float v[4] = {acc[0], acc[1], acc[2], acc[3]};
-  if (split > 1) {  // uniform over the block
-    partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    __syncthreads();
-    if (slice != 0) return;
-    v[0] = v[1] = v[2] = v[3] = 0.0f;
-    for (int p = 0; p < split; ++p) {
-      const float4 q = partial[warp + p][lane];
-      v[0] += q.x;
-      v[1] += q.y;
-      v[2] += q.z;
-      v[3] += q.w;
-    }
-  }
-  if (active) store_tile<kGlu>(a, part, n0, g, t, v);
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
 
