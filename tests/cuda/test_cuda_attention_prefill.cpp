@@ -1,11 +1,12 @@
-// CUDA prefill attention on tensor cores (attention_prefill_mma.cu, and attention_prefill.cu's WMMA
-// fallback) against kernels/ref: every case runs both kernels (set_attention_prefill_kernel_for_testing)
+// CUDA prefill attention on tensor cores (attention_prefill_mma.cu's kernel and its fa2b variant, and
+// attention_prefill.cu's WMMA fallback) against kernels/ref: every case runs all three kernels
+// (set_attention_prefill_kernel_for_testing)
 // on bf16 q and a bf16 paged cache at odd prompt lengths (1, 17, 63, 64, 65, 200, 1000), GQA groups 1/4/8,
 // head_dim 64/128, sliding windows (with released blocks), soft-cap, batches of two and three sequences
 // with different cached prefixes (chunked prefill), interleaved tokens, block sizes 1/3/16/32, and
-// invalid block ids (NaN for their sequence only, also when a whole first tile is invalid). Both kernels
+// invalid block ids (NaN for their sequence only, also when a whole first tile is invalid). All kernels
 // round P to bf16, so results are compared at bf16-level tolerance. The env-gated benchmark
-// (BUNSEN_BENCH_ATTENTION=1) times an 8B-shape prefill per layer, new kernel against old, in us and TFLOP/s.
+// (BUNSEN_BENCH_ATTENTION=1) times an 8B-shape prefill per layer for each kernel, in us and TFLOP/s.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -18,8 +19,13 @@
 namespace bunsen::kernels::test {
 namespace {
 
-constexpr int kWmma = 1, kMma = 2;  // set_attention_prefill_kernel_for_testing
-constexpr float kTol = 1e-2f;       // P is rounded to bf16 before P·V: bf16-level error
+constexpr int kWmma = 1, kMma = 2, kFa2b = 3;  // set_attention_prefill_kernel_for_testing
+constexpr int kKernels[] = {kMma, kFa2b, kWmma};
+constexpr float kTol = 1e-2f;  // P is rounded to bf16 before P·V: bf16-level error
+
+const char* kernel_name(int kernel) {
+  return kernel == kMma ? "mma.sync" : kernel == kFa2b ? "fa2b" : "wmma";
+}
 
 // Restores the default kernel when a test ends (also on a failed assertion).
 struct KernelGuard {
@@ -41,20 +47,19 @@ Scenario prefill_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> 
   return s;
 }
 
-// Runs the scenario through both tensor-core kernels and compares each with the reference.
-void check_both(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 311) {
+// Runs the scenario through every tensor-core kernel and compares each with the reference.
+void check_all(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 311) {
   std::mt19937 rng(seed);
   Batch b = make_batch(s, rng);
   const Tensor& q = b.q.f32.tensor;
   OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
   ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
   KernelGuard guard;
-  for (int kernel : {kMma, kWmma}) {
+  for (int kernel : kKernels) {
     cuda::set_attention_prefill_kernel_for_testing(kernel);
     DeviceBatch d = upload(b, s.out_dtype, rng);
     paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
-    expect_close(d.out.download().tensor, want.tensor, kTol,
-                 what + (kernel == kMma ? " [mma]" : " [wmma]"));
+    expect_close(d.out.download().tensor, want.tensor, kTol, what + " [" + kernel_name(kernel) + "]");
   }
 }
 
@@ -67,10 +72,10 @@ TEST_F(CudaTest, PrefillTensorCoresPromptLengthsGroupsHeadDims) {
         Scenario s = prefill_scenario(group, head_dim, {len}, {len});
         const std::string what =
             strfmt("hd %lld group %lld len %lld", (long long)head_dim, (long long)group, (long long)len);
-        check_both(ctx_, s, what);
+        check_all(ctx_, s, what);
         s.seq_lens = {len, 1};
         s.new_tokens = {len, 1};
-        check_both(ctx_, s, what + " + 1-token prompt");
+        check_all(ctx_, s, what + " + 1-token prompt");
       }
 }
 
@@ -83,9 +88,9 @@ TEST_F(CudaTest, PrefillTensorCoresSlidingWindowAndSoftcap) {
           Scenario s = prefill_scenario(4, head_dim, {200, 333, 90}, {200, 70, 90});
           s.params = {0.4f, window, softcap};  // scale large enough for the soft-cap to bite
           s.release_out_of_window = release;
-          check_both(ctx_, s,
-                     strfmt("hd %lld window %d softcap %g release %d", (long long)head_dim, window, softcap,
-                            release));
+          check_all(ctx_, s,
+                    strfmt("hd %lld window %d softcap %g release %d", (long long)head_dim, window, softcap,
+                           release));
         }
 }
 
@@ -107,9 +112,9 @@ TEST_F(CudaTest, PrefillTensorCoresChunkedVarlenBatches) {
             Scenario s = prefill_scenario(group, head_dim, mx.lens, mx.fresh);
             s.block_size = block_size;
             s.interleave = interleave;
-            check_both(ctx_, s,
-                       strfmt("lens %lld.. group %lld hd %lld block %lld interleave %d", (long long)mx.lens[0],
-                              (long long)group, (long long)head_dim, (long long)block_size, interleave));
+            check_all(ctx_, s,
+                      strfmt("lens %lld.. group %lld hd %lld block %lld interleave %d", (long long)mx.lens[0],
+                             (long long)group, (long long)head_dim, (long long)block_size, interleave));
           }
 }
 
@@ -118,19 +123,19 @@ TEST_F(CudaTest, PrefillTensorCoresOddBlockSizesGroupsAndOutputs) {
     for (int64_t group : {2, 7}) {
       Scenario s = prefill_scenario(group, 128, {130, 70}, {130, 30});
       s.block_size = block_size;
-      check_both(ctx_, s, strfmt("block %lld group %lld", (long long)block_size, (long long)group));
+      check_all(ctx_, s, strfmt("block %lld group %lld", (long long)block_size, (long long)group));
     }
   Scenario s = prefill_scenario(4, 64, {150, 80}, {150, 40});
   s.out_dtype = DType::kF32;  // f32 output, same bf16-level tolerance
-  check_both(ctx_, s, "f32 out");
+  check_all(ctx_, s, "f32 out");
   s.params.sliding_window = 33;
   s.params.softcap = 20.0f;
-  check_both(ctx_, s, "f32 out window softcap");
+  check_all(ctx_, s, "f32 out window softcap");
 }
 
 TEST_F(CudaTest, PrefillTensorCoresInvalidBlockIdPoisonsOnlyItsSequence) {
   KernelGuard guard;
-  for (int kernel : {kMma, kWmma}) {
+  for (int kernel : kKernels) {
     cuda::set_attention_prefill_kernel_for_testing(kernel);
     Scenario s = prefill_scenario(2, 64, {40, 40}, {20, 20});
     s.block_size = 4;
@@ -155,27 +160,29 @@ TEST_F(CudaTest, PrefillTensorCoresInvalidBlockIdPoisonsOnlyItsSequence) {
 
 // Every key of seq 1's first tile (keys 0-63, blocks 0-15 of 4) is invalid: its rows must still be NaN
 // although later tiles are valid (the WMMA kernel drops this poison: p = 0 while the row max is -inf, so
-// only the mma.sync kernel is held to it).
+// only the mma.sync kernel and its fa2b variant are held to it).
 TEST_F(CudaTest, PrefillTensorCoresWholeInvalidFirstTilePoisonsItsRows) {
   KernelGuard guard;
-  cuda::set_attention_prefill_kernel_for_testing(kMma);
-  Scenario s = prefill_scenario(2, 64, {100, 90}, {20, 20});
-  s.block_size = 4;
-  s.out_dtype = DType::kF32;
-  std::mt19937 rng(303);
-  Batch b = make_batch(s, rng);
-  const Tensor& q = b.q.f32.tensor;
-  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
-  for (int blk = 0; blk < 16; ++blk) b.block_tables.tensor.ptr<int32_t>()[b.block_tables.tensor.shape[1] + blk] = -1;
-  DeviceBatch d = upload(b, DType::kF32, rng);
-  paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
-  const std::vector<float> got = values(d.out.download().tensor), ok = values(want.tensor);
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (i < got.size() / 2)
-      EXPECT_NEAR(got[i], ok[i], 0.03f) << i;
-    else
-      EXPECT_TRUE(std::isnan(got[i])) << i;
+  for (int kernel : {kMma, kFa2b}) {
+    cuda::set_attention_prefill_kernel_for_testing(kernel);
+    Scenario s = prefill_scenario(2, 64, {100, 90}, {20, 20});
+    s.block_size = 4;
+    s.out_dtype = DType::kF32;
+    std::mt19937 rng(303);
+    Batch b = make_batch(s, rng);
+    const Tensor& q = b.q.f32.tensor;
+    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    for (int blk = 0; blk < 16; ++blk) b.block_tables.tensor.ptr<int32_t>()[b.block_tables.tensor.shape[1] + blk] = -1;
+    DeviceBatch d = upload(b, DType::kF32, rng);
+    paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+    const std::vector<float> got = values(d.out.download().tensor), ok = values(want.tensor);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i < got.size() / 2)
+        EXPECT_NEAR(got[i], ok[i], 0.03f) << kernel_name(kernel) << " " << i;
+      else
+        EXPECT_TRUE(std::isnan(got[i])) << kernel_name(kernel) << " " << i;
+    }
   }
 }
 
@@ -237,7 +244,7 @@ PrefillBench bench_prefill(int64_t n, int kernel) {
   for (float x : values(out.download().tensor)) EXPECT_TRUE(std::isfinite(x));
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(stream);
   PrefillBench r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const double flops = 4.0 * (static_cast<double>(n) * n / 2.0) * kHd * kHeads;  // causal
@@ -250,10 +257,10 @@ TEST_F(CudaTest, PrefillAttentionBench) {
   const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
   if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
   for (int64_t n : {512, 2048, 8192})
-    for (int kernel : {kMma, kWmma}) {
+    for (int kernel : kKernels) {
       const PrefillBench r = bench_prefill(n, kernel);
       std::printf("prefill attention llama3.1-8b n %5lld %-10s %9.1f us/layer %7.1f TFLOP/s\n", (long long)n,
-                  kernel == kMma ? "mma.sync" : "wmma", r.us_per_layer, r.tflops);
+                  kernel_name(kernel), r.us_per_layer, r.tflops);
     }
 }
 

@@ -1,4 +1,4 @@
-// Tensor-core paged attention for prefill (flash attention), the WMMA kernel: since the mma.sync kernel
+// Tensor-core paged attention for prefill (flash attention), the WMMA kernel: since the mma.sync kernels
 // of attention_prefill_mma.cu became the default, this one runs with BUNSEN_FLASH_PREFILL=wmma (or the
 // testing switch) as the fallback and the comparison point. A block owns 64 query rows that share one kv
 // head (GQA: the group's heads of 64 / group consecutive tokens), walks their keys in tiles of 64 through
@@ -262,9 +262,11 @@ void launch_flash(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_he
   kernel<<<dim3(row_tiles, n_kv_heads), kThreads, Smem<kHd>::kBytes, s>>>(a);
 }
 
-// Which kernel flash_prefill runs: the mma.sync kernel (attention_prefill_mma.cu) unless
-// BUNSEN_FLASH_PREFILL=wmma (or 0) or the testing switch selects this file's WMMA kernel.
-constexpr int kPrefillDefault = 0, kPrefillWmma = 1, kPrefillMma = 2;
+// Which kernel flash_prefill runs: the occupancy-tuned mma.sync kernel (fa2b, attention_prefill_mma.cu;
+// bf16 caches: H200, 8B shape, 2,048 tokens 261 us per layer vs 447 for the first mma.sync kernel) unless
+// BUNSEN_FLASH_PREFILL=mma (testing switch 2) selects that first kernel, or =wmma (or 0, switch 1) this
+// file's WMMA kernel.
+constexpr int kPrefillDefault = 0, kPrefillWmma = 1, kPrefillMma = 2, kPrefillFa2b = 3;
 std::atomic<int> g_prefill_kernel{kPrefillDefault};
 
 int prefill_kernel() {
@@ -272,8 +274,9 @@ int prefill_kernel() {
   if (forced != kPrefillDefault) return forced;
   static const int from_env = [] {
     const char* e = std::getenv("BUNSEN_FLASH_PREFILL");
-    const bool wmma = e != nullptr && (std::strcmp(e, "wmma") == 0 || std::strcmp(e, "0") == 0);
-    return wmma ? kPrefillWmma : kPrefillMma;
+    if (e != nullptr && (std::strcmp(e, "wmma") == 0 || std::strcmp(e, "0") == 0)) return kPrefillWmma;
+    if (e != nullptr && std::strcmp(e, "mma") == 0) return kPrefillMma;
+    return kPrefillFa2b;
   }();
   return from_env;
 }
@@ -281,7 +284,8 @@ int prefill_kernel() {
 }  // namespace
 
 void set_attention_prefill_kernel_for_testing(int kernel) {
-  g_prefill_kernel.store(kernel == kPrefillWmma || kernel == kPrefillMma ? kernel : kPrefillDefault);
+  const bool known = kernel == kPrefillWmma || kernel == kPrefillMma || kernel == kPrefillFa2b;
+  g_prefill_kernel.store(known ? kernel : kPrefillDefault);
 }
 
 bool flash_prefill_ok(const DevAttention& at) {
@@ -311,7 +315,14 @@ void flash_prefill(void* stream, const DevAttention& at) {
   // block streams one sequence's keys once for the whole GQA group instead of one pass per token.
   a.tokens_per_tile = at.q.n_tokens <= at.meta.n_seqs ? 1 : kRows / a.heads_per_tile;
   const int row_tiles = ((a.n_tokens + a.tokens_per_tile - 1) / a.tokens_per_tile) * a.head_chunks;
-  if (prefill_kernel() == kPrefillMma) {
+  const int kernel = prefill_kernel();
+  // fa2b covers bf16 caches (its quantized staging spills at 168 registers) and takes the row max before
+  // scaling (scale > 0); other cases run the default kernel.
+  if (kernel == kPrefillFa2b && at.cache.bits == 0 && at.scale > 0.0f) {
+    flash_prefill_mma_b(stream, at, a, row_tiles);
+    return;
+  }
+  if (kernel == kPrefillMma || kernel == kPrefillFa2b) {
     flash_prefill_mma(stream, at, a, row_tiles);
     return;
   }

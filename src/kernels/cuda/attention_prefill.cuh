@@ -85,5 +85,9 @@ void flash_prefill(void* stream, const DevAttention& at);
 // tiling (64 rows per block); flash_prefill calls it unless the WMMA kernel is selected
 // (BUNSEN_FLASH_PREFILL=wmma, or set_attention_prefill_kernel_for_testing(1)).
 void flash_prefill_mma(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles);
+// Its occupancy-tuned variant (results equal up to rounding; 3 blocks per SM, one barrier per key tile), for
+// bf16 caches only: flash_prefill runs it with BUNSEN_FLASH_PREFILL=fa2b or
+// set_attention_prefill_kernel_for_testing(3) when the cache is bf16 and at.scale > 0, else flash_prefill_mma.
+void flash_prefill_mma_b(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles);
 
 }  // namespace bunsen::kernels::cuda

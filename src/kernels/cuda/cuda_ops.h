@@ -119,6 +119,8 @@ void graph_destroy(void* exec);
 // more during capture throws, so run one step (or reserve_scratch) before capturing.
 void reserve_scratch(void* stream, size_t bytes);
 size_t scratch_capacity(void* stream);
+// Frees the stream's arena (stream_destroy calls it: a later stream that reuses the handle starts empty).
+void release_scratch(void* stream);
 
 // ---- views of device tensors (dispatch.cpp builds them from Tensor) ----
 
@@ -239,6 +241,6 @@ enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };
 void set_linear_path_for_testing(LinearPath path);
 void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the shapes
 void set_attention_flash_decode_for_testing(bool on);  // large decode batches on tensor cores (default: BUNSEN_FLASH_DECODE)
-void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL), 1 = WMMA, 2 = mma.sync
+void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL; fa2b), 1 = WMMA, 2 = mma.sync, 3 = fa2b
 
 }  // namespace bunsen::kernels::cuda
