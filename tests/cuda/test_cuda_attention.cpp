@@ -307,8 +307,8 @@ TEST_F(CudaTest, GraphCaptureOfDecodeChainReplaysEagerResults) {
   cudaStreamEndCapture(fresh, &empty);
   if (empty != nullptr) cudaGraphDestroy(empty);
   cudaGetLastError();
-  cudaStreamDestroy(fresh);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(fresh);
+  cuda::stream_destroy(stream);
 }
 
 }  // namespace

@@ -120,7 +120,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cudaEventDestroy(t1);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(stream);
   cuda::set_attention_flash_decode_for_testing(false);
   cuda::set_attention_decode_variant_for_testing(0);
   cuda::set_attention_decode_combine_for_testing(0);

@@ -240,7 +240,7 @@ void graph_replay_case(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads, in
   expect_close(values(d.out.download().tensor), replayed, 0.0f, "eager equals replay");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(stream);
 }
 
 TEST_P(CudaDecodeTest, GraphCapturedAtShortContextReplaysLongerOnes) {
@@ -356,7 +356,7 @@ void growing_replay_case(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads, 
   expect_close(values(d.out.download().tensor), prev, 0.0f, "eager equals replay");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(stream);
 }
 
 TEST_P(CudaDecodeTest, FusedCombineGraphReplaysOverGrowingContexts) {

@@ -56,7 +56,8 @@ TEST_F(CudaTest, ScratchArenaGrowsOnlyWhenAskedForMore) {
   EXPECT_EQ(cuda::scratch_capacity(stream), first);
   cuda::reserve_scratch(stream, first + 1);
   EXPECT_GT(cuda::scratch_capacity(stream), first);
-  cudaStreamDestroy(stream);
+  cuda::stream_destroy(stream);  // frees the arena: a new stream reusing the handle starts empty
+  EXPECT_EQ(cuda::scratch_capacity(stream), 0u);
 }
 
 TEST_F(CudaTest, OpsValidateCudaTensorsBeforeLaunching) {

@@ -14,7 +14,9 @@ void* stream_create() {
 }
 
 void stream_destroy(void* stream) {
-  if (stream != nullptr) cudaStreamDestroy(as_stream(stream));
+  if (stream == nullptr) return;
+  release_scratch(stream);  // after the work on it: freeing device memory waits for the device
+  cudaStreamDestroy(as_stream(stream));
 }
 
 void graph_begin_capture(void* stream) {

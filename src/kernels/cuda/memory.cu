@@ -139,6 +139,19 @@ void reserve_scratch(void* stream, size_t bytes) {
   scratch(stream, bytes, "reserve_scratch");
 }
 
+void release_scratch(void* stream) {
+  const int dev = current_device();
+  Arenas& a = arenas();
+  DeviceBuffer gone;  // freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    auto it = a.by_stream.find({dev, stream});
+    if (it == a.by_stream.end()) return;
+    gone = std::move(it->second);
+    a.by_stream.erase(it);
+  }
+}
+
 size_t scratch_capacity(void* stream) {
   const int dev = current_device();
   Arenas& a = arenas();
