@@ -83,7 +83,7 @@ std::shared_ptr<RestoreJob> RestorePool::submit(std::function<std::optional<Rest
 
 void RestorePool::wait(const RestoreJob& job) {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return job.done(); });
+  done_cv_.wait(lock, [&] { return job.settled_; });
 }
 
 void RestorePool::run() {
@@ -248,12 +248,13 @@ void RestorePool::task_done(RestoreJob& j, kernels::Context& ctx) {
   j.pieces_.clear();
   j.t_done_ = std::chrono::steady_clock::now();
   std::function<void()> on_done = std::move(j.on_done_);
+  j.done_.store(true, std::memory_order_release);  // before on_done: the engine it wakes must see done()
+  if (on_done) on_done();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    j.done_.store(true, std::memory_order_release);
+    j.settled_ = true;
   }
   done_cv_.notify_all();
-  if (on_done) on_done();
 }
 
 }  // namespace bunsen::engine

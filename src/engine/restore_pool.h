@@ -73,6 +73,7 @@ class RestoreJob {
   std::atomic<size_t> bytes_{0};
   std::atomic<bool> issued_any_{false};
   std::atomic<bool> failed_{false}, cancelled_{false}, done_{false};
+  bool settled_ = false;  // under the pool's mutex: done and its on_done callback has returned
   std::atomic<bool> check_reported_{false};
   mutable std::mutex error_mu_;
   std::string error_;  // guarded by error_mu_
