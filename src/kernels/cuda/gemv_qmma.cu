@@ -575,10 +575,8 @@ template <int kBits, int kGroup, typename SBT, typename XT, bool kGlu, int kMinB
 cudaError_t launch_smem(cudaStream_t stream, const QMmaArgs& a) {
   constexpr int kU = SmemStage<kBits, kGroup>::kU;
   auto kernel = gemv_qmma_smem_kernel<kBits, kGroup, SBT, XT, kGlu, kMinBlocks>;
-  static const int by_regs = [&] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemMax));
-    return occupancy(kernel, kThreads);
-  }();
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax, "linear_q (tensor-core GEMV)");
+  static const int by_regs = occupancy(kernel, kThreads);
   const size_t smem = smem_bytes(a);
   // The k split is modelled on the register-limited residency only, so it never depends on m (shared
   // memory grows with m): a token's summation order is the same in any launch of this kernel.
