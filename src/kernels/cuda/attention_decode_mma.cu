@@ -18,6 +18,7 @@
 #include <string>
 
 #include "kernels/cuda/attention_decode_common.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 
 namespace bunsen::kernels::cuda::decode {
 namespace {
@@ -54,30 +55,6 @@ struct MmaShape {
 // ldmatrix phase hit 8 different bank groups.
 __device__ __forceinline__ int swz(int row, int chunk, int row_bytes) {
   return row * row_bytes + ((chunk ^ (row & 7)) << 4);
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-// c += A·B, A 16x16 as fragments a[0] (row g, cols 2t..), a[1] (row g + 8), a[2] (row g, cols 2t + 8..),
-// a[3] (row g + 8, cols 2t + 8..).
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Named barrier kId (1..15; 0 is __syncthreads) over kThreadsIn threads. Immediate ids, so ptxas reserves
@@ -241,8 +218,8 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
     for (int kd = 0; kd < kPartD / 16; ++kd) {
       uint32_t b[4];  // K rows (keys 0-7 | 8-15) x dims (kd*16 + 0-7 | 8-15)
       ldsm_x4(b, ks + swz((mi >> 1) * 8 + r8, kd * 2 + (mi & 1), S::kRowBytes));
-      mma(sc[0], qa[kd], b[0], b[1]);
-      mma(sc[1], qa[kd], b[2], b[3]);
+      mma_m16n8k16(sc[0], qa[kd], b[0], b[1]);
+      mma_m16n8k16(sc[1], qa[kd], b[2], b[3]);
     }
     if constexpr (S::kParts > 1) exchange_scores<S>(smem, it, warp, lane, sc);
     const int key0 = base0 + it * stride + 2 * tq;
@@ -290,10 +267,10 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
     for (int dp = 0; dp < kPartD / 16; ++dp) {
       uint32_t b[4];  // V rows (keys 0-7 | 8-15) x dims (dp*16 + 0-7 | 8-15), transposed
       ldsm_x4_trans(b, vs + swz((mi & 1) * 8 + r8, dp * 2 + (mi >> 1), S::kRowBytes));
-      mma(o[2 * dp], ph, b[0], b[1]);
-      mma(o[2 * dp + 1], ph, b[2], b[3]);
-      mma(o[2 * dp], pl, b[0], b[1]);
-      mma(o[2 * dp + 1], pl, b[2], b[3]);
+      mma_m16n8k16(o[2 * dp], ph, b[0], b[1]);
+      mma_m16n8k16(o[2 * dp + 1], ph, b[2], b[3]);
+      mma_m16n8k16(o[2 * dp], pl, b[0], b[1]);
+      mma_m16n8k16(o[2 * dp + 1], pl, b[2], b[3]);
     }
 #pragma unroll
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];

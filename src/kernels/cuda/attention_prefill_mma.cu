@@ -24,6 +24,7 @@
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -75,30 +76,6 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, of each matrix, row
-// l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: rows 2 (l % 4), +1 of column l / 4).
-__device__ __forceinline__ void ldsm_x4_(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void ldsm_x4_trans_(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c += A·B (m16n8k16, bf16 in, f32 accumulate). With g = lane / 4, t = lane % 4: a[0] = A[g][2t, 2t+1],
-// a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]; b0 = B[2t, 2t+1][g], b1 = B[2t+8..][g];
-// c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1].
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo: the lower column
   uint32_t u;
@@ -114,15 +91,13 @@ __device__ __forceinline__ uint4 dequant_chunk2(const uint8_t* row, const float*
   return make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]), pack_bf16(f[6], f[7]));
 }
 
-// F: the cache format (plain = bf16 via cp.async; else u8 codes, strides in bytes, plus params).
-template <int kHd, int F>
-__global__ void __launch_bounds__(kThreads) flash2_prefill_kernel(const FlashArgs a) {
-  using S = Smem2<kHd>;
-  constexpr int kRowB = S::kRowBytes, kChunks = S::kChunks;
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ RowInfo2 ri;
-  unsigned char* const qs = smem;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = blockIdx.y;
+// The block's rows of kv head g into ri (token, head, position, sequence; token -1 / sequence INT_MIN past the tile),
+// then the Q rows through qs (zeros for missing rows) into this warp's A fragments qa: rows warp*16 + 0..15,
+// dims kk*16 + 0..15.
+template <int kHd>
+__device__ __forceinline__ void load_rows_and_q(const FlashArgs& a, RowInfo2& ri, unsigned char* qs, int warp, int lane,
+                                                int g, uint32_t (&qa)[kHd / 16][4]) {
+  constexpr int kRowB = Smem2<kHd>::kRowBytes, kChunks = Smem2<kHd>::kChunks;
   // Heaviest (latest) token tiles first: causal blocks near the end of a prompt see the most keys.
   const int n_token_tiles = (a.n_tokens + a.tokens_per_tile - 1) / a.tokens_per_tile;
   const int tile = n_token_tiles - 1 - static_cast<int>(blockIdx.x) / a.head_chunks;
@@ -160,10 +135,22 @@ __global__ void __launch_bounds__(kThreads) flash2_prefill_kernel(const FlashArg
     }
   }
   __syncthreads();
-  uint32_t qa[kHd / 16][4];  // A fragments of Q: rows warp*16 + 0..15, dims kk*16 + 0..15
 #pragma unroll
   for (int kk = 0; kk < kHd / 16; ++kk)  // lanes 0-15: rows 0-15 at dim +0; lanes 16-31: rows 0-15 at +8
-    ldsm_x4_(qa[kk], qs + (warp * 16 + (lane & 15)) * kRowB + (kk * 16 + (lane >> 4) * 8) * 2);
+    ldsm_x4(qa[kk], qs + (warp * 16 + (lane & 15)) * kRowB + (kk * 16 + (lane >> 4) * 8) * 2);
+}
+
+// F: the cache format (plain = bf16 via cp.async; else u8 codes, strides in bytes, plus params).
+template <int kHd, int F>
+__global__ void __launch_bounds__(kThreads) flash2_prefill_kernel(const FlashArgs a) {
+  using S = Smem2<kHd>;
+  constexpr int kRowB = S::kRowBytes, kChunks = S::kChunks;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ RowInfo2 ri;
+  unsigned char* const qs = smem;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = blockIdx.y;
+  uint32_t qa[kHd / 16][4];  // A fragments of Q: rows warp*16 + 0..15, dims kk*16 + 0..15
+  load_rows_and_q<kHd>(a, ri, qs, warp, lane, g, qa);
 
   uint64_t todo = 0;
   for (int r = 0; r < kRows; ++r) todo |= ri.tok[r] >= 0 ? uint64_t{1} << r : 0;
@@ -291,9 +278,9 @@ __global__ void __launch_bounds__(kThreads) flash2_prefill_kernel(const FlashArg
 #pragma unroll
           for (int np = 0; np < kKeys / 16; ++np) {
             uint32_t b[4];  // matrices: keys (np*16 + 0-7 | 8-15) x dims (kk*16 + 0-7 | 8-15)
-            ldsm_x4_(b, ks + (np * 16 + (mi >> 1) * 8 + r8) * kRowB + (kk * 16 + (mi & 1) * 8) * 2);
-            mma_bf16(sc[2 * np], qa[kk], b[0], b[1]);
-            mma_bf16(sc[2 * np + 1], qa[kk], b[2], b[3]);
+            ldsm_x4(b, ks + (np * 16 + (mi >> 1) * 8 + r8) * kRowB + (kk * 16 + (mi & 1) * 8) * 2);
+            mma_m16n8k16(sc[2 * np], qa[kk], b[0], b[1]);
+            mma_m16n8k16(sc[2 * np + 1], qa[kk], b[2], b[3]);
           }
         // Masks and scaling. Tiles every row of the warp fully sees (and whose blocks are all valid) skip
         // the per-element tests.
@@ -354,9 +341,9 @@ __global__ void __launch_bounds__(kThreads) flash2_prefill_kernel(const FlashArg
 #pragma unroll
           for (int dp = 0; dp < kHd / 16; ++dp) {
             uint32_t b[4];  // matrices: keys (j*16 + 0-7 | 8-15) x dims (dp*16 + 0-7 | 8-15), transposed
-            ldsm_x4_trans_(b, vs + (j * 16 + (mi & 1) * 8 + r8) * kRowB + (dp * 16 + (mi >> 1) * 8) * 2);
-            mma_bf16(o[2 * dp], pa, b[0], b[1]);
-            mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+            ldsm_x4_trans(b, vs + (j * 16 + (mi & 1) * 8 + r8) * kRowB + (dp * 16 + (mi >> 1) * 8) * 2);
+            mma_m16n8k16(o[2 * dp], pa, b[0], b[1]);
+            mma_m16n8k16(o[2 * dp + 1], pa, b[2], b[3]);
           }
         }
       }
@@ -429,45 +416,8 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
   __shared__ RowInfo2 ri;
   unsigned char* const qs = smem + 2 * S::kTile;  // stage 1's K buffer, free until the first pass stages
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = blockIdx.y;
-  const int n_token_tiles = (a.n_tokens + a.tokens_per_tile - 1) / a.tokens_per_tile;
-  const int tile = n_token_tiles - 1 - static_cast<int>(blockIdx.x) / a.head_chunks;
-  const int chunk = static_cast<int>(blockIdx.x) % a.head_chunks;
-
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    const int tt = r / a.heads_per_tile, hg = chunk * a.heads_per_tile + r % a.heads_per_tile;
-    const int t = tile * a.tokens_per_tile + tt;
-    const bool ok = tile >= 0 && tt < a.tokens_per_tile && t < a.n_tokens && hg < a.group;
-    ri.tok[r] = ok ? t : -1;
-    ri.head[r] = g * a.group + hg;
-    ri.pos[r] = ok ? a.positions[t] : 0;
-    ri.seq[r] = ok ? a.seq_index[t] : INT_MIN;
-  }
-  __syncthreads();
-  {
-    const Bf16* q = static_cast<const Bf16*>(a.q);
-    const bool vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && a.q_ts % 8 == 0 && a.q_hs % 8 == 0;
-    for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-      const int r = c / kChunks, d = (c - r * kChunks) * 8, t = ri.tok[r];
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (t >= 0) {
-        const Bf16* src = q + static_cast<int64_t>(t) * a.q_ts + static_cast<int64_t>(ri.head[r]) * a.q_hs + d;
-        if (vec) {
-          v = *reinterpret_cast<const uint4*>(src);
-        } else {
-          Bf16 e[8];
-#pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] = src[i];
-          memcpy(&v, e, sizeof(v));
-        }
-      }
-      *reinterpret_cast<uint4*>(qs + r * kRowB + d * 2) = v;
-    }
-  }
-  __syncthreads();
   uint32_t qa[kHd / 16][4];  // A fragments of Q: rows warp*16 + 0..15, dims kk*16 + 0..15
-#pragma unroll
-  for (int kk = 0; kk < kHd / 16; ++kk)
-    ldsm_x4_(qa[kk], qs + (warp * 16 + (lane & 15)) * kRowB + (kk * 16 + (lane >> 4) * 8) * 2);
+  load_rows_and_q<kHd>(a, ri, qs, warp, lane, g, qa);
   // qs is overwritten only by tile 1 of the first pass, staged after that pass's first barrier.
   uint64_t todo = 0;
   for (int r = 0; r < kRows; ++r) todo |= ri.tok[r] >= 0 ? uint64_t{1} << r : 0;
@@ -596,9 +546,9 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
 #pragma unroll
           for (int np = 0; np < kKeys / 16; ++np) {
             uint32_t b[4];
-            ldsm_x4_(b, ks + (np * 16 + (mi >> 1) * 8 + r8) * kRowB + (kk * 16 + (mi & 1) * 8) * 2);
-            mma_bf16(sc[2 * np], qa[kk], b[0], b[1]);
-            mma_bf16(sc[2 * np + 1], qa[kk], b[2], b[3]);
+            ldsm_x4(b, ks + (np * 16 + (mi >> 1) * 8 + r8) * kRowB + (kk * 16 + (mi & 1) * 8) * 2);
+            mma_m16n8k16(sc[2 * np], qa[kk], b[0], b[1]);
+            mma_m16n8k16(sc[2 * np + 1], qa[kk], b[2], b[3]);
           }
         // Invalid blocks of the tile's keys 0-31 / 32-63 as bit masks (the mask loop's only shared reads).
         const unsigned bad_lo = __ballot_sync(kFull, ri.key_block[slot][lane] < 0);
@@ -662,9 +612,9 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
 #pragma unroll
           for (int dp = 0; dp < kHd / 16; ++dp) {
             uint32_t b[4];
-            ldsm_x4_trans_(b, vs + (j * 16 + (mi & 1) * 8 + r8) * kRowB + (dp * 16 + (mi >> 1) * 8) * 2);
-            mma_bf16(o[2 * dp], pa, b[0], b[1]);
-            mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+            ldsm_x4_trans(b, vs + (j * 16 + (mi & 1) * 8 + r8) * kRowB + (dp * 16 + (mi >> 1) * 8) * 2);
+            mma_m16n8k16(o[2 * dp], pa, b[0], b[1]);
+            mma_m16n8k16(o[2 * dp + 1], pa, b[2], b[3]);
           }
         }
       }

@@ -1,0 +1,37 @@
+// Warp-level tensor-core primitives shared by the mma.sync attention kernels (attention_decode_mma.cu,
+// attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16 MMA with f32
+// accumulation. Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers).
+// Invariants: device-only, inlined; p points into shared memory.
+#pragma once
+#include <cstdint>
+
+namespace bunsen::kernels::cuda {
+
+// Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, of each matrix, row
+// l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: rows 2 (l % 4), +1 of column l / 4).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// c += A·B (m16n8k16, bf16 in, f32 accumulate). With g = lane / 4, t = lane % 4: a[0] = A[g][2t, 2t+1],
+// a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]; b0 = B[2t, 2t+1][g], b1 = B[2t+8..][g];
+// c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1].
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace bunsen::kernels::cuda
