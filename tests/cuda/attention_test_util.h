@@ -31,9 +31,10 @@ struct Batch {
   AttentionMeta meta() const { return {positions.tensor, seq_index.tensor, block_tables.tensor, {}}; }
 };
 
-// A decode batch: one new token per sequence of `lens`, 2 KV heads of `head_dim` with `group` query heads
-// each, 16-token blocks, bf16 q, bf16 cache and output (callers change dtypes as they need).
-inline Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
+// A batch over sequences of `lens` tokens whose last `fresh[i]` tokens are new (queries), 2 KV heads of
+// `head_dim` with `group` query heads each, 16-token blocks, bf16 q, bf16 cache and output (callers change
+// dtypes as they need).
+inline Scenario batch_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens, std::vector<int64_t> fresh) {
   Scenario s;
   s.n_kv_heads = 2;
   s.n_heads = 2 * group;
@@ -43,9 +44,15 @@ inline Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int
   s.q_dtype = DType::kBF16;
   s.out_dtype = DType::kBF16;
   s.seq_lens = std::move(lens);
-  s.new_tokens.assign(s.seq_lens.size(), 1);
+  s.new_tokens = std::move(fresh);
   s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   return s;
+}
+
+// A decode batch: one new token per sequence.
+inline Scenario decode_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens) {
+  std::vector<int64_t> fresh(lens.size(), 1);
+  return batch_scenario(group, head_dim, std::move(lens), std::move(fresh));
 }
 
 inline Batch make_batch(const Scenario& s, std::mt19937& rng) {

@@ -32,21 +32,6 @@ struct KernelGuard {
   ~KernelGuard() { cuda::set_attention_prefill_kernel_for_testing(0); }
 };
 
-Scenario prefill_scenario(int64_t group, int64_t head_dim, std::vector<int64_t> lens, std::vector<int64_t> fresh) {
-  Scenario s;
-  s.n_kv_heads = 2;
-  s.n_heads = 2 * group;
-  s.head_dim = head_dim;
-  s.block_size = 16;
-  s.cache_dtype = DType::kBF16;
-  s.q_dtype = DType::kBF16;
-  s.out_dtype = DType::kBF16;
-  s.seq_lens = std::move(lens);
-  s.new_tokens = std::move(fresh);
-  s.params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  return s;
-}
-
 // Runs the scenario through every tensor-core kernel and compares each with the reference.
 void check_all(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 311) {
   std::mt19937 rng(seed);
@@ -69,7 +54,7 @@ TEST_F(CudaTest, PrefillTensorCoresPromptLengthsGroupsHeadDims) {
       for (int64_t len : {1, 17, 63, 64, 65, 200, 1000}) {
         // A whole prompt, and the same prompt beside a 1-token prompt (so a 1-token prompt also reaches
         // the prefill kernel: a batch of only decode-like rows goes to flash-decoding).
-        Scenario s = prefill_scenario(group, head_dim, {len}, {len});
+        Scenario s = batch_scenario(group, head_dim, {len}, {len});
         const std::string what =
             strfmt("hd %lld group %lld len %lld", (long long)head_dim, (long long)group, (long long)len);
         check_all(ctx_, s, what);
@@ -85,7 +70,7 @@ TEST_F(CudaTest, PrefillTensorCoresSlidingWindowAndSoftcap) {
       for (float softcap : {0.0f, 30.0f})
         for (bool release : {false, true}) {
           if (release && window == 0) continue;
-          Scenario s = prefill_scenario(4, head_dim, {200, 333, 90}, {200, 70, 90});
+          Scenario s = batch_scenario(4, head_dim, {200, 333, 90}, {200, 70, 90});
           s.params = {0.4f, window, softcap};  // scale large enough for the soft-cap to bite
           s.release_out_of_window = release;
           check_all(ctx_, s,
@@ -109,7 +94,7 @@ TEST_F(CudaTest, PrefillTensorCoresChunkedVarlenBatches) {
       for (int64_t head_dim : {64, 128})
         for (int64_t block_size : {16, 32})
           for (bool interleave : {false, true}) {
-            Scenario s = prefill_scenario(group, head_dim, mx.lens, mx.fresh);
+            Scenario s = batch_scenario(group, head_dim, mx.lens, mx.fresh);
             s.block_size = block_size;
             s.interleave = interleave;
             check_all(ctx_, s,
@@ -121,11 +106,11 @@ TEST_F(CudaTest, PrefillTensorCoresChunkedVarlenBatches) {
 TEST_F(CudaTest, PrefillTensorCoresOddBlockSizesGroupsAndOutputs) {
   for (int64_t block_size : {1, 3})
     for (int64_t group : {2, 7}) {
-      Scenario s = prefill_scenario(group, 128, {130, 70}, {130, 30});
+      Scenario s = batch_scenario(group, 128, {130, 70}, {130, 30});
       s.block_size = block_size;
       check_all(ctx_, s, strfmt("block %lld group %lld", (long long)block_size, (long long)group));
     }
-  Scenario s = prefill_scenario(4, 64, {150, 80}, {150, 40});
+  Scenario s = batch_scenario(4, 64, {150, 80}, {150, 40});
   s.out_dtype = DType::kF32;  // f32 output, same bf16-level tolerance
   check_all(ctx_, s, "f32 out");
   s.params.sliding_window = 33;
@@ -137,7 +122,7 @@ TEST_F(CudaTest, PrefillTensorCoresInvalidBlockIdPoisonsOnlyItsSequence) {
   KernelGuard guard;
   for (int kernel : kKernels) {
     cuda::set_attention_prefill_kernel_for_testing(kernel);
-    Scenario s = prefill_scenario(2, 64, {40, 40}, {20, 20});
+    Scenario s = batch_scenario(2, 64, {40, 40}, {20, 20});
     s.block_size = 4;
     s.out_dtype = DType::kF32;
     std::mt19937 rng(302);
@@ -165,7 +150,7 @@ TEST_F(CudaTest, PrefillTensorCoresWholeInvalidFirstTilePoisonsItsRows) {
   KernelGuard guard;
   for (int kernel : {kMma, kFa2b}) {
     cuda::set_attention_prefill_kernel_for_testing(kernel);
-    Scenario s = prefill_scenario(2, 64, {100, 90}, {20, 20});
+    Scenario s = batch_scenario(2, 64, {100, 90}, {20, 20});
     s.block_size = 4;
     s.out_dtype = DType::kF32;
     std::mt19937 rng(303);
