@@ -1,6 +1,6 @@
 // CUDA prefill attention on tensor cores (attention_prefill_mma.cu's kernel and its fa2b variant, and
 // attention_prefill.cu's WMMA fallback) against kernels/ref: every case runs all three kernels
-// (set_attention_prefill_kernel_for_testing)
+// (set_attention_prefill_kernel_for_testing), and fa2b once more with its keys split into slices
 // on bf16 q and a bf16 paged cache at odd prompt lengths (1, 17, 63, 64, 65, 200, 1000), GQA groups 1/4/8,
 // head_dim 64/128, sliding windows (with released blocks), soft-cap, batches of two and three sequences
 // with different cached prefixes (chunked prefill), interleaved tokens, block sizes 1/3/16/32, and
@@ -27,12 +27,16 @@ const char* kernel_name(int kernel) {
   return kernel == kMma ? "mma.sync" : kernel == kFa2b ? "fa2b" : "wmma";
 }
 
-// Restores the default kernel when a test ends (also on a failed assertion).
+// Restores the default kernel and split choice when a test ends (also on a failed assertion).
 struct KernelGuard {
-  ~KernelGuard() { cuda::set_attention_prefill_kernel_for_testing(0); }
+  ~KernelGuard() {
+    cuda::set_attention_prefill_kernel_for_testing(0);
+    cuda::set_prefill_splits_for_testing(0);
+  }
 };
 
-// Runs the scenario through every tensor-core kernel and compares each with the reference.
+// Runs the scenario through every tensor-core kernel, and fa2b with its keys forced into 3 slices (split-KV
+// partials + combine), and compares each with the reference.
 void check_all(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 311) {
   std::mt19937 rng(seed);
   Batch b = make_batch(s, rng);
@@ -46,6 +50,11 @@ void check_all(Context& ctx, const Scenario& s, const std::string& what, uint32_
     paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
     expect_close(d.out.download().tensor, want.tensor, kTol, what + " [" + kernel_name(kernel) + "]");
   }
+  cuda::set_attention_prefill_kernel_for_testing(kFa2b);
+  cuda::set_prefill_splits_for_testing(3);
+  DeviceBatch d = upload(b, s.out_dtype, rng);
+  paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+  expect_close(d.out.download().tensor, want.tensor, kTol, what + " [fa2b, 3 key slices]");
 }
 
 TEST_F(CudaTest, PrefillTensorCoresPromptLengthsGroupsHeadDims) {
@@ -62,6 +71,22 @@ TEST_F(CudaTest, PrefillTensorCoresPromptLengthsGroupsHeadDims) {
         s.new_tokens = {len, 1};
         check_all(ctx_, s, what + " + 1-token prompt");
       }
+}
+
+// A short chunk appended to a long cached prefix (a new turn of a long conversation) takes fa2b's split-KV
+// path on its own (too few query blocks for the GPU, >= 4k keys): the result matches the reference, with a
+// window, soft-cap, and a second sequence in the batch.
+TEST_F(CudaTest, PrefillShortChunkOverLongPrefixSplitsTheKeys) {
+  for (int64_t group : {1, 4})
+    for (int window : {0, 700}) {
+      Scenario s = batch_scenario(group, 128, {5000, 300}, {40, 300});
+      s.params.sliding_window = window;
+      s.params.softcap = window > 0 ? 25.0f : 0.0f;
+      check_all(ctx_, s, strfmt("group %lld window %d", (long long)group, window));
+      s.seq_lens = {6100};
+      s.new_tokens = {64};
+      check_all(ctx_, s, strfmt("one sequence group %lld window %d", (long long)group, window));
+    }
 }
 
 TEST_F(CudaTest, PrefillTensorCoresSlidingWindowAndSoftcap) {
@@ -179,10 +204,14 @@ struct PrefillBench {
 
 // One prompt of n tokens (no cached prefix) on the Llama-3.1-8B shape (32 q heads, 8 kv heads, head_dim
 // 128), bf16 cache in blocks of 16 (it stays in L2: prefill is compute-bound); kLayers calls timed with CUDA events after a warm-up.
-PrefillBench bench_prefill(int64_t n, int kernel) {
+// fresh > 0: only the last `fresh` of the n tokens are queries (a chunk over a cached prefix of n - fresh);
+// splits: set_prefill_splits_for_testing (0 = from the shapes, 1 = never).
+PrefillBench bench_prefill(int64_t n, int kernel, int64_t fresh = 0, int splits = 0) {
   constexpr int64_t kHeads = 32, kKv = 8, kHd = 128, kBlock = 16, kLayers = 8;
   KernelGuard guard;
   cuda::set_attention_prefill_kernel_for_testing(kernel);
+  cuda::set_prefill_splits_for_testing(splits);
+  const int64_t nq = fresh > 0 ? fresh : n;
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -195,16 +224,16 @@ PrefillBench bench_prefill(int64_t n, int kernel) {
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   OwnedTensor tables = OwnedTensor::make(DType::kI32, {1, n_blocks});
-  OwnedTensor positions = OwnedTensor::make(DType::kI32, {n}), seq_index = OwnedTensor::make(DType::kI32, {n});
+  OwnedTensor positions = OwnedTensor::make(DType::kI32, {nq}), seq_index = OwnedTensor::make(DType::kI32, {nq});
   std::copy(ids.begin(), ids.end(), tables.tensor.ptr<int32_t>());
-  for (int64_t t = 0; t < n; ++t) {
-    positions.tensor.ptr<int32_t>()[t] = static_cast<int32_t>(t);
+  for (int64_t t = 0; t < nq; ++t) {
+    positions.tensor.ptr<int32_t>()[t] = static_cast<int32_t>(n - nq + t);
     seq_index.tensor.ptr<int32_t>()[t] = 0;
   }
   DeviceTensor dt = DeviceTensor::upload(tables.tensor), dp = DeviceTensor::upload(positions.tensor),
                ds = DeviceTensor::upload(seq_index.tensor);
-  DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {n, kHeads, kHd}, rng, -1.0f, 1.0f).tensor);
-  DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {n, kHeads, kHd}, rng).tensor);
+  DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {nq, kHeads, kHd}, rng, -1.0f, 1.0f).tensor);
+  DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {nq, kHeads, kHd}, rng).tensor);
   const AttentionMeta meta{dp.tensor, ds.tensor, dt.tensor, {}};
   const AttentionParams params{1.0f / std::sqrt(static_cast<float>(kHd)), 0, 0.0f};
   const PagedKv cache{k.tensor, v.tensor};
@@ -232,7 +261,8 @@ PrefillBench bench_prefill(int64_t n, int kernel) {
   cuda::stream_destroy(stream);
   PrefillBench r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
-  const double flops = 4.0 * (static_cast<double>(n) * n / 2.0) * kHd * kHeads;  // causal
+  const double seen = static_cast<double>(nq) * (n - nq) + static_cast<double>(nq) * nq / 2.0;  // causal
+  const double flops = 4.0 * seen * kHd * kHeads;
   r.tflops = flops / (r.us_per_layer * 1e-6) / 1e12;
   return r;
 }
@@ -246,6 +276,13 @@ TEST_F(CudaTest, PrefillAttentionBench) {
       const PrefillBench r = bench_prefill(n, kernel);
       std::printf("prefill attention llama3.1-8b n %5lld %-10s %9.1f us/layer %7.1f TFLOP/s\n", (long long)n,
                   kernel_name(kernel), r.us_per_layer, r.tflops);
+    }
+  // A new turn over a long cached conversation (issue 7's re-attach): fa2b with and without split-KV.
+  for (int64_t fresh : {64, 256})
+    for (int splits : {1, 0}) {
+      const PrefillBench r = bench_prefill(13824, kFa2b, fresh, splits);
+      std::printf("prefill attention llama3.1-8b %lld new over 13824 fa2b %-9s %9.1f us/layer %7.1f TFLOP/s\n",
+                  (long long)fresh, splits == 1 ? "no split" : "split-KV", r.us_per_layer, r.tflops);
     }
 }
 

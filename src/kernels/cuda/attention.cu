@@ -315,6 +315,17 @@ void choose_splits(AttnArgs& a, int64_t max_ctx, int64_t blocks_without_split, i
 
 }  // namespace
 
+void combine_split_partials(void* stream, const PagedArgs& pa, const FlashSplit& sp, int head_dim) {
+  AttnArgs a;
+  static_cast<PagedArgs&>(a) = pa;
+  a.n_heads = sp.n_heads;
+  a.head_dim = head_dim;
+  a.n_splits = sp.n_splits;
+  a.partials = sp.partials;
+  combine_kernel<<<static_cast<unsigned>(static_cast<int64_t>(a.n_tokens) * a.n_heads), kThreads, 0, as_stream(stream)>>>(a);
+  check_launch("paged_attention", [&] { return strfmt("(split-KV combine, %d slices)", a.n_splits); });
+}
+
 void set_attention_flash_decode_for_testing(bool on) {
   g_flash_decode.store(on ? 1 : 0);
 }

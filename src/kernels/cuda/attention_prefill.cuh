@@ -88,6 +88,22 @@ void flash_prefill_mma(void* stream, const DevAttention& at, const FlashArgs& a,
 // Its occupancy-tuned variant (results equal up to rounding; 3 blocks per SM, one barrier per key tile), for
 // bf16 caches only: flash_prefill runs it with BUNSEN_FLASH_PREFILL=fa2b or
 // set_attention_prefill_kernel_for_testing(3) when the cache is bf16 and at.scale > 0, else flash_prefill_mma.
+// It splits the keys when a chunk has too few query rows to fill the GPU (a short turn appended to a long
+// cached conversation: 68 tokens over 13.8k keys are 40 blocks on 132 SMs): gridDim.z slices of split_len
+// keys (a multiple of the 64-key tile, over the block table's width), each block writing the partial
+// (max, sum, unnormalised acc) of its rows, merged by combine_split_partials.
 void flash_prefill_mma_b(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles);
+
+// The split-KV launch of flash_prefill_mma_b.
+struct FlashSplit {
+  int n_splits = 1, split_len = 0, n_heads = 0;
+  float* partials = nullptr;  // [n_tokens, n_heads, n_splits, head_dim + 2] f32: max (natural log), sum, acc
+};
+// Slices for a launch of `blocks` blocks over max_ctx keys (split_len a multiple of align): 1 when the blocks
+// fill the GPU, the keys are few (< 4k) or the rows are decode rows; else enough slices of >= 1k keys for
+// ~3 waves. set_prefill_splits_for_testing (or BUNSEN_PREFILL_SPLITS, read once) forces a count (1: never split).
+FlashSplit choose_prefill_splits(int64_t blocks, int64_t max_ctx, int align, bool decode_rows);
+// out[t, h] = the log-sum-exp merge of the split partials of (t, h) (attention.cu's combine kernel).
+void combine_split_partials(void* stream, const PagedArgs& a, const FlashSplit& sp, int head_dim);
 
 }  // namespace bunsen::kernels::cuda

@@ -15,10 +15,15 @@
 // (plain loads instead of cp.async). Invariants: masks as ref (causal, sliding window, soft-cap); a
 // visible key whose block id is invalid yields NaN for its row and is never dereferenced; staged keys
 // outside the pass's key range or in invalid blocks are zeros (so P = 0 never meets stale NaN); P is
-// rounded to bf16 before P·V, as the WMMA kernel does.
+// rounded to bf16 before P·V, as the WMMA kernel does. fa2b also splits the keys (gridDim.z slices, partials
+// merged by attention.cu's combine kernel) when a chunk has too few query rows to fill the GPU
+// (choose_prefill_splits: a short turn over a long cached conversation).
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/attention_prefill.cuh"
@@ -37,6 +42,7 @@ constexpr int kStages = 2;          // cp.async double buffering
 constexpr int kSlots = 4;           // block-id slots: tile t's ids are looked up while tile t - 2 is staged
 constexpr unsigned kFull = 0xffffffffu;
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // Shared memory: Q [kRows][kHd] then kStages x (K [kKeys][kHd], V [kKeys][kHd]), all bf16 rows padded
 // by 16 bytes: a row stride of 16 * odd bytes puts the 8 rows of an ldmatrix phase in 8 bank groups.
@@ -407,7 +413,7 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx.ftz: exp2(-
 }
 
 template <int kHd, int F>
-__global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const FlashArgs a) {
+__global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const FlashArgs a, const FlashSplit sp) {
   using S = SmemB<kHd>;
   constexpr int kRowB = S::kRowBytes, kChunks = Smem2<kHd>::kChunks;
   constexpr int kKeysPerPass = kThreads / kChunks;  // staging: keys per loop step (fixed column per thread)
@@ -440,6 +446,10 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
         hi = max(hi, ri.pos[r]);
       }
     todo &= ~pass;
+    if (sp.n_splits > 1) {  // this block's key slice [z L, (z + 1) L): tile-aligned, so no tile straddles two
+      lo = max(lo, static_cast<int>(blockIdx.z) * sp.split_len);
+      hi = min(hi, (static_cast<int>(blockIdx.z) + 1) * sp.split_len - 1);
+    }
     int w_lo = INT_MAX, w_hi = -1, w_min_pos = INT_MAX, w_max_first = 0;
     const bool w_all = ((pass >> (warp * 16)) & 0xffffu) == 0xffffu;
     for (int r = warp * 16; r < warp * 16 + 16; ++r)
@@ -459,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
     const int vis_lo1 = live1 ? first_visible_key2(ri.pos[row1], a.window) - 2 * tq : INT_MAX / 2;
     const bool seq_ok = seq >= 0 && seq < a.n_seqs;
     const int kb0 = lo - lo % kKeys;
-    const int n_tiles = hi >= kb0 ? (hi - kb0) / kKeys + 1 : 0;
+    const int n_tiles = hi >= kb0 && lo <= hi ? (hi - kb0) / kKeys + 1 : 0;
     const int t_lo = w_hi >= 0 ? (w_lo - kb0) / kKeys : INT_MAX, t_hi = w_hi >= 0 ? (w_hi - kb0) / kKeys : -1;
     const int f_lo = w_all ? (w_max_first - kb0 + kKeys - 1) / kKeys : INT_MAX;  // kb >= w_max_first
     const int f_hi = w_all ? (w_min_pos - kb0 + 1) / kKeys - 1 : -1;              // kb + 63 <= w_min_pos
@@ -629,6 +639,19 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
     for (int r = 0; r < 2; ++r) {
       const int row = r == 0 ? row0 : row1;
       if ((r == 0 ? vis_lo0 : vis_lo1) == INT_MAX / 2) continue;  // not in this pass
+      if (sp.n_splits > 1) {  // the slice's partial: max (natural log units), sum, unnormalised acc
+        float* part = sp.partials +
+                      ((static_cast<int64_t>(ri.tok[row]) * sp.n_heads + ri.head[row]) * sp.n_splits + blockIdx.z) * (kHd + 2);
+        if (tq == 0) {
+          part[0] = m[r] == -INFINITY ? -INFINITY : m[r] * kLn2;
+          part[1] = l[r];
+        }
+#pragma unroll
+        for (int n = 0; n < kHd / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) part[2 + n * 8 + 2 * tq + e] = o[n][2 * r + e];
+        continue;
+      }
       const int64_t base = static_cast<int64_t>(ri.tok[row]) * a.o_ts + static_cast<int64_t>(ri.head[row]) * a.o_hs;
 #pragma unroll
       for (int n = 0; n < kHd / 8; ++n)
@@ -640,7 +663,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash2b_prefill_kernel(const Flas
 }
 
 template <int kHd, int F>
-void launch_flash2b(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_heads) {
+void launch_flash2b(cudaStream_t s, const FlashArgs& a, const FlashSplit& sp, int row_tiles, int n_kv_heads) {
   auto kernel = flash2b_prefill_kernel<kHd, F>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), SmemB<kHd>::kBytes, "paged_attention (flash2b)");
   // A hint (the driver may pick the carveout itself): three blocks need 3 x 71 KiB of the SM's 228.
@@ -649,10 +672,39 @@ void launch_flash2b(cudaStream_t s, const FlashArgs& a, int row_tiles, int n_kv_
                                 cudaSharedmemCarveoutMaxShared) == cudaSuccess;
   }();
   (void)carveout;
-  kernel<<<dim3(row_tiles, n_kv_heads), kThreads, SmemB<kHd>::kBytes, s>>>(a);
+  kernel<<<dim3(row_tiles, n_kv_heads, sp.n_splits), kThreads, SmemB<kHd>::kBytes, s>>>(a, sp);
 }
 
+std::atomic<int> g_prefill_splits{0};
+constexpr int kMaxPrefillSplits = 32;  // <= attention.cu's combine kernel limit
+
 }  // namespace
+
+void set_prefill_splits_for_testing(int n_splits) {
+  g_prefill_splits.store(n_splits);
+}
+
+FlashSplit choose_prefill_splits(int64_t blocks, int64_t max_ctx, int align, bool decode_rows) {
+  FlashSplit sp;
+  static const int env = [] {  // BUNSEN_PREFILL_SPLITS: unset/0 = from the shapes, 1 = never, n = n slices
+    const char* e = std::getenv("BUNSEN_PREFILL_SPLITS");
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  const int forced = g_prefill_splits.load() != 0 ? g_prefill_splits.load() : env;
+  int n = 1;
+  if (forced > 1) {
+    n = std::min(forced, kMaxPrefillSplits);
+  } else if (forced == 0 && !decode_rows && blocks < 2 * static_cast<int64_t>(sm_count()) && max_ctx >= 4096) {
+    const int64_t waves = (3 * static_cast<int64_t>(sm_count()) + blocks - 1) / blocks;
+    n = static_cast<int>(std::min<int64_t>({waves, max_ctx / 1024, kMaxPrefillSplits}));
+  }
+  if (n <= 1 || max_ctx <= align) return sp;
+  const int64_t per = (max_ctx + n - 1) / n;
+  sp.split_len = static_cast<int>((per + align - 1) / align * align);
+  sp.n_splits = static_cast<int>((max_ctx + sp.split_len - 1) / sp.split_len);  // no empty trailing slice
+  if (sp.n_splits <= 1) sp = FlashSplit{};
+  return sp;
+}
 
 void flash_prefill_mma(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles) {
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
@@ -673,10 +725,22 @@ void flash_prefill_mma(void* stream, const DevAttention& at, const FlashArgs& a,
 void flash_prefill_mma_b(void* stream, const DevAttention& at, const FlashArgs& a, int row_tiles) {
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   cudaStream_t s = as_stream(stream);
+  const int64_t max_ctx = at.meta.max_blocks * at.cache.block_size;
+  const bool decode_rows = a.tokens_per_tile == 1;  // one token per block (flash-decode routing): no split
+  FlashSplit sp = choose_prefill_splits(static_cast<int64_t>(row_tiles) * n_kv_heads, max_ctx, kKeys, decode_rows);
+  sp.n_heads = static_cast<int>(at.q.n_heads);
+  if (sp.n_splits > 1) {
+    const size_t bytes = static_cast<size_t>(a.n_tokens) * sp.n_heads * sp.n_splits * (at.q.head_dim + 2) * sizeof(float);
+    sp.partials = static_cast<float*>(scratch(stream, bytes, "paged_attention (flash2b split-KV partials)"));
+  }
   if (at.q.head_dim == 64)
-    launch_flash2b<64, kKvPlain>(s, a, row_tiles, n_kv_heads);
+    launch_flash2b<64, kKvPlain>(s, a, sp, row_tiles, n_kv_heads);
   else
-    launch_flash2b<128, kKvPlain>(s, a, row_tiles, n_kv_heads);
+    launch_flash2b<128, kKvPlain>(s, a, sp, row_tiles, n_kv_heads);
+  if (sp.n_splits > 1) {
+    check_launch("paged_attention", [&] { return strfmt("(flash2b, %d key slices)", sp.n_splits); });
+    combine_split_partials(stream, a, sp, static_cast<int>(at.q.head_dim));
+  }
 }
 
 }  // namespace bunsen::kernels::cuda

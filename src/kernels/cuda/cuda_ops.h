@@ -242,5 +242,6 @@ void set_linear_path_for_testing(LinearPath path);
 void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the shapes
 void set_attention_flash_decode_for_testing(bool on);  // large decode batches on tensor cores (default: BUNSEN_FLASH_DECODE)
 void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL; fa2b), 1 = WMMA, 2 = mma.sync, 3 = fa2b
+void set_prefill_splits_for_testing(int n_splits);  // fa2b split-KV: 0 = from the shapes, 1 = never, n = n slices
 
 }  // namespace bunsen::kernels::cuda
