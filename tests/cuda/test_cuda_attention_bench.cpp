@@ -5,7 +5,9 @@
 // visible K/V bytes read per second. A measurement tool, not a speed assertion: it runs only with
 // BUNSEN_BENCH_ATTENTION=1 and asserts only that outputs are finite. Layers cycle over enough distinct
 // caches that a layer's K/V is not still in L2 from the previous call. DecodeAttentionBenchBatch1 compares
-// the fused combine with the separate combine kernel at batch 1 and sweeps forced slice counts.
+// the split path (separate combine kernel, the default; fused combine) with the cluster path (a row's slices
+// in one thread-block cluster, BUNSEN_DECODE_ATTN=cluster) at batch 1/8/64, alone and behind a rope_kv_write
+// of the newest key per layer (the model's order: what the cluster path's early copies overlap with).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,14 +39,17 @@ struct BenchResult {
 // path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT (attention.cu's general kernel
 // for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu. combine: as
 // set_attention_decode_combine_for_testing (0 default, 1 fused, 2 combine kernel); splits: forced slice
-// count (0: chosen).
+// count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env);
+// with_write: each layer first writes the newest key and value of every row with rope_kv_write (no rotation),
+// as the model does right before attention; the time then covers both.
 BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path, int combine = 0,
-                         int splits = 0) {
+                         int splits = 0, int decode_path = 0, bool with_write = false) {
   const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
   cuda::set_attention_decode_combine_for_testing(combine);
   cuda::set_attention_splits_for_testing(splits);
+  cuda::set_attention_decode_path_for_testing(decode_path);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -81,6 +86,15 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   DeviceTensor out =
       DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_heads, head_dim}, rng).tensor);
   const AttentionMeta meta{dp.tensor, ds.tensor, dt.tensor, {}};
+  // The newest rows' slots (position ctx - 1 of every sequence) and the rows rope_kv_write stores there.
+  OwnedTensor slots = OwnedTensor::make(DType::kI64, {batch});
+  for (int64_t s = 0; s < batch; ++s)
+    slots.tensor.ptr<int64_t>()[s] = static_cast<int64_t>(ids[s * blocks_per_seq + (ctx - 1) / kBlock]) * kBlock +
+                                     (ctx - 1) % kBlock;
+  DeviceTensor dslots = DeviceTensor::upload(slots.tensor);
+  DeviceTensor wq = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_heads, head_dim}, rng).tensor);
+  DeviceTensor wk = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_kv_heads, head_dim}, rng).tensor);
+  DeviceTensor wv = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_kv_heads, head_dim}, rng).tensor);
   const AttentionParams params{1.0f / std::sqrt(static_cast<float>(head_dim)), sh.window, 0.0f};
   auto layers = [&] {
     for (int64_t l = 0; l < kLayers; ++l) {
@@ -88,6 +102,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
       const std::initializer_list<int64_t> shape = {n_blocks, kBlock, n_kv_heads, head_dim};
       const PagedKv cache{Tensor::view(ks[i].data(), DType::kBF16, shape, dev),
                           Tensor::view(vs[i].data(), DType::kBF16, shape, dev)};
+      if (with_write) rope_kv_write(c, wq.tensor, wk.tensor, wv.tensor, cache, dp.tensor, dslots.tensor, {});
       paged_attention(c, out.tensor, q.tensor, cache, meta, params);
     }
   };
@@ -125,6 +140,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_decode_variant_for_testing(0);
   cuda::set_attention_decode_combine_for_testing(0);
   cuda::set_attention_splits_for_testing(0);
+  cuda::set_attention_decode_path_for_testing(0);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
@@ -135,7 +151,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
 
 void print_result(const BenchShape& sh, int64_t batch, int64_t ctx, const char* path, const BenchResult& r) {
   std::printf(
-      "decode attention %-18s batch %4lld ctx %6lld %-15s %9.1f us/layer %7.0f GB/s %8.3f ms/32 layers\n",
+      "decode attention %-18s batch %4lld ctx %6lld %-22s %9.1f us/layer %7.0f GB/s %8.3f ms/32 layers\n",
       sh.name, (long long)batch, (long long)ctx, path, r.us_per_layer, r.gb_per_s,
       r.us_per_layer * kLayers / 1000.0);
 }
@@ -162,27 +178,37 @@ TEST_F(CudaTest, DecodeAttentionBench) {
 }
 
 // Batch 1 on the Llama-3.1-8B shape (the latency case: 8 rows of 8 kv heads cannot fill the GPU, so the
-// fixed costs of a slice block and of merging the slices dominate): the fused combine (default) against
-// the separate combine kernel, both kernels, then forced slice counts with the fused combine.
+// fixed costs of a slice block and of merging the slices dominate), and batch 8 and 64 (which must not get
+// slower): the split path (separate combine kernel = the default, and fused combine) against the cluster
+// path (chosen cluster size, then forced 4 / 8 / 16 at batch 1), each alone ("attn") and behind a
+// rope_kv_write per layer ("+write": the model's order; the us/layer then covers both kernels).
 // BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchBatch1*'
 TEST_F(CudaTest, DecodeAttentionBenchBatch1) {
   const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
   if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
-  for (int64_t ctx : {256, 1024, 4096}) {
-    for (int path : {0, 1})
-      for (int combine : {1, 2}) {
-        const BenchResult r = bench_decode(kLlama, 1, ctx, path, combine);
-        const char* name = path == 0 ? (combine == 1 ? "mma/fused" : "mma/combine-krn")
-                                     : (combine == 1 ? "simt/fused" : "simt/combine-krn");
-        print_result(kLlama, 1, ctx, name, r);
-      }
-    for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
-      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 1, splits);
+  struct Variant {
+    const char* name;
+    int combine, splits, decode_path;
+  };
+  const Variant variants[] = {{"split/combine-krn", 2, 0, 1}, {"split/fused", 1, 0, 1}, {"cluster", 0, 0, 2},
+                              {"cluster/c4", 0, 4, 2},        {"cluster/c8", 0, 8, 2},  {"cluster/c16", 0, 16, 2}};
+  for (bool with_write : {false, true})
+    for (int64_t batch : {1, 8, 64})
+      for (int64_t ctx : {256, 1024, 4096})
+        for (const Variant& v : variants) {
+          if (batch > 1 && v.splits > 0) continue;
+          const BenchResult r = bench_decode(kLlama, batch, ctx, 0, v.combine, v.splits, v.decode_path, with_write);
+          char name[40];
+          std::snprintf(name, sizeof(name), "%s%s", v.name, with_write ? "+write" : "");
+          print_result(kLlama, batch, ctx, name, r);
+        }
+  for (int64_t ctx : {256, 1024, 4096})
+    for (int splits : {4, 8, 16, 32}) {  // the split path's slice counts, for reference
+      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 2, splits, 1);
       char name[32];
-      std::snprintf(name, sizeof(name), "mma/fused/s%d", splits);
+      std::snprintf(name, sizeof(name), "split/s%d", splits);
       print_result(kLlama, 1, ctx, name, r);
     }
-  }
 }
 
 // The wide heads (256/512) of Gemma 4 E4B and Qwen3.5 4B: tensor-core flash-decoding against the SIMT

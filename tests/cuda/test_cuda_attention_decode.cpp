@@ -8,7 +8,13 @@
 // The fused combine (the last slice block of a row merges) against the reference and, bit for bit,
 // against the separate combine kernel; one captured graph replayed many times over growing (and
 // shrinking, and repeated) contexts, so the arrival counters must be back at zero after every launch.
+// Every scenario also runs on the cluster path (parameter 2: a row's slices in one thread-block cluster,
+// merged in distributed shared memory; shapes it does not take fall back to the split path), plus cluster
+// sizes 1..16 against the reference, and each path with the newest keys written by rope_kv_write right
+// before it (the cluster path copies older keys before its programmatic-dependent-launch wait).
 #include <cuda_runtime.h>
+
+#include <cstring>
 
 #include "attention_test_util.h"
 #include "kernels/cuda/attention_decode.cuh"
@@ -16,19 +22,22 @@
 namespace bunsen::kernels::test {
 namespace {
 
-// Parameter: the kernel variant (0: cp.async ring, the default; 1: register loads).
+// Parameter: the kernel (0: tensor cores (cp.async ring) on the split path, the default; 1: SIMT register
+// loads; 2: tensor cores on the cluster path).
 class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
     cuda::set_attention_flash_decode_for_testing(false);
-    cuda::set_attention_decode_variant_for_testing(GetParam());
+    cuda::set_attention_decode_variant_for_testing(GetParam() == 1 ? 1 : 0);
+    cuda::set_attention_decode_path_for_testing(GetParam() == 2 ? 2 : 1);
     cuda::set_attention_decode_combine_for_testing(0);
   }
   void TearDown() override {
     if (cuda::device_count() > 0) {
       cuda::set_attention_decode_variant_for_testing(0);
+      cuda::set_attention_decode_path_for_testing(0);
       cuda::set_attention_decode_combine_for_testing(0);
     }
     CudaTest::TearDown();
@@ -367,7 +376,92 @@ TEST_P(CudaDecodeTest, FusedCombineGraphReplaysOverGrowingContexts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1));
+// Cluster sizes 1..16 (forced; 9..16 need the non-portable cluster attribute) and the chosen size, over
+// contexts around tile and slice edges in one batch and alone, on the 8B, Qwen3.5 and Gemma 4 shapes and
+// head_dim 64 with 16 query heads per kv head; with a window and a softcap too.
+TEST_P(CudaDecodeTest, ClusterSizesAgainstReference) {
+  if (GetParam() != 2) GTEST_SKIP() << "cluster path only";
+  const std::vector<int64_t> lens = {1, 15, 16, 17, 63, 65, 255, 1000, 5000};
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  for (Shape sh : {Shape{32, 8, 128}, Shape{16, 4, 256}, Shape{8, 2, 512}, Shape{32, 2, 64}})
+    for (int splits : {0, 1, 2, 3, 5, 8, 11, 16}) {
+      cuda::set_attention_splits_for_testing(splits);
+      std::vector<std::vector<int64_t>> batches = {lens};
+      if (splits == 16 || splits == 0)
+        for (int64_t len : {int64_t{17}, int64_t{1000}, int64_t{5000}}) batches.push_back({len});
+      for (const auto& bl : batches)
+        for (int variant = 0; variant < 2; ++variant) {
+          Scenario s = decode_scenario(1, sh.head_dim, bl);
+          s.n_heads = sh.n_heads;
+          s.n_kv_heads = sh.n_kv_heads;
+          s.out_dtype = DType::kF32;
+          if (variant == 1) {
+            s.params = {0.3f, 700, 5.0f};
+            s.release_out_of_window = true;
+          }
+          check_attention(ctx_,
+                          s,
+                          strfmt("heads %lld/%lld head_dim %lld splits %d rows %zu (first len %lld) variant %d",
+                                 (long long)sh.n_heads, (long long)sh.n_kv_heads, (long long)sh.head_dim, splits,
+                                 bl.size(), (long long)bl[0], variant),
+                          411);
+        }
+    }
+}
+
+// The newest key and value of every row (position p) are written by rope_kv_write (which lets a dependent
+// launch start before it writes) right before paged_attention on one stream, after a write of huge garbage
+// to the same slots: a kernel that read p's block before its wait would see the garbage. Repeated, since
+// it is a race; positions at a block's first, middle and last offsets.
+TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
+  for (int64_t head_dim : {128, 256}) {
+    Scenario s = decode_scenario(4, head_dim, {17, 1000, 4097, 33, 256, 16, 2048});
+    s.n_heads = 32;
+    s.n_kv_heads = 8;
+    s.out_dtype = DType::kF32;
+    std::mt19937 rng(412);
+    Batch b = make_batch(s, rng);
+    const Tensor& q = b.q.f32.tensor;
+    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    const int64_t n = q.shape[0], width = b.block_tables.tensor.shape[1], row = s.n_kv_heads * head_dim;
+    OwnedTensor k_new = OwnedTensor::make(DType::kBF16, {n, s.n_kv_heads, head_dim});
+    OwnedTensor v_new = OwnedTensor::make(DType::kBF16, {n, s.n_kv_heads, head_dim});
+    OwnedTensor slots = OwnedTensor::make(DType::kI64, {n});
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t seq = b.seq_index.tensor.ptr<int32_t>()[t], pos = b.positions.tensor.ptr<int32_t>()[t];
+      const int64_t blk = b.block_tables.tensor.ptr<int32_t>()[seq * width + pos / s.block_size];
+      const int64_t slot = blk * s.block_size + pos % s.block_size;
+      slots.tensor.ptr<int64_t>()[t] = slot;
+      std::memcpy(static_cast<char*>(k_new.tensor.data) + t * row * 2,
+                  static_cast<const char*>(b.k_cache.tensor.data) + slot * row * 2, row * 2);
+      std::memcpy(static_cast<char*>(v_new.tensor.data) + t * row * 2,
+                  static_cast<const char*>(b.v_cache.tensor.data) + slot * row * 2, row * 2);
+    }
+    DeviceBatch d = upload(b, DType::kF32, rng);
+    DeviceTensor dk = DeviceTensor::upload(k_new.tensor), dv = DeviceTensor::upload(v_new.tensor);
+    auto junk = [&](float lo, float hi) {
+      return DeviceTensor::upload(random_tensor(DType::kBF16, {n, s.n_kv_heads, head_dim}, rng, lo, hi).tensor);
+    };
+    DeviceTensor junk_k = junk(40.0f, 60.0f), junk_v = junk(900.0f, 1000.0f);
+    DeviceTensor dq = DeviceTensor::upload(random_tensor(DType::kBF16, {n, s.n_heads, head_dim}, rng).tensor);
+    DeviceTensor dslots = DeviceTensor::upload(slots.tensor);
+    const RopeParams no_rope{};  // rotary_dim 0: the write only
+    for (int rep = 0; rep < 20; ++rep) {
+      rope_kv_write(ctx_, dq.tensor, junk_k.tensor, junk_v.tensor, d.cache(), d.positions.tensor, dslots.tensor,
+                    no_rope);
+      rope_kv_write(ctx_, dq.tensor, dk.tensor, dv.tensor, d.cache(), d.positions.tensor, dslots.tensor, no_rope);
+      paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+      expect_close(d.out.download().tensor, want.tensor, tolerance(DType::kF32, 1e-4f),
+                   strfmt("head_dim %lld rep %d", (long long)head_dim, rep));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1, 2));
 
 }  // namespace
 }  // namespace bunsen::kernels::test

@@ -28,4 +28,11 @@ void set_attention_decode_variant_for_testing(int variant);
 // combine kernel (the path before the fused one). For tests and the micro-benchmark.
 void set_attention_decode_combine_for_testing(int mode);
 
+// Which flash-decoding path runs where the tensor-core kernel applies: 0 (default): as BUNSEN_DECODE_ATTN
+// says (unset or "split": the slice kernel + combine above; "cluster": the cluster path); 1: split; 2:
+// cluster (a row's <= 16 slices form one thread-block cluster merged in distributed shared memory, one
+// launch; BUNSEN_DECODE_CLUSTER_MAX caps the slice count it chooses, default 8). For tests and the
+// micro-benchmark.
+void set_attention_decode_path_for_testing(int mode);
+
 }  // namespace bunsen::kernels::cuda

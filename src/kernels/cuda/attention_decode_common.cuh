@@ -7,7 +7,11 @@
 // (max m, sum l, acc); NaN poisons l and acc but never m (fmaxf ignores NaN); arrival counters are zero
 // between launches (the last block resets its own); a slice kernel calls pdl_wait() before its first read
 // and only then pdl_launch_dependents(), so a dependent (the combine kernel) may read positions at once.
+// The cluster path (cluster_merge) instead merges a row's slices through distributed shared memory: the
+// slice blocks of one (row, kv head) form one thread-block cluster, so no partials and no second launch.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/attention_prefill.cuh"
@@ -237,11 +241,84 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, con
   if (w.sl.n_act > 1 && a.counters != nullptr) merge_if_last<kG>(a, w, red);  // uniform over the block
 }
 
+// Cluster epilogue: red [kStates][kG][kD + 2] as for write_block; st [kG][kD + 2] f32 of this block's shared
+// memory that no thread reads any more. Merges the block's streams into st (this slice's state: m, l, acc),
+// then, after a cluster barrier, each block of the cluster (all gridDim.z slices of one (row, kv head), every
+// one of them, live or not, arrives here) merges all slices' states read through distributed shared memory
+// for its share of the kG x head_dim outputs, in slice order (deterministic), and writes them; a second
+// cluster barrier keeps every block's st alive until the others have read it. A surplus slice's state is
+// (-inf, 0, 0): weight 0 next to a live slice; a row with no visible key merges to 0 / 0 = NaN as before.
+constexpr int kMaxCluster = 16;  // cluster size limit with cudaFuncAttributeNonPortableClusterSizeAllowed
+template <int kG, int kD, int kStates>
+__device__ __forceinline__ void cluster_merge(const DecodeArgs& a, const float* red, float* st, const Where& w) {
+  namespace cg = cooperative_groups;
+  __syncthreads();
+  const int D = a.head_dim, G = a.group;
+  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
+    const int h = idx / D, d = idx - h * D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < kStates; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
+    float den = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kStates; ++v) {
+      const float* r = red + (v * kG + h) * (kD + 2);
+      const float f = rescale(r[0], mx);
+      den += f * r[1];
+      num += f * r[2 + d];
+    }
+    if (d == 0) {
+      st[h * (kD + 2)] = mx;
+      st[h * (kD + 2) + 1] = den;
+    }
+    st[h * (kD + 2) + 2 + d] = num;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // release / acquire: every slice's st is complete and visible cluster-wide
+  const int n = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  for (int idx = rank * kThreads + threadIdx.x; idx < G * D; idx += n * kThreads) {
+    const int h = idx / D, d = idx - h * D;
+    float ms[kMaxCluster], ls[kMaxCluster], vs[kMaxCluster];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {  // all remote loads first: one DSMEM round trip
+      if (s < n) {
+        const float* r = cluster.map_shared_rank(st, s) + h * (kD + 2);
+        ms[s] = r[0];
+        ls[s] = r[1];
+        vs[s] = r[2 + d];
+      } else {
+        ms[s] = -INFINITY;
+        ls[s] = vs[s] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) mx = fmaxf(mx, ms[s]);
+    float den = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      if (s < n) {
+        const float f = rescale(ms[s], mx);
+        den += f * ls[s];
+        num += f * vs[s];
+      }
+    }
+    store_any(a.out, a.out_dtype, w.t * a.o_ts + (w.g * G + h) * a.o_hs + d, num / den);
+  }
+  cluster.sync();  // no block leaves (and frees its st) while another still reads it
+}
+
 // The tensor-core slice kernel (attention_decode_mma.cu) for head_dim 64/128/256/512 with bf16 q and cache
 // and up to kMmaMaxGroup query heads per kv head.
 constexpr int kMmaMaxGroup = 16;
 bool mma_decode_ok(int64_t head_dim, int64_t group);
 void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
+// Its cluster variant (BUNSEN_DECODE_ATTN=cluster): a.n_splits (<= kMaxCluster) slice blocks of a (row, kv
+// head) form one cluster and merge through distributed shared memory (cluster_merge; a.partials unused);
+// each block issues the cp.async copies of its first tiles' keys older than the block of the row's
+// position before its programmatic-dependent-launch wait (the step metadata is copied from the host before
+// the step; only the current block's keys are written by the kernel before), the rest and Q after it.
+void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
 int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);

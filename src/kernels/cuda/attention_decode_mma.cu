@@ -8,9 +8,15 @@
 // (log2 domain, as the SIMT kernel) and each accumulates O += P·V over its own dims. P is split into bf16
 // hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. Not for f32 q (not exact in bf16), quantized caches
 // or other head dims: attention_decode.cu's SIMT kernel takes those. The epilogue (write_block) writes the
-// row or the slice's partial, and the last slice block of a row merges them (fused combine). Invariants:
-// masks as ref; a visible key with an invalid block id is a NaN row of K (never read from global memory);
-// launched with programmatic dependent launch, nothing is read before slice_prologue()'s wait.
+// row or the slice's partial, and the last slice block of a row merges them (fused combine). The cluster
+// instance (kCluster, BUNSEN_DECODE_ATTN=cluster) runs the same loop with the slices of a row in one
+// thread-block cluster merged by cluster_merge, and starts its first tiles' copies before the wait.
+// Invariants: masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
+// global memory); launched with programmatic dependent launch, nothing an earlier kernel of the step writes
+// is read before the wait: the split instances read nothing before it; the cluster instance reads before it
+// only the step metadata (positions, seq_index, block tables: copied from the host before the step's first
+// kernel) and cache rows of keys below the block holding the row's position (a decode step writes only
+// its rows' positions: one token per sequence, n_tokens <= n_seqs), Q and the newest block after it.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -45,6 +51,8 @@ struct MmaShape {
   static constexpr size_t kXchg = kParts > 1 ? sizeof(float4) * (2 * 32 * kR * kWarps) : 0;
   static constexpr size_t kRed = size_t{kStreams} * kRows * (kD + 2) * sizeof(float);
   static constexpr size_t kSmem = kRing + kXchg > kRed ? kRing + kXchg : kRed;
+  static constexpr size_t kState = size_t{kRows} * (kD + 2) * sizeof(float);  // cluster_merge's st
+  static_assert(kRed + kState <= kSmem, "the cluster state fits behind red");
   // Blocks per SM the shared memory allows (as mma_blocks_per_sm), for the launch bounds: with the
   // default bound ptxas capped the registers at 168 once the fused combine was inlined, and spilled.
   static constexpr int kMinBlocks = kD == 64 ? 4 : 2;
@@ -131,19 +139,21 @@ __device__ __forceinline__ void load_q(const DecodeArgs& a, const Where& w, int 
       }
 }
 
-template <int kD, int kRows>
+// kCluster: the cluster instance (see the file comment); surplus slice blocks stay for the cluster barriers.
+template <int kD, int kRows, bool kCluster>
 __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
   using S = MmaShape<kD, kRows>;
   constexpr int kR = S::kR, kPartD = S::kPartD;
   extern __shared__ __align__(128) unsigned char smem[];
-  slice_prologue();
-  const Where w = where_am_i(a);
-  if (!w.live) return;  // uniform over the block
+  if constexpr (!kCluster) slice_prologue();
+  const Where w = where_am_i(a);  // cluster: step metadata, before the wait
+  if constexpr (!kCluster)
+    if (!w.live) return;  // uniform over the block
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, G = a.group;
   const int stream = warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
   uint32_t qa[kPartD / 16][4];
-  load_q<S>(a, w, d_base, gq, tq, qa);
+  if constexpr (!kCluster) load_q<S>(a, w, d_base, gq, tq, qa);
   float o[kPartD / 8][4];  // O fragments: c0, c1 = head gq, dims 2tq (+1); c2, c3 = head gq + 8
 #pragma unroll
   for (int i = 0; i < kPartD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -171,7 +181,10 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
       blk[i] = it < n_it && key < w.k1 ? block_of(a, table, seq_ok, key, off) : -1;
     }
   };
-  auto issue = [&](int it, const int(&blk)[S::kPerLane]) {  // one commit group per call (empty past the end)
+  // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
+  const int fresh_lo = w.sl.n_keys > 0 ? (w.sl.lo + w.sl.n_keys - 1) / a.block_size * a.block_size : 0;
+  // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
+  auto issue = [&](int it, const int(&blk)[S::kPerLane], int which = 0) {
     if (it < n_it) {
       unsigned char* ks = ring + (it % kStages) * S::kStageBytes;
       unsigned char* vs = ks + S::kMatBytes;
@@ -179,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
       for (int i = 0; i < S::kPerLane; ++i) {
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
         const int key = base0 + it * stride + row;
+        if (which != 0 && (key < fresh_lo) != (which == 1)) continue;
         const int bi = a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
         const int off = key - bi * a.block_size;
         unsigned char* kd = ks + swz(row, c, S::kRowBytes);
@@ -194,15 +208,34 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
         }
       }
     }
-    cp_async_commit();
+    if (which != 1) cp_async_commit();
   };
   int blk[S::kPerLane];
+  if constexpr (kCluster) {
+    // The first kStages - 1 tiles' keys below the newest block before the wait (they join the first commit
+    // group), that block's keys and Q after it; tile i's group is committed by issue(i, .., 2), so the
+    // ring sees the same kStages - 1 groups as the split instance.
+    int first[kStages - 1][S::kPerLane];
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
-    lookup(i, blk);
-    issue(i, blk);
+    for (int i = 0; i < kStages - 1; ++i) {
+      lookup(i, first[i]);
+      issue(i, first[i], 1);
+    }
+    lookup(kStages - 1, blk);
+    pdl_wait();
+    pdl_launch_dependents();
+    // The newest block's copies before Q's loads, whose packing would stall the issue behind them.
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue(i, first[i], 2);  // commits after each: kStages - 1 groups
+    load_q<S>(a, w, d_base, gq, tq, qa);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) {
+      lookup(i, blk);
+      issue(i, blk);
+    }
+    lookup(kStages - 1, blk);
   }
-  lookup(kStages - 1, blk);
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   for (int it = 0; it < n_it; ++it) {
@@ -296,12 +329,16 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
       }
     }
   }
-  write_block<kRows, kD, S::kStreams>(a, red, w);
+  if constexpr (kCluster)
+    cluster_merge<kRows, kD, S::kStreams>(a, red, red + S::kRed / sizeof(float), w);
+  else
+    write_block<kRows, kD, S::kStreams>(a, red, w);
 }
 
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
-// two ~100 KB blocks fit one SM), once per device and instance.
-template <int kD, int kRows>
+// two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
+// clusters of up to kMaxCluster (16, non-portable) blocks.
+template <int kD, int kRows, bool kCluster>
 void prepare(const void* kernel) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
@@ -311,24 +348,63 @@ void prepare(const void* kernel) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              "paged_attention", [] { return std::string("(shared memory carveout)"); });
+  if (kCluster)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "paged_attention",
+               [] { return std::string("(non-portable cluster size)"); });
   done.fetch_or(bit);
 }
 
-template <int kD, int kRows>
+template <int kD, int kRows, bool kCluster>
 void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   constexpr size_t kSmem = MmaShape<kD, kRows>::kSmem;
-  auto kernel = decode_mma_kernel<kD, kRows>;
-  prepare<kD, kRows>(reinterpret_cast<const void*>(kernel));
-  check_cuda(launch_pdl(kernel, dim3(a.n_tokens, n_kv_heads, a.n_splits), dim3(kThreads), kSmem, s, a),
-             "paged_attention", [] { return std::string("(flash-decoding slice kernel)"); });
+  auto kernel = decode_mma_kernel<kD, kRows, kCluster>;
+  prepare<kD, kRows, kCluster>(reinterpret_cast<const void*>(kernel));
+  const dim3 grid(a.n_tokens, n_kv_heads, a.n_splits);
+  if constexpr (!kCluster) {
+    check_cuda(launch_pdl(kernel, grid, dim3(kThreads), kSmem, s, a), "paged_attention",
+               [] { return std::string("(flash-decoding slice kernel)"); });
+  } else {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = 1;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = static_cast<unsigned>(a.n_splits);  // a row's slices: one cluster
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    check_cuda(cudaLaunchKernelEx(&cfg, kernel, a), "paged_attention", [&] {
+      return strfmt("(flash-decoding cluster kernel, grid [%d, %d, %d], clusters of %d blocks of %zu bytes)",
+                    a.n_tokens, n_kv_heads, a.n_splits, a.n_splits, kSmem);
+    });
+  }
 }
 
-template <int kD>
+template <int kD, bool kCluster>
 void launch_head_dim(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   if (a.group <= 8)
-    launch_shape<kD, 8>(s, a, n_kv_heads);
+    launch_shape<kD, 8, kCluster>(s, a, n_kv_heads);
   else
-    launch_shape<kD, 16>(s, a, n_kv_heads);
+    launch_shape<kD, 16, kCluster>(s, a, n_kv_heads);
+}
+
+template <bool kCluster>
+void launch_any(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+  switch (a.head_dim) {
+    case 64:
+      return launch_head_dim<64, kCluster>(s, a, n_kv_heads);
+    case 128:
+      return launch_head_dim<128, kCluster>(s, a, n_kv_heads);
+    case 256:
+      return launch_head_dim<256, kCluster>(s, a, n_kv_heads);
+    default:
+      return launch_head_dim<512, kCluster>(s, a, n_kv_heads);
+  }
 }
 
 // f(MmaShape<kD, kRows>{}) for the instance that serves (head_dim, group).
@@ -364,16 +440,14 @@ int mma_blocks_per_sm(int head_dim, int group) {
 }
 
 void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  switch (a.head_dim) {
-    case 64:
-      return launch_head_dim<64>(s, a, n_kv_heads);
-    case 128:
-      return launch_head_dim<128>(s, a, n_kv_heads);
-    case 256:
-      return launch_head_dim<256>(s, a, n_kv_heads);
-    default:
-      return launch_head_dim<512>(s, a, n_kv_heads);
-  }
+  launch_any<false>(s, a, n_kv_heads);
+}
+
+void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+  if (a.n_splits < 1 || a.n_splits > kMaxCluster)
+    throw Error("cuda", strfmt("paged_attention: cluster decode needs 1..%d slices per row, got %d", kMaxCluster,
+                               a.n_splits));
+  launch_any<true>(s, a, n_kv_heads);
 }
 
 }  // namespace bunsen::kernels::cuda::decode
