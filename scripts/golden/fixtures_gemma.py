@@ -2,7 +2,8 @@
 feature the gemma arch implements: interleaved sliding/global layers with a window shorter than the prompt,
 attention and final logit soft-caps, query_pre_attn_scalar != head_dim, separate local/global RoPE,
 Gemma 4 per-layer input embeddings, KV-shared trailing layers, K=V full-attention layers with their own
-head_dim and KV heads, proportional partial RoPE, double-wide MLP and the MoE block."""
+head_dim and KV heads, proportional partial RoPE, double-wide MLP and the MoE block (gemma4_moe's seed is
+chosen by routing margin: route_search, see make_goldens.py / routing.py)."""
 
 _TANH = dict(hidden_activation="gelu_pytorch_tanh")
 _DROP = dict(drop_common=("hidden_act",))
@@ -33,5 +34,5 @@ FIXTURES = {
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
         global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
         hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8, top_k_experts=2,
-        moe_intermediate_size=32), dict(_DROP, t_prompt=24)),
+        moe_intermediate_size=32), dict(_DROP, t_prompt=24, route_search=True)),
 }

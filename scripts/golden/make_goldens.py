@@ -4,8 +4,13 @@ Not run by CI: it needs torch + transformers (the GPU machine; see README.md). W
 <out>/<fixture>/config.json (config.save_pretrained, unchanged) and <out>/<fixture>/golden.safetensors
 (f32 activations, logits, greedy tokens; metadata says how they were made), plus <out>/rope_tables.safetensors
 (inverse frequencies + attention scaling from transformers' own rope init code). Invariants: weights come from
-synth.py (bf16-exact, regenerated bit-identically by src/model/synthetic.cpp); every fixture's greedy margins
-are >= MIN_MARGIN (else the next seed in its list is tried, and the seed used is recorded).
+synth.py (bf16-exact, regenerated bit-identically by src/model/synthetic.cpp), so a fixture's weights are a
+function of its seed alone; every fixture's greedy margins are >= MIN_MARGIN (else the next seed in its list is
+tried, and the seed used is recorded). MoE fixtures (opts "route_search") instead take, of ROUTE_TRIES seeds
+seed + 1000 k, the one whose HF routing is furthest from top-k ties (routing.py: fewest expected routing flips
+over the rows the CUDA tests compare, of the f32 model in bf16 and of its 4-bit conversion, every MoE layer still
+using most experts); their golden metadata records the routing statistics ("routing", "routing_q4") and how the
+seed was chosen ("seed_rule").
 """
 import argparse
 import copy
@@ -13,10 +18,12 @@ import json
 import os
 import platform
 import sys
+import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import routing  # noqa: E402
 import st_io  # noqa: E402
 import synth  # noqa: E402
 
@@ -24,6 +31,7 @@ T_PROMPT = 16
 N_GREEDY = 32
 MIN_MARGIN = 1e-3
 SEED_TRIES = 6  # seed, seed + 1000, ... when the greedy margin is too small
+ROUTE_TRIES = 32  # MoE fixtures with opts "route_search": seeds seed + 1000 k, k < ROUTE_TRIES, are compared
 DEMO_COL_STRIDE = 74
 DEMO_N_COLS = 2048
 DEMO_GREEDY_COL_STEP = 2  # greedy_logits_cols keeps every 2nd prompt column (stride 148) to stay ~300 KB
@@ -91,7 +99,8 @@ FIXTURES = {
 def _load_family_fixtures():
     """Fixture tables of the other families: scripts/golden/fixtures_<family>.py, each defining FIXTURES with
     entries (config class, model class, seed, kwargs[, opts]). opts (all optional): "t_prompt": prompt length
-    (default T_PROMPT); "drop_common": COMMON keys
+    (default T_PROMPT); "route_search": True picks the seed by routing margins (MoE; see run_fixture);
+    "drop_common": COMMON keys
     that do not apply; "inner": model -> the decoder module holding embed_tokens / layers / norm (default
     model.model); "inv_freq": model -> rotary inv_freq tensor or None (default inner.rotary_emb.inv_freq when
     present); "meta": config -> extra metadata dict."""
@@ -308,17 +317,18 @@ def greedy(model, prompt):
     return toks, margins, last_rows
 
 
-def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
+def fixture_config(spec):
+    """The fixture's transformers config: COMMON (less opts' drop_common) + its kwargs."""
+    cfg_name, _, _, kw = spec[:4]
+    kwargs = {k: v for k, v in COMMON.items() if k not in fixture_opts(spec).get("drop_common", ())}
+    kwargs.update(kw)
+    return build_config(cfg_name, kwargs)
+
+
+def instantiate(cfg, model_name):
+    """model_name(cfg) in float32, eval mode, eager attention (checked). Sets cfg._attn_implementation."""
     import torch
     import transformers
-    cfg_name, model_name, _, kw = spec[:4]
-    opts = fixture_opts(spec)
-    kwargs = {k: v for k, v in COMMON.items() if k not in opts.get("drop_common", ())}
-    kwargs.update(kw)
-    cfg = build_config(cfg_name, kwargs)
-    fx_dir = os.path.join(out_dir, name)
-    os.makedirs(fx_dir, exist_ok=True)
-    cfg.save_pretrained(fx_dir)
     try:
         cfg._attn_implementation = "eager"
     except Exception as e:  # noqa: BLE001 - fall back to set_attn_implementation below
@@ -333,6 +343,70 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
         log("  WARNING: model.config has no _attn_implementation; cannot confirm eager attention")
     elif impl != "eager":
         raise RuntimeError(f"attention implementation is {impl!r}, wanted eager")
+    return model
+
+
+def routing_shape(cfg):
+    """(top_k, n_experts) of an MoE config, None for a dense one."""
+    d = cfg.to_dict()
+    if not routing.is_moe_config(d):
+        return None
+    return routing.top_k_of(d), int(d["num_experts"])
+
+
+def search_route_seed(name, spec, tries):
+    """Of seeds base + 1000 k (k < tries) whose greedy margins pass MIN_MARGIN, the one with the lowest
+    routing.score (expected routing flips over the compared rows: the f32 model's in bf16 plus the 4-bit
+    conversion's, routing.quantize_like_convert) among those whose every MoE
+    layer routes to >= routing.MIN_EXPERT_COVERAGE of the experts (any, with a warning, when none does);
+    ties: the earliest. Returns (seed, its routing summary, the rule as text)."""
+    _, model_name, base, _ = spec[:4]
+    opts = fixture_opts(spec)
+    cfg = fixture_config(spec)
+    shape = routing_shape(cfg)
+    if shape is None:
+        raise RuntimeError(f"{name}: route_search on a config without experts")
+    model = instantiate(cfg, model_name)
+    t_prompt = opts.get("t_prompt", T_PROMPT)
+    best = None
+    for k in range(tries):
+        seed = base + 1000 * k
+        t0 = time.time()
+        load_synthetic(model, seed)
+        prompt = synth.prompt_ids(seed, cfg.vocab_size, t_prompt)
+        toks, margins, _ = greedy(model, prompt)
+        if min(margins) < MIN_MARGIN:
+            log(f"  route seed {seed}: greedy margin {min(margins):.3g} < {MIN_MARGIN}, skipped")
+            continue
+        summary, q4 = routing.measure_both(model, prompt, toks, *shape)
+        covered = routing.coverage_ok(summary)
+        sc = routing.score(summary, q4)
+        log(f"  route seed {seed}: score {sc:.3f}{'' if covered else ' (too few experts used)'} "
+            f"[{time.time() - t0:.1f} s]\n    f32 {routing.describe(summary)}\n    q4  {routing.describe(q4)}")
+        key = (not covered, sc, k)
+        if best is None or key < best[0]:
+            best = (key, seed, summary)
+    if best is None:
+        raise RuntimeError(f"{name}: no seed of {tries} passed the greedy margin check")
+    if best[0][0]:
+        log(f"  WARNING {name}: no seed routes to {routing.MIN_EXPERT_COVERAGE:.0%} of the experts at every layer")
+    rule = (f"routing search: of seeds {base} + 1000 k, k < {tries}, with greedy margins >= {MIN_MARGIN}, the "
+            f"lowest expected routing flips, f32 model at eps {routing.EPS_BF16:g} + its 4-bit conversion at eps "
+            f"{routing.EPS_Q4:g} (scripts/golden/routing.py), among those using >= "
+            f"{routing.MIN_EXPERT_COVERAGE:g} of the experts per layer")
+    log(f"  {name}: chose seed {best[1]} (score {best[0][1]:.3f}) of {tries}")
+    return best[1], best[2], rule
+
+
+def run_fixture_seed(name, spec, seed, out_dir, weights_dir, seed_rule=None):
+    import torch
+    cfg_name, model_name, _, _ = spec[:4]
+    opts = fixture_opts(spec)
+    cfg = fixture_config(spec)
+    fx_dir = os.path.join(out_dir, name)
+    os.makedirs(fx_dir, exist_ok=True)
+    cfg.save_pretrained(fx_dir)
+    model = instantiate(cfg, model_name)
     saved, ties = load_synthetic(model, seed)
 
     vocab = cfg.vocab_size
@@ -346,6 +420,10 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     log(f"  seed {seed}: min margin {min_margin:.6g}, greedy {toks}")
     if min_margin < MIN_MARGIN:
         return None
+    shape = routing_shape(cfg)
+    route_summary, route_q4 = routing.measure_both(model, prompt, toks, *shape) if shape is not None else (None, None)
+    if route_summary is not None:
+        log(f"  seed {seed}: f32 {routing.describe(route_summary)}\n  seed {seed}: q4  {routing.describe(route_q4)}")
 
     rot = getattr(inner_of(model, opts), "rotary_emb", None)
     inv = inv_freq_of(model, opts)
@@ -390,6 +468,11 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     })
     if "meta" in opts:
         meta.update({k: str(v) for k, v in opts["meta"](cfg).items()})
+    if route_summary is not None:
+        meta["routing"] = routing.to_json(route_summary)
+        meta["routing_q4"] = routing.to_json(route_q4)
+    if seed_rule:
+        meta["seed_rule"] = seed_rule
     if hasattr(cfg, "no_rope_layers"):
         meta["no_rope_layers"] = json.dumps(list(cfg.no_rope_layers))
     if "logits_cols" in tensors:
@@ -407,10 +490,30 @@ def run_fixture_seed(name, spec, seed, out_dir, weights_dir):
     size = os.path.getsize(os.path.join(fx_dir, "golden.safetensors"))
     log(f"  wrote {name}/golden.safetensors ({size} bytes), attention_scaling {att}, "
         f"inv_freq {None if inv_freq is None else inv_freq.tolist()}")
-    return {"seed": seed, "min_margin": min_margin, "bytes": size}
+    res = {"seed": seed, "min_margin": min_margin, "bytes": size}
+    if route_summary is not None:
+        res.update(routing_min_margin=route_summary["min_margin"], routing_p5_margin=route_summary["p5_margin"],
+                   expected_flipped_rows_bf16=route_summary["expected_flipped_rows"]["bf16"],
+                   expected_flipped_rows_q4=route_q4["expected_flipped_rows"]["q4"])
+    return res
 
 
-def run_fixture(name, spec, out_dir, weights_dir):
+def run_fixture(name, spec, out_dir, weights_dir, route_tries=ROUTE_TRIES, forced_seed=None):
+    """Writes one fixture. forced_seed: that seed, no search or retry. MoE fixtures with opts "route_search"
+    (and route_tries > 0): the seed search_route_seed picks. Others: the first of SEED_TRIES seeds whose
+    greedy margins pass MIN_MARGIN."""
+    if forced_seed is not None:
+        res = run_fixture_seed(name, spec, forced_seed, out_dir, weights_dir,
+                               seed_rule=f"forced on the command line (--seed {name}={forced_seed})")
+        if res is None:
+            raise RuntimeError(f"{name}: forced seed {forced_seed} fails the greedy margin check (< {MIN_MARGIN})")
+        return res
+    if fixture_opts(spec).get("route_search") and route_tries > 0:
+        seed, _, rule = search_route_seed(name, spec, route_tries)
+        res = run_fixture_seed(name, spec, seed, out_dir, weights_dir, seed_rule=rule)
+        if res is None:  # the search ran the same greedy check on the same weights
+            raise RuntimeError(f"{name}: seed {seed} passed the greedy check in the search but not when written")
+        return res
     base = spec[2]
     for k in range(SEED_TRIES):
         seed = base + 1000 * k
@@ -464,7 +567,21 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated fixture names (default: all)")
     ap.add_argument("--weights", default="", help="also write <dir>/<fixture>/model.safetensors (bf16)")
     ap.add_argument("--no-rope-tables", action="store_true")
+    ap.add_argument("--route-tries", type=int, default=ROUTE_TRIES,
+                    help="seeds compared by routing margins for MoE fixtures (0: plain greedy-margin retries)")
+    ap.add_argument("--seed", default="", help="comma-separated name=seed: write that fixture with that seed "
+                                                "(no search, no retry)")
     args = ap.parse_args()
+    names = [n for n in args.only.split(",") if n] or list(FIXTURES)
+    unknown = [n for n in names if n not in FIXTURES]
+    if unknown:
+        ap.error(f"unknown fixture(s) {', '.join(unknown)}; known: {', '.join(sorted(FIXTURES))}")
+    forced = {}
+    for item in (x for x in args.seed.split(",") if x):
+        n, _, v = item.partition("=")
+        if n not in FIXTURES or not v.isdigit():
+            ap.error(f"--seed wants name=seed with a known fixture name and a decimal seed, got {item!r}")
+        forced[n] = int(v)
 
     import torch
     torch.set_default_dtype(torch.float32)
@@ -472,12 +589,12 @@ def main():
     torch.manual_seed(0)
     log("versions:", json.dumps(versions()))
     os.makedirs(args.out, exist_ok=True)
-    names = [n for n in args.only.split(",") if n] or list(FIXTURES)
     failed, summary = [], {}
     for name in names:
         log(f"fixture {name}")
         try:
-            summary[name] = run_fixture(name, FIXTURES[name], args.out, args.weights)
+            summary[name] = run_fixture(name, FIXTURES[name], args.out, args.weights, args.route_tries,
+                                        forced.get(name))
         except Exception:
             log(f"FIXTURE FAILED {name}:\n{traceback.format_exc()}")
             failed.append(name)
