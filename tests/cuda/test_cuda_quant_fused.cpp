@@ -153,5 +153,65 @@ TEST_F(CudaTest, FusedQuantOpsReplayFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
+// The tiled 4-bit group-64 kernel (weights staged through shared memory; set_linear_q_tiles_for_testing):
+// linear_q at every m 1..8, k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales and every
+// forced k split; linear_q_multi (two parts) and linear_q_swiglu (gated rows) - against the CPU's unfused
+// ops on the same data.
+TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
+  struct Restore {
+    ~Restore() {
+      if (cuda::device_count() > 0) {
+        cuda::set_linear_q_tiles_for_testing(-1);
+        cuda::set_linear_q_split_for_testing(0);
+      }
+    }
+  } restore;
+  cuda::set_linear_q_tiles_for_testing(1);
+  std::mt19937 rng(835);
+  Context cpu;
+  int variant = 0;
+  for (int64_t k : {512, 1536, 4096})
+    for (int64_t n : {16, 67, 300})
+      for (DType sb : {DType::kBF16, DType::kF16}) {
+        QuantPair w(n, k, 4, 64, sb, rng);
+        HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+        DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+        for (int split : {0, 1, 2, 8}) {
+          cuda::set_linear_q_split_for_testing(split);
+          for (int64_t m = 1; m <= 8; ++m) {
+            const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
+            OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
+            linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
+            DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
+            linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
+            expect_close(od.download().tensor, want.tensor, tol(ot),
+                         strfmt("tiled linear_q m %lld n %lld k %lld scales %s split %d out %s", (long long)m,
+                                (long long)n, (long long)k, dtype_name(sb), split, dtype_name(ot)));
+          }
+        }
+      }
+  cuda::set_linear_q_split_for_testing(0);
+  for (int64_t m : {1, 3, 8}) {
+    const int64_t k = 1024, f = 37;
+    HostPair x = random_pair(DType::kBF16, {m, k}, rng);
+    DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+    QuantPair wg(f, k, 4, 64, DType::kBF16, rng), wu(f, k, 4, 64, DType::kBF16, rng), wv(24, k, 4, 64, DType::kBF16, rng);
+    OwnedTensor want = OwnedTensor::make(DType::kF32, {m, f}), want_g = OwnedTensor::make(DType::kF32, {m, f});
+    OwnedTensor want_v = OwnedTensor::make(DType::kF32, {m, 24});
+    linear_q_swiglu(cpu, want.tensor, x.f32.tensor, wg.host, wu.host);
+    linear_q(cpu, want_g.tensor, x.f32.tensor, wg.host);
+    linear_q(cpu, want_v.tensor, x.f32.tensor, wv.host);
+    DeviceTensor od = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+    linear_q_swiglu(ctx_, od.tensor, xd.tensor, wg.dev, wu.dev);
+    expect_close(od.download().tensor, want.tensor, 1e-4f, strfmt("tiled linear_q_swiglu m %lld", (long long)m));
+    DeviceTensor og = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+    DeviceTensor ov = DeviceTensor::upload(random_tensor(DType::kF32, {m, 24}, rng).tensor);
+    const QuantLinearPart parts[] = {{og.tensor, wg.dev, {}}, {ov.tensor, wv.dev, {}}};
+    linear_q_multi(ctx_, xd.tensor, parts);
+    expect_close(og.download().tensor, want_g.tensor, 1e-4f, strfmt("tiled linear_q_multi part 0 m %lld", (long long)m));
+    expect_close(ov.download().tensor, want_v.tensor, 1e-4f, strfmt("tiled linear_q_multi part 1 m %lld", (long long)m));
+  }
+}
+
 }  // namespace
 }  // namespace bunsen::kernels::test

@@ -1,11 +1,29 @@
 // Warp-level tensor-core primitives shared by the mma.sync attention kernels (attention_decode_mma.cu,
 // attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16 MMA with f32
-// accumulation. Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers).
-// Invariants: device-only, inlined; p points into shared memory.
+// accumulation, and the 16-byte cp.async copies into shared memory (also used by gemv_qmma.cu's tiled
+// kernel). Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers).
+// Invariants: device-only, inlined; p / dst point into shared memory.
 #pragma once
 #include <cstdint>
 
 namespace bunsen::kernels::cuda {
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous (L2 only); complete after cp_async_wait_group and visible to other
+// threads after a barrier.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
 
 // Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, of each matrix, row
 // l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 (.trans: rows 2 (l % 4), +1 of column l / 4).
