@@ -205,6 +205,24 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& 
   }
 }
 
+// The merge of a block's kStates key streams for head h, dim d of red [kStates][kG][kD + 2] (each stream's
+// m, l, acc): the common max mx, the rescaled sum den and the rescaled acc num.
+template <int kG, int kD, int kStates>
+__device__ __forceinline__ void merge_streams(const float* red, int h, int d, float& mx, float& den, float& num) {
+  mx = -INFINITY;
+#pragma unroll
+  for (int v = 0; v < kStates; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
+  den = 0.0f;
+  num = 0.0f;
+#pragma unroll
+  for (int v = 0; v < kStates; ++v) {
+    const float* r = red + (v * kG + h) * (kD + 2);
+    const float f = rescale(r[0], mx);
+    den += f * r[1];
+    num += f * r[2 + d];
+  }
+}
+
 // Block epilogue. red [kStates][kG][kD + 2] f32 holds each warp's (or key stream's) (m, l, acc[head_dim])
 // per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial, then
 // (fused combine) reuses red for merge_if_last.
@@ -215,17 +233,8 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, con
   const int D = a.head_dim, G = a.group;
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int h = idx / D, d = idx - h * D, head = w.g * G + h;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int v = 0; v < kStates; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
-    float den = 0.0f, num = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kStates; ++v) {
-      const float* r = red + (v * kG + h) * (kD + 2);
-      const float f = rescale(r[0], mx);
-      den += f * r[1];
-      num += f * r[2 + d];
-    }
+    float mx, den, num;
+    merge_streams<kG, kD, kStates>(red, h, d, mx, den, num);
     if (w.sl.n_act == 1) {
       store_any(a.out, a.out_dtype, w.t * a.o_ts + head * a.o_hs + d, num / den);
     } else {
@@ -256,17 +265,8 @@ __device__ __forceinline__ void cluster_merge(const DecodeArgs& a, const float* 
   const int D = a.head_dim, G = a.group;
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int h = idx / D, d = idx - h * D;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int v = 0; v < kStates; ++v) mx = fmaxf(mx, red[(v * kG + h) * (kD + 2)]);
-    float den = 0.0f, num = 0.0f;
-#pragma unroll
-    for (int v = 0; v < kStates; ++v) {
-      const float* r = red + (v * kG + h) * (kD + 2);
-      const float f = rescale(r[0], mx);
-      den += f * r[1];
-      num += f * r[2 + d];
-    }
+    float mx, den, num;
+    merge_streams<kG, kD, kStates>(red, h, d, mx, den, num);
     if (d == 0) {
       st[h * (kD + 2)] = mx;
       st[h * (kD + 2) + 1] = den;
