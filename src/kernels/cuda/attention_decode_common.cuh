@@ -106,22 +106,6 @@ __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* tabl
   return b >= 0 && b < a.n_blocks ? b : -1;
 }
 
-// 16-byte asynchronous copy global -> shared; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // The fused combine, after every thread of this block wrote its part of its slice's partial: counts the
 // block in (the partials made visible GPU-wide first); the last of the row's n_act blocks to arrive
 // (atomicInc wraps its counter back to 0 for the next launch or graph replay) merges the n_act partials of

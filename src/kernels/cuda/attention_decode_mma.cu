@@ -203,12 +203,12 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
           *reinterpret_cast<uint4*>(vd) = make_uint4(0u, 0u, 0u, 0u);
         } else {
           const bool ok = blk[i] >= 0;
-          cp_async16(kd, ok ? kc + blk[i] * a.k_s0 + off * a.k_s1 + c * 8 : a.k_cache, ok ? 16 : 0);
-          cp_async16(vd, ok ? vc + blk[i] * a.v_s0 + off * a.v_s1 + c * 8 : a.v_cache, ok ? 16 : 0);
+          cp_async_16_zfill(kd, ok ? kc + blk[i] * a.k_s0 + off * a.k_s1 + c * 8 : a.k_cache, ok ? 16 : 0);
+          cp_async_16_zfill(vd, ok ? vc + blk[i] * a.v_s0 + off * a.v_s1 + c * 8 : a.v_cache, ok ? 16 : 0);
         }
       }
     }
-    if (which != 1) cp_async_commit();
+    if (which != 1) cp_async_commit_group();
   };
   int blk[S::kPerLane];
   if constexpr (kCluster) {
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   for (int it = 0; it < n_it; ++it) {
-    cp_async_wait<kStages - 2>();  // this lane's copies of tile `it` have landed
+    cp_async_wait_group<kStages - 2>();  // this lane's copies of tile `it` have landed
     __syncwarp();                  // ... and every other lane's; all lanes are done with tile it - 1
     issue(it + kStages - 1, blk);  // refills the stage of tile it - 1
     int next[S::kPerLane];
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
 #pragma unroll
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
   }
-  cp_async_wait<0>();
+  cp_async_wait_group<0>();
   __syncthreads();  // every warp is done with its ring and the exchange: the shared memory becomes `red`
   float* red = reinterpret_cast<float*>(smem);  // [kStreams][kRows][kD + 2]
 #pragma unroll
