@@ -108,6 +108,14 @@ struct DeviceBatch {
   AttentionMeta meta() const { return {positions.tensor, seq_index.tensor, tables.tensor, {}}; }
 };
 
+// The reference output of the batch's queries (kernels/ref, f32): [n_tokens, n_heads, head_dim].
+inline OwnedTensor reference_out(const Batch& b, const Scenario& s) {
+  const Tensor& q = b.q.f32.tensor;
+  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
+  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+  return want;
+}
+
 inline DeviceBatch upload(const Batch& b, DType out_dtype, std::mt19937& rng) {
   DeviceBatch d;
   d.k = DeviceTensor::upload(b.k_cache.tensor);
@@ -124,9 +132,7 @@ inline DeviceBatch upload(const Batch& b, DType out_dtype, std::mt19937& rng) {
 inline void check_attention(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 301) {
   std::mt19937 rng(seed);
   Batch b = make_batch(s, rng);
-  const Tensor& q = b.q.f32.tensor;
-  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+  const OwnedTensor want = reference_out(b, s);
   DeviceBatch d = upload(b, s.out_dtype, rng);
   paged_attention(ctx, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
   expect_close(d.out.download().tensor, want.tensor, tolerance(s.out_dtype, 1e-4f), what);

@@ -221,9 +221,7 @@ void graph_replay_case(int64_t head_dim, int64_t n_heads, int64_t n_kv_heads, in
   std::mt19937 rng(405);
   Batch b = make_batch(s, rng);
   DeviceBatch d = upload(b, DType::kBF16, rng);
-  const Tensor& q = b.q.f32.tensor;
-  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+  const OwnedTensor want = reference_out(b, s);
   const std::vector<int32_t> long_pos(b.positions.tensor.ptr<int32_t>(),
                                       b.positions.tensor.ptr<int32_t>() + 4);
   const std::vector<int32_t> short_pos = {20, 0, 5, 33};
@@ -291,9 +289,7 @@ TEST_P(CudaDecodeTest, FusedCombineAcrossContextsAndSliceCounts) {
                    (long long)sh.n_kv_heads, (long long)sh.head_dim, splits, bl.size(), (long long)bl[0]);
         std::mt19937 rng(409);
         Batch b = make_batch(s, rng);
-        const Tensor& q = b.q.f32.tensor;
-        OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-        ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+        const OwnedTensor want = reference_out(b, s);
         DeviceBatch d = upload(b, DType::kF32, rng);
         auto run = [&](int combine) {  // on garbage: a row nobody writes cannot pass as the previous result
           scramble(d.out, rng, nullptr);
@@ -424,8 +420,7 @@ TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
     std::mt19937 rng(412);
     Batch b = make_batch(s, rng);
     const Tensor& q = b.q.f32.tensor;
-    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    const OwnedTensor want = reference_out(b, s);
     const int64_t n = q.shape[0], width = b.block_tables.tensor.shape[1], row = s.n_kv_heads * head_dim;
     OwnedTensor k_new = OwnedTensor::make(DType::kBF16, {n, s.n_kv_heads, head_dim});
     OwnedTensor v_new = OwnedTensor::make(DType::kBF16, {n, s.n_kv_heads, head_dim});

@@ -40,9 +40,7 @@ struct KernelGuard {
 void check_all(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 311) {
   std::mt19937 rng(seed);
   Batch b = make_batch(s, rng);
-  const Tensor& q = b.q.f32.tensor;
-  OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-  ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+  const OwnedTensor want = reference_out(b, s);
   KernelGuard guard;
   for (int kernel : kKernels) {
     cuda::set_attention_prefill_kernel_for_testing(kernel);
@@ -152,9 +150,7 @@ TEST_F(CudaTest, PrefillTensorCoresInvalidBlockIdPoisonsOnlyItsSequence) {
     s.out_dtype = DType::kF32;
     std::mt19937 rng(302);
     Batch b = make_batch(s, rng);
-    const Tensor& q = b.q.f32.tensor;
-    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    const OwnedTensor want = reference_out(b, s);
     b.block_tables.tensor.ptr<int32_t>()[b.block_tables.tensor.shape[1] + 2] = 1 << 20;  // seq 1, block 2
     DeviceBatch d = upload(b, DType::kF32, rng);
     paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
@@ -180,9 +176,7 @@ TEST_F(CudaTest, PrefillTensorCoresWholeInvalidFirstTilePoisonsItsRows) {
     s.out_dtype = DType::kF32;
     std::mt19937 rng(303);
     Batch b = make_batch(s, rng);
-    const Tensor& q = b.q.f32.tensor;
-    OwnedTensor want = OwnedTensor::make(DType::kF32, {q.shape[0], q.shape[1], q.shape[2]});
-    ref::paged_attention(want.tensor, q, b.cache(), b.meta(), s.params);
+    const OwnedTensor want = reference_out(b, s);
     for (int blk = 0; blk < 16; ++blk) b.block_tables.tensor.ptr<int32_t>()[b.block_tables.tensor.shape[1] + blk] = -1;
     DeviceBatch d = upload(b, DType::kF32, rng);
     paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
