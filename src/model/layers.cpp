@@ -173,4 +173,19 @@ bool fusable_q_swiglu(const Linear& gate, const Linear& up) {
          (gate.b.empty() || up.b.empty() || gate.b.dtype == up.b.dtype);
 }
 
+void swiglu_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
+                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf) {
+  const bool decode = h.device.is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens;
+  if (decode && !gate.quantized() && !up.quantized() && gate.w.dtype == up.w.dtype) {
+    kernels::linear_swiglu(ctx, act, h, gate.w, up.w, gate.b, up.b);
+  } else if (decode && fusable_q_swiglu(gate, up)) {
+    kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b);
+  } else {
+    gate(ctx, gate_buf, h);
+    up(ctx, up_buf, h);
+    kernels::silu_mul(ctx, act, gate_buf, up_buf);
+  }
+  down(ctx, out, act);
+}
+
 }  // namespace bunsen::model

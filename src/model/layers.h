@@ -69,6 +69,13 @@ void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<co
 // one group size and scale dtype.
 bool fusable_q_swiglu(const Linear& gate, const Linear& up);
 
+// out = down(silu(gate(h)) * up(h)) for a SwiGLU MLP. Decode-sized CUDA steps (h.dim(0) <=
+// kFusedDecodeMaxTokens) run gate, up and the gating as one launch into act (linear_swiglu when both are
+// float of one dtype, linear_q_swiglu when fusable_q_swiglu); otherwise gate and up go into gate_buf / up_buf
+// and silu_mul into act (on the CPU always: the plain ops in that order). act, gate_buf, up_buf: [n, f].
+void swiglu_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
+                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf);
+
 // One 2-D workspace tensor of a step.
 struct WorkspaceSpec {
   DType dtype = DType::kF32;

@@ -182,22 +182,7 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
 }
 
 void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
-  const bool fused = device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && !l.gate.quantized() &&
-                     !l.up.quantized() && l.gate.w.dtype == l.up.w.dtype;
-  if (fused) {  // decode-sized CUDA step: gate, up and silu_mul in one GEMV launch
-    kernels::linear_swiglu(ctx, act_, h, l.gate.w, l.up.w, l.gate.b, l.up.b);
-    l.down(ctx, out, act_);
-    return;
-  }
-  if (device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fusable_q_swiglu(l.gate, l.up)) {
-    kernels::linear_q_swiglu(ctx, act_, h, l.gate.q, l.up.q, l.gate.b, l.up.b);  // the quantized twin
-    l.down(ctx, out, act_);
-    return;
-  }
-  l.gate(ctx, gate_, h);
-  l.up(ctx, up_, h);
-  kernels::silu_mul(ctx, act_, gate_, up_);
-  l.down(ctx, out, act_);
+  swiglu_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
 }
 
 void LlamaLike::forward(const ForwardArgs& a) {

@@ -113,9 +113,7 @@ void Hybrid::attention(const ForwardArgs& a, const GatedAttention& l, const kern
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   const float eps = static_cast<float>(cfg_.rms_norm_eps), off = w_.norm_offset;
-  l.q(ctx, qg_, h);
-  l.k(ctx, k_, h);
-  l.v(ctx, v_, h);
+  project(ctx, h, {{&l.q, qg_}, {&l.k, k_}, {&l.v, v_}});
   const Tensor qg3 = qg_.reshape({n, H, 2 * hd});
   Tensor q3 = qg3.slice(2, 0, hd), gate3 = qg3.slice(2, hd, 2 * hd);
   Tensor k3 = k_.reshape({n, Hkv, hd}), v3 = v_.reshape({n, Hkv, hd}), o3 = attn_.reshape({n, H, hd});
@@ -146,10 +144,7 @@ void Hybrid::deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::Li
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), kd = hp_.key_dim();
-  l.qkv(ctx, qkv_, h);
-  l.z(ctx, z_, h);
-  l.b(ctx, b_, h);
-  l.a(ctx, a_, h);
+  project(ctx, h, {{&l.qkv, qkv_}, {&l.z, z_}, {&l.b, b_}, {&l.a, a_}});
   const kernels::StateMeta meta{b.seq_starts, b.state_slots, b.positions};
   kernels::causal_conv1d(ctx, conv_, qkv_, l.conv_w, st.conv, meta);
   kernels::DeltaRuleInputs in;
@@ -172,10 +167,7 @@ void Hybrid::mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
   const int64_t f = l.mlp.gate.out_features();
   Tensor gate = gate_.slice(1, 0, f), up = up_.slice(1, 0, f), act = act_.slice(1, 0, f);
   const Tensor dense_out = l.moe ? shared_ : out;
-  l.mlp.gate(ctx, gate, h);
-  l.mlp.up(ctx, up, h);
-  kernels::silu_mul(ctx, act, gate, up);
-  l.mlp.down(ctx, dense_out, act);
+  swiglu_mlp(ctx, l.mlp.gate, l.mlp.up, l.mlp.down, h, dense_out, act, gate, up);
   if (!l.moe) return;
   moe_forward(ctx, *l.moe, out, h, moe_buf_);
   // [n, 1]: on CUDA a narrow output stays on the GEMV for any n (gemv.cu). It once ran as [1, n] = w . h^T

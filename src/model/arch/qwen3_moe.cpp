@@ -200,18 +200,7 @@ void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kerne
 
 void Qwen3Moe::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
   if (l.moe) return moe_forward(ctx, *l.moe, out, h, moe_buf_);
-  const bool fused = device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && !l.gate.quantized() &&
-                     !l.up.quantized() && l.gate.w.dtype == l.up.w.dtype;
-  if (fused) {
-    kernels::linear_swiglu(ctx, act_, h, l.gate.w, l.up.w);
-  } else if (device().is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fusable_q_swiglu(l.gate, l.up)) {
-    kernels::linear_q_swiglu(ctx, act_, h, l.gate.q, l.up.q);
-  } else {
-    l.gate(ctx, gate_, h);
-    l.up(ctx, up_, h);
-    kernels::silu_mul(ctx, act_, gate_, up_);
-  }
-  l.down(ctx, out, act_);
+  swiglu_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
 }
 
 void Qwen3Moe::forward(const ForwardArgs& a) {
