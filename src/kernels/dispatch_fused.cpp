@@ -1,7 +1,8 @@
-// ops.h entry points of the fused decode ops (linear_multi, linear_swiglu, rope_kv_write). On the CPU each
-// is the unfused op sequence it replaces (those ops validate and compute, so results are bit-identical);
-// on CUDA it checks dtypes, shapes and devices, then launches the fused kernels (cuda/linear_fused.cu,
-// cuda/rope_kv.cu), or runs the unfused ops where a fused kernel does not apply. Not a kernel.
+// ops.h entry points of the fused decode ops (linear_multi, linear_swiglu with silu or gelu_tanh gating,
+// rope_kv_write). On the CPU each is the unfused op sequence it replaces (those ops validate and compute,
+// so results are bit-identical); on CUDA it checks dtypes, shapes and devices, then launches the fused
+// kernels (cuda/linear_fused.cu, cuda/rope_kv.cu), or runs the unfused ops where a fused kernel does not
+// apply. Not a kernel.
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <vector>
@@ -127,7 +128,8 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts) {
 #endif
 }
 
-void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate, Tensor b_up) {
+void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate, Tensor b_up,
+                   GluAct act) {
   const char* op = "linear_swiglu";
   const bool gpu = on_cuda(op, {&out, &x, &w_gate, &w_up, &b_gate, &b_up});
   need(x.ndim >= 1 && rows_ok(x) && w_gate.ndim == 2, op,
@@ -138,7 +140,7 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
     Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
     linear(ctx, g, x, w_gate, b_gate);
     linear(ctx, u, x, w_up, b_up);
-    silu_mul(ctx, out, g, u);
+    act == GluAct::kGeluTanh ? gelu_tanh_mul(ctx, out, g, u) : silu_mul(ctx, out, g, u);
     return;
   }
   need_linear_shapes(op, out, x, w_gate, b_gate);
@@ -149,7 +151,7 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
        desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
 #ifdef BUNSEN_HAVE_CUDA
   cuda::linear_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_part(out, w_gate, b_gate),
-                      dev_part(out, w_up, b_up));
+                      dev_part(out, w_up, b_up), act == GluAct::kGeluTanh);
 #endif
 }
 

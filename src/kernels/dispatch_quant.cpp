@@ -167,7 +167,7 @@ void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> par
 }
 
 void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
-                     Tensor b_gate, Tensor b_up) {
+                     Tensor b_gate, Tensor b_up, GluAct act) {
   const char* op = "linear_q_swiglu";
   const bool gpu = on_cuda(op, {&out, &x, &w_gate.packed, &w_gate.scales, &w_gate.biases, &w_up.packed,
                                 &w_up.scales, &w_up.biases, &b_gate, &b_up});
@@ -186,13 +186,13 @@ void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_ga
     Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
     linear_q(ctx, g, x, w_gate, b_gate);
     linear_q(ctx, u, x, w_up, b_up);
-    silu_mul(ctx, out, g, u);
+    act == GluAct::kGeluTanh ? gelu_tanh_mul(ctx, out, g, u) : silu_mul(ctx, out, g, u);
     return;
   }
 #ifdef BUNSEN_HAVE_CUDA
   need_current_device(op, x);
   cuda::linear_q_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_qpart(out, w_gate, b_gate),
-                        dev_qpart(out, w_up, b_up));
+                        dev_qpart(out, w_up, b_up), act == GluAct::kGeluTanh);
 #endif
 }
 

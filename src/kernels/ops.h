@@ -107,6 +107,35 @@ void add_scaled(Context& ctx, Tensor x, Tensor y, float scale = 1.0f);
 void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale = 1.0f,
                   float w_offset = 0.0f);
 
+// ---- fused row-wise norms of the decode step (dispatch_rowwise.cpp, cuda/rowwise_fused.cu). On the CPU
+// each is exactly the op sequence its comment names (bit-identical); on CUDA one launch. ----
+
+// The per-head norms of one attention layer, in place over head_dim rows:
+//   v = rms_norm(v_from_k ? k : v) * v_w;  k = rms_norm(k) * k_w;  q = rms_norm(q) * q_w
+// (v_from_k: v is the norm of the raw k, read before k is normalised). An empty q, k or v is skipped; an
+// empty weight is no weight (ones). CPU: rms_norm(v, k|v, v_w), rms_norm(k, k, k_w), rms_norm(q, q, q_w).
+struct QkvNorm {
+  Tensor q{}, k{}, v{};        // [rows_x, head_dim] each, f32 (f32|bf16 on CUDA, one dtype); disjoint
+  Tensor q_w{}, k_w{}, v_w{};  // [head_dim] f32|f16|bf16, or empty
+  bool v_from_k = false;       // needs k and v with the same rows; v is then written only
+};
+void rms_norm_qkv(Context& ctx, const QkvNorm& a, float eps);
+
+// A sandwich-norm residual step with the next norm (Gemma 2/3/4):
+//   x = (x + rms_norm(y) * (w_post + w_offset)) * x_scale;  out = rms_norm(x) * (w_next + w_offset) (if out)
+// CPU: rms_norm(y, y, w_post), add_scaled(x, y), scale(x, x_scale) when x_scale != 1, then
+// rms_norm(out, x, w_next).
+struct PostNormResidual {
+  Tensor x{};       // [n, d] f32 residual, updated in place (f32|bf16 on CUDA)
+  Tensor y{};       // [n, d] the branch output; scratch, unspecified on return (CPU: rms_norm(y) * w_post)
+  Tensor w_post{};  // [d] f32|f16|bf16
+  Tensor out{};     // [n, d] or empty (then w_next must be empty); must not overlap x or y
+  Tensor w_next{};  // [d] f32|f16|bf16, or empty
+  float x_scale = 1.0f;
+  float w_offset = 0.0f;
+};
+void post_norm_residual(Context& ctx, const PostNormResidual& a, float eps);
+
 // x *= s.   x [n, d] f32.
 void scale(Context& ctx, Tensor x, float s);
 
@@ -177,11 +206,15 @@ struct LinearPart {
 // linear() per part.
 void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
 
-// out = silu(x · w_gateᵀ + b_gate) * (x · w_upᵀ + b_up).   out [m, f]; x [m, k]; w_gate, w_up [f, k] (one
-// dtype); biases [f] or empty. CPU: linear, linear, silu_mul through f32 temporaries (allocated per call).
-// CUDA: one GEMV launch per 8 rows of x that keeps gate and up in f32 (made for decode-sized m).
+// The gating of the fused gate/up ops: kSilu = silu_mul (SwiGLU), kGeluTanh = gelu_tanh_mul (GeGLU).
+enum class GluAct : uint8_t { kSilu, kGeluTanh };
+
+// out = act(x · w_gateᵀ + b_gate) * (x · w_upᵀ + b_up), act = silu (default) or gelu_tanh.   out [m, f];
+// x [m, k]; w_gate, w_up [f, k] (one dtype); biases [f] or empty. CPU: linear, linear, then silu_mul or
+// gelu_tanh_mul through f32 temporaries (allocated per call). CUDA: one GEMV launch per 8 rows of x that
+// keeps gate and up in f32 (made for decode-sized m).
 void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate = {},
-                   Tensor b_up = {});
+                   Tensor b_up = {}, GluAct act = GluAct::kSilu);
 
 // One quantized matrix of linear_q_multi.
 struct QuantLinearPart {
@@ -196,12 +229,13 @@ struct QuantLinearPart {
 // (batch invariant; same kernel as linear_q), else linear_q per part.
 void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts);
 
-// out = silu(x · dequant(w_gate)ᵀ + b_gate) * (x · dequant(w_up)ᵀ + b_up).   out [m, f]; x [m, k]; w_gate,
-// w_up [f, k] quantized with one bits, group size and scale dtype; biases [f] or empty. CPU: linear_q,
-// linear_q, silu_mul through f32 temporaries (allocated per call). CUDA: one GEMV launch per 8 rows of x
-// (4/8 bits, bf16 x), else the GEMV per matrix into f32 scratch and silu_mul (made for decode-sized m).
+// out = act(x · dequant(w_gate)ᵀ + b_gate) * (x · dequant(w_up)ᵀ + b_up), act = silu (default) or gelu_tanh.
+// out [m, f]; x [m, k]; w_gate, w_up [f, k] quantized with one bits, group size and scale dtype; biases [f]
+// or empty. CPU: linear_q, linear_q, then silu_mul or gelu_tanh_mul through f32 temporaries (allocated per
+// call). CUDA: one GEMV launch per 8 rows of x (4/8 bits, bf16 x), else the GEMV per matrix into f32
+// scratch and the activation op (made for decode-sized m).
 void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
-                     Tensor b_gate = {}, Tensor b_up = {});
+                     Tensor b_gate = {}, Tensor b_up = {}, GluAct act = GluAct::kSilu);
 
 // rope(q), rope(k) (skipped when p.rotary_dim is 0), then kv_write(cache, k, v, slot_mapping): q and k are
 // rotated in place.   q [n_tokens, n_heads, head_dim]; k, v [n_tokens, n_kv_heads, head_dim]; positions

@@ -3,6 +3,8 @@
 #include "model/layers.h"
 
 #include <array>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -173,17 +175,27 @@ bool fusable_q_swiglu(const Linear& gate, const Linear& up) {
          (gate.b.empty() || up.b.empty() || gate.b.dtype == up.b.dtype);
 }
 
-void swiglu_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
-                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf) {
-  const bool decode = h.device.is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens;
+namespace {
+bool fused_glu_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("BUNSEN_FUSED_GLU");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
+}  // namespace
+
+void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
+               Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf, kernels::GluAct kind) {
+  const bool decode = h.device.is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fused_glu_enabled();
   if (decode && !gate.quantized() && !up.quantized() && gate.w.dtype == up.w.dtype) {
-    kernels::linear_swiglu(ctx, act, h, gate.w, up.w, gate.b, up.b);
+    kernels::linear_swiglu(ctx, act, h, gate.w, up.w, gate.b, up.b, kind);
   } else if (decode && fusable_q_swiglu(gate, up)) {
-    kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b);
+    kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b, kind);
   } else {
-    gate(ctx, gate_buf, h);
-    up(ctx, up_buf, h);
-    kernels::silu_mul(ctx, act, gate_buf, up_buf);
+    project(ctx, h, {{&gate, gate_buf}, {&up, up_buf}});
+    kind == kernels::GluAct::kGeluTanh ? kernels::gelu_tanh_mul(ctx, act, gate_buf, up_buf)
+                                       : kernels::silu_mul(ctx, act, gate_buf, up_buf);
   }
   down(ctx, out, act);
 }

@@ -69,12 +69,15 @@ void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<co
 // one group size and scale dtype.
 bool fusable_q_swiglu(const Linear& gate, const Linear& up);
 
-// out = down(silu(gate(h)) * up(h)) for a SwiGLU MLP. Decode-sized CUDA steps (h.dim(0) <=
-// kFusedDecodeMaxTokens) run gate, up and the gating as one launch into act (linear_swiglu when both are
-// float of one dtype, linear_q_swiglu when fusable_q_swiglu); otherwise gate and up go into gate_buf / up_buf
-// and silu_mul into act (on the CPU always: the plain ops in that order). act, gate_buf, up_buf: [n, f].
-void swiglu_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
-                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf);
+// out = down(act(gate(h)) * up(h)) for a gated MLP (SwiGLU: silu; GeGLU: tanh GELU). Decode-sized CUDA
+// steps (h.dim(0) <= kFusedDecodeMaxTokens) run gate, up and the gating as one launch into act
+// (linear_swiglu when both are float of one dtype, linear_q_swiglu when fusable_q_swiglu); otherwise gate
+// and up go into gate_buf / up_buf through project() and silu_mul / gelu_tanh_mul into act (on the CPU
+// always: the plain ops in that order). BUNSEN_FUSED_GLU=0 (read once) turns the fused launch off, for
+// A/B runs. act, gate_buf, up_buf: [n, f].
+void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
+               Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf,
+               kernels::GluAct kind = kernels::GluAct::kSilu);
 
 // One 2-D workspace tensor of a step.
 struct WorkspaceSpec {

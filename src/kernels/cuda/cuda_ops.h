@@ -216,9 +216,11 @@ struct DevLinearPart {
 // weight, output and bias dtypes; otherwise linear() per part.
 constexpr int kMaxLinearParts = 4;
 void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts);
-// out = silu(x · gateᵀ + b_gate) * (x · upᵀ + b_up) with gate and up kept in f32: one GEMV launch per
-// kGemvMaxM rows of x, whatever m. gate.w and up.w share a dtype, their biases too.
-void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up);
+// out = act(x · gateᵀ + b_gate) * (x · upᵀ + b_up), act = silu or (gelu_tanh) tanh-GELU, with gate and up
+// kept in f32: one GEMV launch per kGemvMaxM rows of x, whatever m. gate.w and up.w share a dtype, their
+// biases too.
+void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
+                   bool gelu_tanh = false);
 // rope(q), rope(k) (none when rotary_dim is 0), then kv_write(cache, k, v, slots), in one launch; q and
 // k are rotated in place. q and k share a dtype.
 struct DevRopeKv {

@@ -3,7 +3,7 @@
 // weight rows of one matrix and streams them with 16-byte non-allocating loads, two iterations of 8
 // chunks per lane in flight (double buffered; the first issued before the programmatic-dependent-launch
 // wait), reusing every loaded chunk for all (<= 8) rows of x; f32 accumulation, warp-shuffle (and
-// shared-memory) reduction, bias, SiLU-gating and output conversion fused into the store. One launch
+// shared-memory) reduction, bias, SiLU or tanh-GELU gating and output conversion fused into the store. One launch
 // covers up to kGemvMaxParts matrices that share x (q/k/v, gate/up): each warp group picks its matrix
 // by row range. Unaligned rows go to a generic element-wise kernel with the same structure.
 // Not a GEMM: m > kGemvMaxM with n >= 16 goes to cuBLASLt (gemm.cu) unless forced. Invariants: every output element
@@ -11,6 +11,7 @@
 // (n, k, dtypes), never on m, so a row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -133,7 +134,8 @@ __device__ __forceinline__ float bias_of(const GemvPart& p, DType t, int64_t j) 
 }
 
 // tot[i][r] holds the complete sums in every lane of the calling warp; lane (i * kOut + r) % 32 adds
-// the bias (and for gated launches applies silu(gate) * up) and stores output (i, n0 + r).
+// the bias (and for gated launches applies silu(gate) * up or gelu_tanh(gate) * up) and stores output
+// (i, n0 + r).
 template <int kM, int kRows, bool kGlu>
 __device__ __forceinline__ void store_outputs(const GemvMultiArgs& a, const float (&tot)[kM][kRows], int part,
                                               int64_t n0, int lane) {
@@ -147,7 +149,7 @@ __device__ __forceinline__ void store_outputs(const GemvMultiArgs& a, const floa
       float v = tot[i][r] + bias_of(p, a.bias_dtype, n0 + r);
       if constexpr (kGlu) {
         const float up = tot[i][kOut + r] + bias_of(a.part[1], a.bias_dtype, n0 + r);
-        v = v / (1.0f + expf(-v)) * up;  // silu_mul's formula
+        v = a.gelu_tanh ? gelu_tanh(v) * up : v / (1.0f + expf(-v)) * up;  // gelu_tanh_mul's / silu_mul's formula
       }
       store_any(p.out, a.out_dtype, i * p.out_stride + n0 + r, v);
     }

@@ -3,8 +3,8 @@
 // k; each lane streams its quarter of every scale group of 2 rows with non-allocating vector loads (two
 // pipeline stages in flight, the first issued before the programmatic-dependent-launch wait), turns the
 // codes into exact bf16 integers and feeds mma.m16n8k16 (rows x tokens, f32 accumulate); per group and row
-// acc += scale * sum(q * x) + bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU gating and
-// the output conversion are fused into the store. Three kernels:
+// acc += scale * sum(q * x) + bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU (or
+// tanh-GELU) gating and the output conversion are fused into the store. Three kernels:
 // - gemv_qmma_tile_kernel (the default at 4 bits, group 64, bf16 x, k % 512 == 0): as the next one, but each
 //   warp's weights arrive as 16-row x 256-byte tiles copied with cp.async into its shared memory (long
 //   contiguous row reads instead of 32 bytes of 8 rows per load; scales and biases in the same copies).
@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/gemv_qmma.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/mma_sync.cuh"
@@ -231,7 +232,7 @@ __device__ __forceinline__ void compute_stage(const Stage<kBits, kGroup, SBT>& s
 }
 
 // Lane (g, t) holds v[e] for mma row g + 8 * (e >> 1), token 2t + (e & 1): adds the bias (gated: applies
-// silu(gate) * up) and stores the valid outputs.
+// silu(gate) * up, or gelu_tanh(gate) * up) and stores the valid outputs.
 template <bool kGlu>
 __device__ __forceinline__ void store_tile(const QMmaArgs& a, int part, int64_t n0, int g, int t,
                                            const float (&v)[4]) {
@@ -246,7 +247,9 @@ __device__ __forceinline__ void store_tile(const QMmaArgs& a, int part, int64_t 
       const int64_t i = 2 * t + e;
       if (i >= a.m) continue;
       const float gate = v[e] + bg, up = v[2 + e] + bu;
-      store_any(pg.out, a.out_dtype, i * pg.out_stride + row, gate / (1.0f + expf(-gate)) * up);  // silu_mul's formula
+      // gelu_tanh_mul's / silu_mul's formula (a.gelu_tanh is uniform over the launch)
+      const float act = a.gelu_tanh ? gelu_tanh(gate) * up : gate / (1.0f + expf(-gate)) * up;
+      store_any(pg.out, a.out_dtype, i * pg.out_stride + row, act);
     }
   } else {
     const QMmaPart& p = a.part[part];

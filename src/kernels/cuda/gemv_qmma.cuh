@@ -22,11 +22,13 @@ struct QMmaPart {
 };
 
 // Matrices sharing x, computed by one launch over their concatenated rows. glu: exactly two parts (gate,
-// up) of the same n; the launch writes silu(gate · x + b_gate) * (up · x + b_up) into part[0].out.
+// up) of the same n; the launch writes act(gate · x + b_gate) * (up · x + b_up) into part[0].out, act =
+// silu, or gelu_tanh (activation.cuh) when gelu_tanh is set (a uniform branch in the store).
 struct QMmaArgs {
   QMmaPart part[kQMmaMaxParts];
   int n_parts = 0;
   bool glu = false;
+  bool gelu_tanh = false;  // glu only
   const void* x = nullptr;  // [m, k] x_dtype (bf16 to fit), row stride x_stride (elements)
   int64_t x_stride = 0, m = 0, k = 0;
   int bits = 4, group_size = 64;

@@ -73,11 +73,13 @@ constexpr int kGemvMaxParts = 4;
 
 // Several matrices sharing x and all dtypes, computed by one launch over their concatenated rows (each
 // warp group works inside one part). glu: exactly two parts (gate, up) of the same n, and the launch
-// writes out = silu(gate · x + b_gate) * (up · x + b_up) into part[0].out (part[1].out is unused).
+// writes out = act(gate · x + b_gate) * (up · x + b_up) into part[0].out (part[1].out is unused), act =
+// silu, or gelu_tanh (activation.cuh) when gelu_tanh is set (a uniform branch in the store).
 struct GemvMultiArgs {
   GemvPart part[kGemvMaxParts];
   int n_parts = 0;
   bool glu = false;
+  bool gelu_tanh = false;  // glu only
   const void* x = nullptr;  // [m, k] f32|bf16, row stride x_stride
   int64_t x_stride = 0, m = 0, k = 0;
   DType w_dtype = DType::kBF16, x_dtype = DType::kF32, out_dtype = DType::kF32, bias_dtype = DType::kF32;

@@ -1,8 +1,9 @@
 // Host entry points of the fused decode projections: linear_multi (q/k/v or any matrices sharing x in one
-// GEMV launch) and linear_swiglu (gate/up GEMV with silu(gate) * up in the store). Not kernels (gemv.cu)
-// and not validation (dispatch_fused.cpp). Invariants: linear_multi runs the GEMV kernel linear() runs
-// (f32 accumulation, batch invariant) and falls back to one linear() per part whenever the parts cannot
-// share a launch or m is GEMM-sized; linear_swiglu never rounds gate or up before the gating.
+// GEMV launch) and linear_swiglu (gate/up GEMV with silu(gate) * up or gelu_tanh(gate) * up in the store).
+// Not kernels (gemv.cu) and not validation (dispatch_fused.cpp). Invariants: linear_multi runs the GEMV
+// kernel linear() runs (f32 accumulation, batch invariant) and falls back to one linear() per part
+// whenever the parts cannot share a launch or m is GEMM-sized; linear_swiglu never rounds gate or up
+// before the gating.
 #include "kernels/cuda/linear.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -59,7 +60,8 @@ void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_par
   check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
 }
 
-void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up) {
+void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
+                   bool gelu_tanh) {
   if (x.n_rows == 0 || gate.w.n_rows == 0) return;
   if (gate.w.dtype != up.w.dtype || gate.w.n_rows != up.w.n_rows ||
       (gate.bias != nullptr && up.bias != nullptr && gate.bias_dtype != up.bias_dtype))
@@ -74,6 +76,7 @@ void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& ga
   a.part[1].out_stride = out.stride;
   a.n_parts = 2;
   a.glu = true;
+  a.gelu_tanh = gelu_tanh;
   gemv_multi(as_stream(stream), a);
   check_launch("linear_swiglu", [&] { return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " +
                                              rows_desc("gate", gate.w); });

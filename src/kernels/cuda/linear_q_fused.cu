@@ -1,9 +1,10 @@
 // Host entry points of the fused quantized decode projections: linear_q_multi (q/k/v or any quantized
-// matrices sharing x in one tensor-core GEMV launch) and linear_q_swiglu (gate/up with silu(gate) * up in
-// the store). Not kernels (gemv_qmma.cu) and not validation (dispatch_quant.cpp).
+// matrices sharing x in one tensor-core GEMV launch) and linear_q_swiglu (gate/up with silu(gate) * up or
+// gelu_tanh(gate) * up in the store). Not kernels (gemv_qmma.cu) and not validation (dispatch_quant.cpp).
 // Invariants: the fused launches run the kernel linear_q runs for each part (same k split for the same
 // shapes, f32 accumulation, batch invariant); whatever does not fit it falls back to linear_q per part, or
-// for the gated op to the GEMV per matrix into f32 scratch + silu_mul (gate and up never rounded).
+// for the gated op to the GEMV per matrix into f32 scratch + silu_mul / gelu_tanh_mul (gate and up never
+// rounded).
 #include "kernels/cuda/gemv_qmma.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -77,7 +78,8 @@ void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_pa
   for (int p = 0; p < n_parts; ++p) linear_q(stream, parts[p].out, x, parts[p].w, parts[p].bias, parts[p].bias_dtype);
 }
 
-void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up) {
+void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
+                     bool gelu_tanh) {
   const int64_t m = x.n_rows, f = gate.w.rows;
   if (m == 0 || f == 0) return;
   if (!same_quant(gate.w, up.w) || gate.w.rows != up.w.rows ||
@@ -92,6 +94,7 @@ void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& g
   q.part[1] = qmma_part(up, out.data, out.stride);  // unused by the gated store
   q.n_parts = 2;
   q.glu = true;
+  q.gelu_tanh = gelu_tanh;
   const int64_t x_elem = dtype_size(x.dtype), out_elem = dtype_size(out.dtype);
   QMmaArgs first = q;
   first.m = m < kGemvMaxM ? m : kGemvMaxM;
@@ -111,7 +114,7 @@ void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& g
   const DevRows g{base, DType::kF32, m, f, f}, u{base + bytes, DType::kF32, m, f, f};
   linear_q_gemv(s, g, x, gate.w, gate.bias, gate.bias_dtype);
   linear_q_gemv(s, u, x, up.w, up.bias, up.bias_dtype);
-  silu_mul(stream, out, g, u);
+  gelu_tanh ? gelu_tanh_mul(stream, out, g, u) : silu_mul(stream, out, g, u);
 }
 
 }  // namespace bunsen::kernels::cuda

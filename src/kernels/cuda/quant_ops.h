@@ -46,10 +46,12 @@ struct DevQuantPart {
 // x, aligned rows, one output and bias dtype); otherwise linear_q per part.
 void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_parts);
 
-// out = silu(x · dequant(gate.w)ᵀ + b_gate) * (x · dequant(up.w)ᵀ + b_up), gate and up kept in f32: one
-// launch per kGemvMaxM rows of x when the tensor-core GEMV fits; otherwise the GEMV per matrix into f32
-// scratch and silu_mul. gate.w and up.w share shape, bits, group size and scale dtype.
-void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up);
+// out = act(x · dequant(gate.w)ᵀ + b_gate) * (x · dequant(up.w)ᵀ + b_up), act = silu or (gelu_tanh)
+// tanh-GELU, gate and up kept in f32: one launch per kGemvMaxM rows of x when the tensor-core GEMV fits;
+// otherwise the GEMV per matrix into f32 scratch and silu_mul / gelu_tanh_mul. gate.w and up.w share
+// shape, bits, group size and scale dtype.
+void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
+                     bool gelu_tanh = false);
 
 // out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32|bf16; ids [n] i32 on the device.
 void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t* ids, float scale);

@@ -5,7 +5,8 @@
 // the sliding layers), a GeGLU MLP (tanh GELU), the embedding scaled by sqrt(d_model) and the final logit
 // soft-cap. Checkpoint quirks resolved at load: the language model's key prefix (HF 5.x, the gemma3
 // wrapper's model.language_model., the Hub/MLX language_model.model.), tied heads, MLX-quantized modules.
-// Runs where its weights live: f32 activations on the CPU; on CUDA an f32 residual stream, bf16 otherwise.
+// Runs where its weights live: f32 activations on the CPU; on CUDA an f32 residual stream, bf16 otherwise,
+// and decode steps run the MLP's gate/up/GeGLU as one launch (gated_mlp).
 // Sliding layers write and read through StepBatch::slots_for/tables_for(window): the Runner's sliding block
 // space when it has one, the shared tables otherwise.
 #include "model/arch/gemma.h"
@@ -192,9 +193,7 @@ void Gemma::attention_block(const ForwardArgs& a, const GemmaLayer& l, const ker
 }
 
 void Gemma::mlp_block(kernels::Context& ctx, const GemmaLayer& l, Tensor h, Tensor out) {
-  project(ctx, h, {{&l.gate, gate_}, {&l.up, up_}});  // one GEMV launch for both on CUDA decode steps
-  kernels::gelu_tanh_mul(ctx, act_, gate_, up_);
-  l.down(ctx, out, act_);
+  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_, kernels::GluAct::kGeluTanh);
 }
 
 void Gemma::forward(const ForwardArgs& a) {

@@ -182,7 +182,7 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
 }
 
 void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
-  swiglu_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
+  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
 }
 
 void LlamaLike::forward(const ForwardArgs& a) {

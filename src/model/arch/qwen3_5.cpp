@@ -167,7 +167,7 @@ void Hybrid::mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
   const int64_t f = l.mlp.gate.out_features();
   Tensor gate = gate_.slice(1, 0, f), up = up_.slice(1, 0, f), act = act_.slice(1, 0, f);
   const Tensor dense_out = l.moe ? shared_ : out;
-  swiglu_mlp(ctx, l.mlp.gate, l.mlp.up, l.mlp.down, h, dense_out, act, gate, up);
+  gated_mlp(ctx, l.mlp.gate, l.mlp.up, l.mlp.down, h, dense_out, act, gate, up);
   if (!l.moe) return;
   moe_forward(ctx, *l.moe, out, h, moe_buf_);
   // [n, 1]: on CUDA a narrow output stays on the GEMV for any n (gemv.cu). It once ran as [1, n] = w . h^T

@@ -200,7 +200,7 @@ void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kerne
 
 void Qwen3Moe::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
   if (l.moe) return moe_forward(ctx, *l.moe, out, h, moe_buf_);
-  swiglu_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
+  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
 }
 
 void Qwen3Moe::forward(const ForwardArgs& a) {
