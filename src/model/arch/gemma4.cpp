@@ -6,12 +6,17 @@
 // Attention: q/k RMSNorm over head_dim, v RMSNorm without weight, scale 1, per-layer head_dim and KV heads,
 // K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write none).
 // Sliding layers (and the KV-shared layers of a sliding source) use StepBatch::slots_for/tables_for(window).
+// Row-wise chains run fused (kernels::rms_norm_qkv; kernels::post_norm_residual, whose last call of a layer
+// also applies the layer scalar and the next layer's in_norm into h); BUNSEN_GEMMA4_FUSED_NORMS=0 selects the
+// unfused op sequence, which gives bit-identical results on the CPU.
 // Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or the layer plan (gemma4_params.cpp).
 #include "model/arch/gemma4.h"
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <span>
+#include <string_view>
 #include <utility>
 
 #include "core/status.h"
@@ -35,6 +40,12 @@ struct StepBuffers {
   MoeBuffers moe_buf;
 };
 
+// BUNSEN_GEMMA4_FUSED_NORMS=0: the unfused norm sequence (A/B runs, bisection); read once per model.
+bool fused_norms_from_env() {
+  const char* v = std::getenv("BUNSEN_GEMMA4_FUSED_NORMS");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 // A contiguous [rows, cols] view over the start of a wider buffer (per-layer widths differ).
 Tensor narrow(const Tensor& buf, int64_t cols) {
   return Tensor::view(buf.data, buf.dtype, {buf.dim(0), cols}, buf.device);
@@ -47,7 +58,8 @@ class Gemma4 final : public Model {
         p_(gemma4_params(cfg)),
         weights_(std::move(weights)),
         act_dtype_(weights_.device().is_cuda() ? DType::kBF16 : DType::kF32),
-        w_(load_gemma4_weights(weights_, cfg_, p_)) {}
+        w_(load_gemma4_weights(weights_, cfg_, p_)),
+        fused_norms_(fused_norms_from_env()) {}
 
   const ModelConfig& config() const override { return cfg_; }
   Device device() const override { return weights_.device(); }
@@ -75,13 +87,15 @@ class Gemma4 final : public Model {
   void embed(kernels::Context& ctx, const StepBatch& b, const StepBuffers& s, ActivationHook* hook);
   void attention(const ForwardArgs& a, size_t i, const StepBuffers& s);
   void feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s);
-  void per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s);
+  void per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s, const Tensor& next_in_norm);
+  void qkv_norms(kernels::Context& ctx, size_t i, const Tensor& q, const Tensor& k, const Tensor& v);
 
   ModelConfig cfg_;
   Gemma4Params p_;
   WeightStore weights_;
   DType act_dtype_;  // f32 on the CPU, bf16 on CUDA
   Gemma4Weights w_;
+  bool fused_norms_;  // see fused_norms_from_env
 };
 
 template <typename Take>
@@ -137,32 +151,55 @@ void Gemma4::embed(kernels::Context& ctx, const StepBatch& b, const StepBuffers&
   kernels::scale(ctx, s.ple, static_cast<float>(1.0 / std::sqrt(2.0)));
 }
 
+// Head norms of layer i, in place over head_dim rows: q_norm(q), and unless the layer is KV-shared, k_norm(k)
+// and the weightless v norm of v (K=V layers: of the raw k projection, read before k is normalised).
+void Gemma4::qkv_norms(kernels::Context& ctx, size_t i, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const Gemma4Layer& pl = p_.layers[i];
+  const Gemma4LayerWeights& l = w_.layers[i];
+  const int64_t hd = pl.head_dim;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const Tensor q_heads = q.reshape({q.dim(0) * q.dim(1) / hd, hd});
+  const bool own_kv = pl.kv_source < 0;
+  const Tensor k_heads = own_kv ? k.reshape({k.dim(0) * k.dim(1) / hd, hd}) : Tensor{};
+  const Tensor v_heads = own_kv ? v.reshape({v.dim(0) * v.dim(1) / hd, hd}) : Tensor{};
+  if (fused_norms_) {
+    kernels::QkvNorm qn;
+    qn.q = q_heads;
+    qn.q_w = l.q_norm;
+    qn.k = k_heads;
+    qn.k_w = own_kv ? l.k_norm : Tensor{};
+    qn.v = v_heads;  // v_w empty: v_norm has no weight
+    qn.v_from_k = own_kv && pl.k_eq_v;
+    kernels::rms_norm_qkv(ctx, qn, eps);
+    return;
+  }
+  kernels::rms_norm(ctx, q_heads, q_heads, l.q_norm, eps);
+  if (!own_kv) return;
+  const Tensor ones = w_.ones.slice(0, 0, hd);  // v_norm has no weight
+  if (pl.k_eq_v) kernels::rms_norm(ctx, v_heads, k_heads, ones, eps);  // v = the raw k projection
+  else kernels::rms_norm(ctx, v_heads, v_heads, ones, eps);
+  kernels::rms_norm(ctx, k_heads, k_heads, l.k_norm, eps);
+}
+
 void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const Gemma4Layer& pl = p_.layers[i];
   const Gemma4LayerWeights& l = w_.layers[i];
   const int64_t n = b.n_tokens(), hd = pl.head_dim, nh = cfg_.n_heads, nkv = pl.n_kv_heads;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const kernels::RopeParams rope{l.inv_freq.data(), static_cast<int>(hd), 1.0f};
   Tensor q = narrow(s.q, nh * hd), o = narrow(s.attn, nh * hd);
   Tensor k = narrow(s.k, nkv * hd), v = narrow(s.v, nkv * hd);
   if (pl.kv_source >= 0) project(ctx, s.h, {{&l.q, q}});
   else if (pl.k_eq_v) project(ctx, s.h, {{&l.q, q}, {&l.k, k}});
   else project(ctx, s.h, {{&l.q, q}, {&l.k, k}, {&l.v, v}});
-  Tensor q_heads = q.reshape({n * nh, hd});
-  kernels::rms_norm(ctx, q_heads, q_heads, l.q_norm, eps);
+  qkv_norms(ctx, i, q, k, v);
   Tensor q3 = q.reshape({n, nh, hd}), o3 = o.reshape({n, nh, hd});
   // A KV-shared layer reads its source layer's cache (already holding this step's keys and values).
   const kernels::PagedKv& kv = a.kv[static_cast<size_t>(pl.kv_source >= 0 ? pl.kv_source : static_cast<int>(i))];
   if (pl.kv_source >= 0) {
     kernels::rope(ctx, q3, b.positions, rope);
   } else {
-    Tensor k_heads = k.reshape({n * nkv, hd}), v_heads = v.reshape({n * nkv, hd});
-    const Tensor ones = w_.ones.slice(0, 0, hd);  // v_norm has no weight
-    if (pl.k_eq_v) kernels::rms_norm(ctx, v_heads, k_heads, ones, eps);  // v = the raw k projection
-    else kernels::rms_norm(ctx, v_heads, v_heads, ones, eps);
-    kernels::rms_norm(ctx, k_heads, k_heads, l.k_norm, eps);
     kernels::rope_kv_write(ctx, q3, k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), kv, b.positions,
                            b.slots_for(pl.window), rope);
   }
@@ -190,9 +227,7 @@ void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s)
   const int64_t ff = p_.layers[i].d_ff;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor gate = narrow(s.gate, ff), up = narrow(s.up, ff), act = narrow(s.act, ff);
-  project(ctx, s.h, {{&l.gate, gate}, {&l.up, up}});
-  kernels::gelu_tanh_mul(ctx, act, gate, up);
-  l.down(ctx, s.proj, act);
+  gated_mlp(ctx, l.gate, l.up, l.down, s.h, s.proj, act, gate, up, kernels::GluAct::kGeluTanh);
   if (!p_.moe) return;
   kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm_1, eps);
   // Router input: rms_norm(x) * router.scale * d^-0.5; expert input: pre_ffw_norm_2(x).
@@ -204,15 +239,25 @@ void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s)
   kernels::add_scaled(ctx, s.proj, s.moe);
 }
 
-// x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple[:, layer]))
-void Gemma4::per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s) {
+// x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple[:, layer])); fused: then x *= layer_scalar and
+// h = next_in_norm(x) when next_in_norm is given (the layer's last op).
+void Gemma4::per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s, const Tensor& next_in_norm) {
   const Gemma4LayerWeights& l = w_.layers[i];
   const int64_t pd = p_.ple_dim;
   l.ple_gate(ctx, s.ple_gate, s.x);
   const Tensor ple_i = s.ple.slice(1, static_cast<int64_t>(i) * pd, static_cast<int64_t>(i + 1) * pd);
   kernels::gelu_tanh_mul(ctx, s.ple_act, s.ple_gate, ple_i);
   l.ple_proj(ctx, s.proj, s.ple_act);
-  kernels::rms_norm(ctx, s.proj, s.proj, l.post_ple_norm, static_cast<float>(cfg_.rms_norm_eps));
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  if (fused_norms_) {
+    const bool next = !next_in_norm.empty();
+    kernels::post_norm_residual(ctx,
+                                {.x = s.x, .y = s.proj, .w_post = l.post_ple_norm, .out = next ? s.h : Tensor{},
+                                 .w_next = next_in_norm, .x_scale = l.layer_scalar},
+                                eps);
+    return;
+  }
+  kernels::rms_norm(ctx, s.proj, s.proj, l.post_ple_norm, eps);
   kernels::add_scaled(ctx, s.x, s.proj);
 }
 
@@ -229,18 +274,37 @@ void Gemma4::forward(const ForwardArgs& a) {
   if (p_.moe) s.moe_buf = alloc_moe_buffers(ws, w_.layers[0].moe.spec, n);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   embed(ctx, b, s, a.hook);
+  // Fused: each layer's last op leaves h = the next layer's in_norm(x), so only layer 0 norms here.
+  if (fused_norms_ && !w_.layers.empty()) kernels::rms_norm(ctx, s.h, s.x, w_.layers[0].in_norm, eps);
   for (size_t i = 0; i < w_.layers.size(); ++i) {
     const Gemma4LayerWeights& l = w_.layers[i];
-    kernels::rms_norm(ctx, s.h, s.x, l.in_norm, eps);
+    const Tensor next_in = i + 1 < w_.layers.size() ? w_.layers[i + 1].in_norm : Tensor{};
+    if (!fused_norms_) kernels::rms_norm(ctx, s.h, s.x, l.in_norm, eps);
     attention(a, i, s);
-    kernels::rms_norm(ctx, s.proj, s.proj, l.post_attn_norm, eps);
-    kernels::add_rms_norm(ctx, s.h, s.x, s.proj, l.pre_ffw_norm, eps);
+    if (fused_norms_) {
+      kernels::post_norm_residual(
+          ctx, {.x = s.x, .y = s.proj, .w_post = l.post_attn_norm, .out = s.h, .w_next = l.pre_ffw_norm}, eps);
+    } else {
+      kernels::rms_norm(ctx, s.proj, s.proj, l.post_attn_norm, eps);
+      kernels::add_rms_norm(ctx, s.h, s.x, s.proj, l.pre_ffw_norm, eps);
+    }
     feed_forward(ctx, i, s);
     if (p_.moe) hook_routing(a.hook, static_cast<int>(i), s.moe_buf);
-    kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm, eps);
-    kernels::add_scaled(ctx, s.x, s.proj);
-    if (p_.ple_dim > 0) per_layer_input(ctx, i, s);
-    if (l.layer_scalar != 1.0f) kernels::scale(ctx, s.x, l.layer_scalar);
+    const bool ends_layer = p_.ple_dim == 0;  // without PLE the ffw residual is the layer's last op
+    if (fused_norms_ && ends_layer) {
+      const Tensor out = next_in.empty() ? Tensor{} : s.h;
+      kernels::post_norm_residual(ctx,
+                                  {.x = s.x, .y = s.proj, .w_post = l.post_ffw_norm, .out = out,
+                                   .w_next = next_in, .x_scale = l.layer_scalar},
+                                  eps);
+    } else if (fused_norms_) {
+      kernels::post_norm_residual(ctx, {.x = s.x, .y = s.proj, .w_post = l.post_ffw_norm}, eps);
+    } else {
+      kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm, eps);
+      kernels::add_scaled(ctx, s.x, s.proj);
+    }
+    if (p_.ple_dim > 0) per_layer_input(ctx, i, s, next_in);
+    if (!fused_norms_ && l.layer_scalar != 1.0f) kernels::scale(ctx, s.x, l.layer_scalar);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), s.x);
   }
   kernels::gather_rows(ctx, s.xo, s.x, b.logit_rows);
