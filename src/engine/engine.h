@@ -259,6 +259,12 @@ class Engine final : public Backend {
   // The deepest prefix of s deeper than `above` blocks (keys: s's first blocks) whose snapshot the disk
   // index lists (no I/O), in blocks; 0 when none.
   int64_t ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above);
+  // The SSD tier's namespace for a sequence namespace: hybrids' snapshots (K/V + linear-attention state,
+  // format version 3) live under their own, so a file written without the state is never found by them.
+  uint64_t ssd_namespace(uint64_t ns) const;
+  // Hybrids: the deepest d <= n (keys: s's first blocks, at least n) whose block d - 1 has a device
+  // checkpoint (kv::StateCheckpoints::holds, nothing changes); 0 when none.
+  int64_t deepest_checkpoint(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t n) const;
   // One restore in flight: what the engine holds for it until its job is done.
   struct SsdRestore {
     SeqId seq = 0;
@@ -271,6 +277,7 @@ class Engine final : public Backend {
     std::vector<kv::BlockId> swa_held;  // sliding window blocks the device had (referenced)
     std::vector<int64_t> swa_missing;   // sliding window block indices restored from the file ...
     std::vector<kv::BlockId> fresh_swa;  // ... into these blocks
+    int32_t checkpoint = -1;  // hybrids: the reserved checkpoint slot the file's state is copied into
   };
   // Releases what `r` holds; when its job succeeded (and was not cancelled) the restored blocks are cached.
   void ssd_finish_restore(SsdRestore& r);
@@ -323,6 +330,14 @@ class Engine final : public Backend {
   void ram_put_window(const Sequence& s, std::span<const kv::BlockKey> keys, const RamWindow& w,
                       std::span<const kv::BlockId> fresh);
   void ram_copy(const RamSpace& ram, const BlockSpace& space, int32_t slot, kv::BlockId block, bool to_device);
+  // Hybrids: the RAM tier's linear-attention checkpoints (state_ram_). open: its share of `bytes` (returned,
+  // 0 when off); store: the evict hook of checkpoints_ (a checkpoint about to be replaced is copied out);
+  // pick: the hit a RAM restore aims at, the deepest d in (before, n_full] with a checkpoint on the device
+  // or in RAM (*ram_slot: the RAM slot to bring back, pinned, or -1).
+  uint64_t ram_open_state(uint64_t bytes);
+  void ram_store_state(kv::BlockKey key, kv::BlockKey parent, std::span<const int32_t> tokens, int32_t slot);
+  int64_t ram_pick_checkpoint(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t before, int64_t n_full,
+                              int32_t* ram_slot);
   void ram_publish_stats();
   void fill_ram_stats(EngineStats& s) const;
 
@@ -357,6 +372,7 @@ class Engine final : public Backend {
   BlockSpace swa_blocks_;                          // the sliding space's (empty without one)
   RamSpace ram_;                                   // RAM tier of the full space (tier null: the RAM tier is off)
   RamSpace swa_ram_;                               // ... of the sliding space (on with ram_ when there is one)
+  RamSpace state_ram_;                             // ... hybrids: linear-attention checkpoints (one per slot)
   bool ram_failed_ = false;                        // a copy failed: stores and restores stop
   mutable std::mutex ram_stats_mu_;
   kv::RamTierStats ram_stats_, swa_ram_stats_;     // copies for other threads (guarded by ram_stats_mu_)

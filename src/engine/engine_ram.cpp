@@ -13,6 +13,12 @@
 // sliding prefix cache evicts, under the same keys; a restore brings back, with the full-space blocks, the
 // sliding blocks of the window at the deepest hit whose window is on the device or in RAM (engine_tiers.cpp),
 // and only full-space blocks up to that hit.
+// Hybrid models: a third RamTier (state_ram_, a share of the bytes) holds linear-attention checkpoints. The
+// device's kv::StateCheckpoints calls ram_store_state() before it replaces a checkpoint, which copies it out
+// (runner's stream, ordered before the copy that overwrites the slot). A restore aims at the deepest block
+// boundary past the device's deepest checkpoint that has a checkpoint on the device or in RAM; blocks past it
+// are not restored (a hit without the state there would be cut back anyway), and a checkpoint from RAM is
+// inserted into a device slot (host-to-device copy on the same stream) before admission looks for it.
 #include <algorithm>
 #include <cstring>
 
@@ -61,7 +67,14 @@ void Engine::ram_open() {
     swa_bytes = std::min(full_bytes, std::max<uint64_t>(swa_bytes, window * swa_blocks_.per_block()));
     full_bytes -= swa_bytes;
   }
-  if (!ram_open_space(ram_, blocks_, full_bytes, "")) return;
+  if (checkpoints_) full_bytes -= ram_open_state(full_bytes);
+  if (!ram_open_space(ram_, blocks_, full_bytes, "")) {
+    state_ram_ = RamSpace{};
+    return;
+  }
+  if (state_ram_.tier)
+    checkpoints_->set_evict_hook([this](kv::BlockKey key, kv::BlockKey parent, std::span<const int32_t> tokens,
+                                        int32_t slot) { ram_store_state(key, parent, tokens, slot); });
   if (swa_cache_ && !ram_open_space(swa_ram_, swa_blocks_, swa_bytes, "sliding-window ")) {
     ram_ = RamSpace{};
     return;
@@ -119,6 +132,64 @@ void Engine::ram_store(RamSpace& ram, const BlockSpace& space, kv::BlockKey key,
     ram_failed_ = true;
   }
   ram_publish_stats();
+}
+
+// A quarter of the RAM tier's bytes, at least one checkpoint and at most one per 4 blocks the rest holds.
+uint64_t Engine::ram_open_state(uint64_t bytes) {
+  const size_t per_slot = runner_.checkpoint_bytes();
+  if (per_slot == 0 || checkpoints_->n_slots() == 0) return 0;
+  const uint64_t quarter = std::max<uint64_t>(bytes / 4, per_slot);
+  const uint64_t blocks_then = (bytes - std::min(bytes, quarter)) / std::max<size_t>(blocks_.per_block(), 1);
+  const uint64_t n = std::min<uint64_t>(quarter / per_slot, std::max<uint64_t>(blocks_then / 4, 1));
+  if (n == 0 || n * per_slot >= bytes) {
+    log::warn("engine", strfmt("RAM tier: %llu bytes hold no linear-attention checkpoint of %zu bytes next to "
+                               "KV blocks; checkpoints stay on the device only", (unsigned long long)bytes, per_slot));
+    return 0;
+  }
+  try {
+    const size_t total = per_slot * static_cast<size_t>(n);
+    state_ram_.memory = runner_.device().is_cpu() ? kernels::DeviceMemory::allocate(Device::cpu(), total)
+                                                  : kernels::DeviceMemory::pinned_host(total);
+  } catch (const std::exception& e) {
+    log::warn("engine", strfmt("RAM tier: cannot pin %zu bytes for checkpoints (%s); they stay on the device only",
+                               per_slot * static_cast<size_t>(n), e.what()));
+    return 0;
+  }
+  state_ram_.tier = std::make_unique<kv::RamTier>(static_cast<int32_t>(n), runner_.block_size(), per_slot);
+  log::info("engine", strfmt("prefix cache RAM tier: %llu linear-attention checkpoints (%.2f GB pinned)",
+                             (unsigned long long)n, static_cast<double>(per_slot) * static_cast<double>(n) / 1e9));
+  return per_slot * n;
+}
+
+void Engine::ram_store_state(kv::BlockKey key, kv::BlockKey parent, std::span<const int32_t> tokens, int32_t slot) {
+  if (ram_failed_) return;
+  const std::optional<int32_t> at = state_ram_.tier->store(key, parent, tokens);
+  if (!at) return;
+  try {
+    runner_.checkpoint_to_host(slot, static_cast<std::byte*>(state_ram_.memory.data()) +
+                                         static_cast<size_t>(*at) * state_ram_.tier->bytes_per_slot());
+  } catch (const std::exception& e) {  // a failed copy leaves a slot with garbage: the tier stops
+    log::warn("engine", strfmt("RAM tier: checkpoint copy out failed (%s); the tier is off", e.what()));
+    ram_failed_ = true;
+  }
+}
+
+int64_t Engine::ram_pick_checkpoint(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t before,
+                                    int64_t n_full, int32_t* ram_slot) {
+  *ram_slot = -1;
+  const auto bs = static_cast<size_t>(runner_.block_size());
+  for (int64_t d = n_full; d > before; --d) {
+    const auto j = static_cast<size_t>(d - 1);
+    const kv::BlockKey parent = j > 0 ? keys[j - 1] : 0;
+    const auto blk = std::span<const int32_t>(s.tokens).subspan(j * bs, bs);
+    if (checkpoints_->holds(keys[j], parent, blk)) return d;
+    if (!state_ram_.tier) continue;
+    if (const std::optional<int32_t> at = state_ram_.tier->acquire(keys[j], parent, blk)) {
+      *ram_slot = *at;
+      return d;
+    }
+  }
+  return before;
 }
 
 int64_t Engine::RamWindow::from_ram() const {
@@ -197,7 +268,14 @@ void Engine::ram_restore(const Sequence& s) {
   RamWindow w;
   w.before = d;
   w.n = d + static_cast<int64_t>(slots.size());
-  if (swa_cache_) {
+  int32_t state_slot = -1;  // hybrids: the RAM checkpoint at w.n to bring back (pinned), or -1
+  if (checkpoints_) {  // only up to a block boundary with a checkpoint, past the deepest on the device
+    w.before = deepest_checkpoint(s, keys, d);
+    w.n = ram_pick_checkpoint(s, keys, w.before, w.n, &state_slot);
+    const auto keep = static_cast<size_t>(std::max<int64_t>(w.n - d, 0));
+    for (size_t k = keep; k < slots.size(); ++k) ram_.tier->release(slots[k]);
+    slots.resize(std::min(keep, slots.size()));
+  } else if (swa_cache_) {
     w = ram_pick_window(s, keys, d, w.n);
     const auto keep = static_cast<size_t>(std::max<int64_t>(w.n - d, 0));  // slots[k] holds block d + k
     for (size_t k = keep; k < slots.size(); ++k) ram_.tier->release(slots[k]);
@@ -215,6 +293,15 @@ void Engine::ram_restore(const Sequence& s) {
       fresh.push_back(*swa_cache_->allocate());
       ram_copy(swa_ram_, swa_blocks_, slot, fresh.back(), /*to_device=*/true);
     }
+    if (ok && state_slot >= 0) {  // insert() may copy another checkpoint out: state_slot is pinned
+      const auto j = static_cast<size_t>(w.n - 1);
+      const int32_t ck = checkpoints_->insert(keys[j], j > 0 ? keys[j - 1] : 0,
+                                              std::span<const int32_t>(s.tokens).subspan(j * bs, bs));
+      runner_.checkpoint_from_host(static_cast<const std::byte*>(state_ram_.memory.data()) +
+                                       static_cast<size_t>(state_slot) * state_ram_.tier->bytes_per_slot(),
+                                   ck);
+      state_ram_.tier->count_hit(bs);
+    }
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("RAM tier: restore failed (%s); the tier is off", e.what()));
     ram_failed_ = true;
@@ -225,6 +312,7 @@ void Engine::ram_restore(const Sequence& s) {
     fresh.clear();
   }
   for (int32_t slot : slots) ram_.tier->release(slot);
+  if (state_slot >= 0) state_ram_.tier->release(state_slot);
   ram_put_window(s, keys, w, fresh);
   // The device hit and the restored blocks go back to the cache (the restored ones inserted under their keys).
   const auto n_tok = static_cast<size_t>((ok ? std::max(w.n, d) : d) * bs);

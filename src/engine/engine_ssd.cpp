@@ -14,6 +14,13 @@
 // blocks and the prompt is prefilled. A prompt whose next missing block another job is restoring waits for
 // that job (held too) and is looked up again when it ends. Not the scheduler: only PrefixCache::match/allocate/release are used.
 // The RAM tier (engine_ram.cpp) is consulted first for the same sequences.
+// Hybrid models (linear-attention state checkpoints, engine_state.cpp): a snapshot target is written only where
+// the device holds a checkpoint at its end, and carries that checkpoint as extra tensors (a version-3 file under
+// ssd_namespace(), so a file without the state is never looked up); a restore aims past the deepest device
+// checkpoint, reserves a checkpoint slot, copies the file's state into it with the blocks (its checksums always
+// verified: a bad state would corrupt every later token) and commits it under the last block's key when the job
+// is done, so admission resumes the DeltaNet layers from it; a failed job frees the slot and the prompt is
+// prefilled.
 // Runners with a sliding-window block space: each snapshot target also carries the sliding blocks of the
 // window at its end (a version-2 file, kv/ssd_format.h), cut back to the deepest prefix whose window the
 // sliding cache still holds; a restore brings those back into the sliding cache with the full-space blocks,
@@ -49,15 +56,17 @@ bool entry_usable(const kv::SsdEntry& e, const kv::SsdLayout& per_block, std::sp
       l.tensor_bytes.size() != per_block.tensor_bytes.size() || e.tensors.size() != l.tensor_bytes.size())
     return false;
   const kv::SsdSlidingPart& sp = l.sliding;
-  if (sp.n_tensors != per_block.sliding.n_tensors) return false;
+  if (sp.n_tensors != per_block.sliding.n_tensors || l.state != per_block.state) return false;
   if (sp.n_tensors > 0 &&
       (sp.window != per_block.sliding.window || sp.first_block != static_cast<uint64_t>(swa_first) ||
        sp.n_blocks != static_cast<uint64_t>(n_blocks - swa_first)))
     return false;
-  const size_t n_full = l.tensor_bytes.size() - sp.n_tensors;
-  for (size_t i = 0; i < l.tensor_bytes.size(); ++i)
-    if (l.tensor_bytes[i] != per_block.tensor_bytes[i] * (i < n_full ? static_cast<uint64_t>(n_blocks) : sp.n_blocks))
-      return false;
+  const size_t n_full = l.tensor_bytes.size() - sp.n_tensors - l.state.n_tensors;
+  const size_t n_state_end = n_full + l.state.n_tensors;  // state tensors: whole, not per block
+  for (size_t i = 0; i < l.tensor_bytes.size(); ++i) {
+    const uint64_t times = i < n_full ? static_cast<uint64_t>(n_blocks) : i < n_state_end ? 1 : sp.n_blocks;
+    if (l.tensor_bytes[i] != per_block.tensor_bytes[i] * times) return false;
+  }
   return true;
 }
 
@@ -117,6 +126,10 @@ kv::SsdLayout Engine::ssd_layout() const {
   l.head_dim = layers.empty() ? 0 : static_cast<int32_t>(layers[0].k.dim(3));
   l.dtype = runner_.storage().dtype();
   l.tensor_bytes.assign(blocks_.bytes.begin(), blocks_.bytes.end());
+  if (checkpoints_) {  // hybrids: the checkpoint's parts (per linear layer conv, recurrent) after the K/V
+    for (const std::span<std::byte> p : runner_.checkpoint_parts(0)) l.tensor_bytes.push_back(p.size());
+    l.state.n_tensors = static_cast<uint32_t>(l.tensor_bytes.size() - blocks_.bytes.size());
+  }
   if (runner_.has_sliding_space()) {  // n_layers counts both spaces' layers
     l.n_layers += static_cast<int32_t>(runner_.sliding_storage()->layers().size());
     l.tensor_bytes.insert(l.tensor_bytes.end(), swa_blocks_.bytes.begin(), swa_blocks_.bytes.end());
@@ -124,6 +137,21 @@ kv::SsdLayout Engine::ssd_layout() const {
     l.sliding.window = runner_.sliding_window();
   }
   return l;
+}
+
+uint64_t Engine::ssd_namespace(uint64_t ns) const {
+  return checkpoints_ ? kv::PrefixCache::chain_key(ns, 0x4c696e5374617465ull /* "LinState" */, std::vector<int32_t>{3})
+                      : ns;
+}
+
+int64_t Engine::deepest_checkpoint(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t n) const {
+  const auto bs = static_cast<size_t>(runner_.block_size());
+  for (int64_t d = n; d > 0; --d) {
+    const auto j = static_cast<size_t>(d - 1);
+    if (checkpoints_->holds(keys[j], j > 0 ? keys[j - 1] : 0, std::span<const int32_t>(s.tokens).subspan(j * bs, bs)))
+      return d;
+  }
+  return 0;
 }
 
 void Engine::ssd_snapshot(const Sequence& s) {
@@ -144,17 +172,28 @@ void Engine::ssd_snapshot(const Sequence& s) {
   for (size_t j = 0; j < swa.size(); ++j) have[j] = swa[j] >= 0;
   // Two prefix lengths: every cached block (the next turn of a conversation extends it), and the blocks a
   // resend of the same prompt looks up (never its last token).
+  // Hybrids: only prefixes with a checkpoint at their end (the prompt's last full block) can be resumed.
   kv::SsdSnapshot snap;
+  std::vector<int32_t> ckpt;  // hybrids: the checkpoint slot of each target
   for (int64_t nb : {n, std::min<int64_t>((s.n_prompt - 1) / bs, n)}) {
     if (swa_cache_ && nb > 0) nb = deepest_with_window(nb, have);
-    const kv::SsdEntryKey key{s.cache_namespace, keys[static_cast<size_t>(std::max<int64_t>(nb, 1) - 1)]};
+    const auto last = static_cast<size_t>(std::max<int64_t>(nb, 1) - 1);
+    const kv::SsdEntryKey key{ssd_namespace(s.cache_namespace), keys[last]};
     if (nb <= 0 || (!snap.targets.empty() && snap.targets[0].key == key) || !ssd_->wants(key)) continue;
-    snap.targets.push_back({key, nb, swa_cache_ ? window_first_block(nb) : 0, {}});
+    if (checkpoints_) {
+      const std::optional<int32_t> slot = checkpoints_->peek(
+          keys[last], last > 0 ? keys[last - 1] : 0,
+          std::span<const int32_t>(s.tokens).subspan(last * static_cast<size_t>(bs), static_cast<size_t>(bs)));
+      if (!slot) continue;
+      ckpt.push_back(*slot);
+    }
+    snap.targets.push_back({key, nb, swa_cache_ ? window_first_block(nb) : 0, {}, {}});
     snap.n_blocks = std::max(snap.n_blocks, nb);
   }
   size_t bytes = blocks_.per_block() * static_cast<size_t>(snap.n_blocks);
   for (const auto& t : snap.targets)
-    bytes += swa_blocks_.per_block() * static_cast<size_t>(t.n_blocks - t.swa_first_block);
+    bytes += swa_blocks_.per_block() * static_cast<size_t>(t.n_blocks - t.swa_first_block) +
+             (checkpoints_ ? runner_.checkpoint_bytes() : 0);
   if (snap.targets.empty() || !ssd_->has_room(bytes)) return release_held();
   snap.layout = ssd_layout();
   snap.tokens.assign(s.tokens.begin(), s.tokens.begin() + snap.n_blocks * bs);
@@ -183,6 +222,13 @@ void Engine::ssd_snapshot(const Sequence& s) {
         t.swa_tensors = copy_out(swa_blocks_, std::span<const kv::BlockId>(swa).subspan(
                                                   static_cast<size_t>(t.swa_first_block),
                                                   static_cast<size_t>(t.n_blocks - t.swa_first_block)));
+    for (size_t i = 0; i < ckpt.size(); ++i)  // hybrids: each target's checkpoint, part by part
+      for (const std::span<std::byte> p : runner_.checkpoint_parts(ckpt[i])) {
+        std::vector<std::byte> buf(p.size());
+        if (cpu) std::memcpy(buf.data(), p.data(), p.size());
+        else kernels::copy_async(ctx, buf.data(), p.data(), p.size());
+        snap.targets[i].state_tensors.push_back(std::move(buf));
+      }
     if (!cpu) kernels::synchronize(ctx);
   } catch (const std::exception& e) {
     log::warn("engine", strfmt("ssd cache: snapshot copy failed: %s", e.what()));
@@ -229,7 +275,8 @@ void Engine::ssd_restore_waiting() {
 
 int64_t Engine::ssd_lookup(const Sequence& s, std::span<const kv::BlockKey> keys, int64_t above) {
   for (auto nb = static_cast<int64_t>(keys.size()); nb > above; --nb)
-    if (ssd_->store().contains(kv::SsdEntryKey{s.cache_namespace, keys[static_cast<size_t>(nb - 1)]})) return nb;
+    if (ssd_->store().contains(kv::SsdEntryKey{ssd_namespace(s.cache_namespace), keys[static_cast<size_t>(nb - 1)]}))
+      return nb;
   return 0;
 }
 
@@ -283,15 +330,19 @@ void Engine::ssd_restore(const Sequence& s) {
     for (size_t j = 0; j < have.size(); ++j) have[j] = on_device[j] >= 0;
     before = deepest_with_window(d, have);
   }
+  // Hybrids: the device alone allows a hit up to its deepest checkpoint.
+  if (checkpoints_) before = deepest_checkpoint(s, r.keys, d);
   auto release_all = [&] {
     for (kv::BlockId id : r.swa_held) swa_cache_->release(id);
     for (kv::BlockId id : r.fresh_swa) swa_cache_->release(id);  // not cached: back to the free list
     for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) cache_->release(*it);
+    if (r.checkpoint >= 0) checkpoints_->unreserve(r.checkpoint);
   };
   if (before == max_blocks) return release_all();
+  const int64_t have = checkpoints_ ? before : d;  // hybrids lack the state past their deepest checkpoint
   for (const SsdRestore& f : ssd_restores_) {
-    const auto j = static_cast<size_t>(d);  // the first block s lacks on the device
-    if (f.ns == r.ns && f.n > d && j < f.keys.size() && f.keys[j] == r.keys[j]) {
+    const auto j = static_cast<size_t>(have);  // the first block s lacks on the device
+    if (f.ns == r.ns && f.n > have && j < f.keys.size() && f.keys[j] == r.keys[j]) {
       // Another request's job is restoring it: wait for that job (no second copy), then look again.
       ssd_followers_.push_back(s.id);
       scheduler_.set_held(s.id, true);
@@ -299,7 +350,8 @@ void Engine::ssd_restore(const Sequence& s) {
     }
   }
   int64_t n = ssd_lookup(s, r.keys, before);
-  if (swa_cache_ && n - d > cache_->n_available()) n = 0;  // its window fits this length only
+  // Its window (sliding space) or its state (hybrids) fits this length only.
+  if ((swa_cache_ || checkpoints_) && n - d > cache_->n_available()) n = 0;
   n = std::min<int64_t>(n, d + cache_->n_available());
   // Sliding space: hold the window blocks the device has; the others come from the file into fresh blocks.
   const int64_t first = swa_cache_ && n > before ? window_first_block(n) : n;
@@ -311,6 +363,11 @@ void Engine::ssd_restore(const Sequence& s) {
     } else {
       r.swa_missing.push_back(j);
     }
+  }
+  if (checkpoints_ && n > before) {  // the slot the file's state goes to: nobody finds or replaces it meanwhile
+    const std::optional<int32_t> slot = checkpoints_->reserve();
+    if (!slot) n = 0;
+    else r.checkpoint = *slot;
   }
   if (n <= before || (swa_cache_ && static_cast<int64_t>(r.swa_missing.size()) > swa_cache_->n_available())) {
     ssd_->count_lookup(false, 0);
@@ -345,10 +402,15 @@ void Engine::ssd_restore(const Sequence& s) {
   r.n = n;
   r.tokens.assign(s.tokens.begin(), s.tokens.begin() + std::max(n, d) * bs);
   // What the worker needs, by value: the engine may change anything else meanwhile.
-  auto prepare = [store = &ssd_->store(), key = kv::SsdEntryKey{s.cache_namespace, r.keys[static_cast<size_t>(n - 1)]},
+  // Hybrids: the file's state tensors (after the K/V ones) go to the reserved checkpoint slot's parts.
+  std::vector<std::span<std::byte>> state_dst;
+  if (r.checkpoint >= 0) state_dst = runner_.checkpoint_parts(r.checkpoint);
+  auto prepare = [store = &ssd_->store(),
+                  key = kv::SsdEntryKey{ssd_namespace(s.cache_namespace), r.keys[static_cast<size_t>(n - 1)]},
                   per_block = ssd_layout(), tokens = r.tokens, n, swa_first = swa_cache_ ? first : int64_t{0},
                   full = restore_dst(blocks_.tensors, blocks_.bytes), swa = restore_dst(swa_blocks_.tensors, swa_blocks_.bytes),
                   pos = std::move(pos), fresh = std::move(fresh), swa_pos = r.swa_missing, fresh_swa = r.fresh_swa,
+                  state_dst = std::move(state_dst),
                   verify = opts_.ssd_cache_verify](std::string& why) -> std::optional<RestorePlan> {
     std::optional<kv::SsdEntry> e = store->get_unverified(key);  // maps; header + tokens checked
     if (!e) {
@@ -361,8 +423,15 @@ void Engine::ssd_restore(const Sequence& s) {
     }
     RestorePlan p;
     plan_copies(*e, 0, full, pos, 0, fresh, p.copies);
-    // The file's sliding tensors follow the full space's, from block swa_first.
-    plan_copies(*e, full.base.size(), swa, swa_pos, swa_first, fresh_swa, p.copies);
+    // The file's state tensors follow the full space's (state_dst.size() == the layout's, entry_usable checked).
+    const size_t n_state = state_dst.size();
+    for (size_t i = 0; i < n_state; ++i) {
+      const std::span<const std::byte> src = e->tensors[full.base.size() + i];
+      p.copies.push_back({state_dst[i].data(), src.data(), src.size()});
+      if (!verify) p.checks.push_back({src, e->checksums[full.base.size() + i]});  // always: see the file comment
+    }
+    // The file's sliding tensors follow those, from block swa_first.
+    plan_copies(*e, full.base.size() + n_state, swa, swa_pos, swa_first, fresh_swa, p.copies);
     if (verify)
       for (size_t t = 0; t < e->tensors.size(); ++t) p.checks.push_back({e->tensors[t], e->checksums[t]});
     p.keep_alive = e->mapping;
@@ -409,6 +478,14 @@ void Engine::ssd_finish_restore(SsdRestore& r) {
   } else {  // the fresh blocks are not cached: they return to the free list
     for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) cache_->release(*it);
   }
+  if (r.checkpoint >= 0 && ok) {  // hybrids: the restored state is the checkpoint of the prefix's last block
+    const auto j = static_cast<size_t>(r.n - 1);
+    checkpoints_->commit(r.checkpoint, r.keys[j], j > 0 ? r.keys[j - 1] : 0,
+                         std::span<const int32_t>(r.tokens).subspan(j * bs, bs));
+  } else if (r.checkpoint >= 0) {
+    checkpoints_->unreserve(r.checkpoint);
+  }
+  r.checkpoint = -1;
   if (!cancelled) {
     if (!ok) log::warn("engine", strfmt("ssd cache: restore failed (%s); the prompt is prefilled", job.error().c_str()));
     ssd_->count_lookup(ok, ok ? (r.n - r.before) * static_cast<int64_t>(bs) : 0);

@@ -135,6 +135,14 @@ class Runner {
   // copies are enqueued on context() (ordered before later steps and copies); on the CPU they run now.
   void save_state(int32_t state_slot, int32_t checkpoint_slot);
   void load_state(int32_t checkpoint_slot, int32_t state_slot);
+  // Checkpoint slot `slot` as the cache tiers move it (engine_ram.cpp, engine_ssd.cpp): per linear layer its
+  // conv then its recurrent part ([2 * linear layers] spans, device memory on CUDA), and their total bytes.
+  std::vector<std::span<std::byte>> checkpoint_parts(int32_t slot) const;
+  size_t checkpoint_bytes() const;
+  // Checkpoint slot <-> `host` (checkpoint_bytes() bytes: the parts packed in order), enqueued on context()
+  // like save_state (a plain memcpy on the CPU); `host` must stay valid until those copies have run.
+  void checkpoint_to_host(int32_t slot, void* host);
+  void checkpoint_from_host(const void* host, int32_t slot);
   const RunnerOptions& options() const { return opts_; }
   // The context (thread pool, CUDA stream) every step runs on: copies enqueued on it are ordered with steps.
   kernels::Context& context() { return ctx_; }

@@ -2,7 +2,8 @@
 // same shapes, and the copies between them. Not bookkeeping: kv::BlockPool hands out the state slots and
 // kv::StateCheckpoints decides which checkpoint slot holds what. Invariant: both storages are zeroed at
 // creation and change only inside forward (state slots) or through save_state/load_state, whose copies are
-// enqueued on the runner's stream (plain memcpy on the CPU) and so are ordered with the steps around them.
+// enqueued on the runner's stream (plain memcpy on the CPU) and so are ordered with the steps around them;
+// the same holds for the checkpoint <-> host copies of the RAM tier.
 #include <algorithm>
 #include <cstring>
 
@@ -71,6 +72,45 @@ void Runner::save_state(int32_t state_slot, int32_t checkpoint_slot) {
 
 void Runner::load_state(int32_t checkpoint_slot, int32_t state_slot) {
   copy_state(checkpoints_, checkpoint_slot, state_, state_slot);
+}
+
+std::vector<std::span<std::byte>> Runner::checkpoint_parts(int32_t slot) const {
+  check(slot >= 0 && slot < checkpoints_.n_slots(), "engine",
+        strfmt("checkpoint_parts: slot %d of %d out of range", slot, checkpoints_.n_slots()));
+  std::vector<std::span<std::byte>> out;
+  for (const kv::StateLayerView& l : checkpoints_.layers()) {
+    for (const Tensor* t : {&l.conv, &l.recurrent}) {
+      const size_t per_slot = t->nbytes() / static_cast<size_t>(t->dim(0));
+      out.emplace_back(static_cast<std::byte*>(t->data) + static_cast<size_t>(slot) * per_slot, per_slot);
+    }
+  }
+  return out;
+}
+
+size_t Runner::checkpoint_bytes() const {
+  size_t n = 0;
+  for (const kv::StateLayerView& l : checkpoints_.layers())
+    for (const Tensor* t : {&l.conv, &l.recurrent})
+      if (t->dim(0) > 0) n += t->nbytes() / static_cast<size_t>(t->dim(0));
+  return n;
+}
+
+void Runner::checkpoint_to_host(int32_t slot, void* host) {
+  auto* h = static_cast<std::byte*>(host);
+  for (const std::span<std::byte> p : checkpoint_parts(slot)) {
+    if (device_.is_cuda()) kernels::copy_async(ctx_, h, p.data(), p.size());
+    else std::memcpy(h, p.data(), p.size());
+    h += p.size();
+  }
+}
+
+void Runner::checkpoint_from_host(const void* host, int32_t slot) {
+  const auto* h = static_cast<const std::byte*>(host);
+  for (const std::span<std::byte> p : checkpoint_parts(slot)) {
+    if (device_.is_cuda()) kernels::copy_async(ctx_, p.data(), h, p.size());
+    else std::memcpy(p.data(), h, p.size());
+    h += p.size();
+  }
 }
 
 }  // namespace bunsen::engine

@@ -5,7 +5,8 @@
 // misses but this tier holds gets them copied back before its prefill. Not storage (the engine owns the
 // pinned buffer), not thread-safe (the engine thread owns it), never touches a device.
 // The engine keeps one RamTier per KV block space (the full space and, for Gemma-style models, the
-// sliding-window space, both under the same chain keys).
+// sliding-window space, both under the same chain keys) and, for hybrid models, one whose slots hold
+// linear-attention state checkpoints (keyed by the block they end).
 // Invariants: a key is in at most one slot; a pinned slot is never replaced; a lookup verifies the parent
 // key and the block's tokens (a hash collision is a miss).
 #pragma once
@@ -28,7 +29,7 @@ struct RamTierStats {
   int64_t bytes = 0;       // entries * bytes per slot
   int64_t stores = 0;      // blocks copied in (device evictions)
   int64_t evictions = 0;   // entries replaced by newer ones
-  int64_t hits = 0;        // lookups that restored at least one block
+  int64_t hits = 0;        // lookups that restored at least one block (hybrids: or only a checkpoint)
   int64_t hit_tokens = 0;  // tokens restored from RAM
 };
 

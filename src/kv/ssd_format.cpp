@@ -71,7 +71,9 @@ uint64_t ssd_checksum64(std::span<const std::byte> data) {
 
 void ssd_plan_offsets(SsdFileHeader& h) {
   uint64_t n_tensors = h.layout.tensor_bytes.size();
-  const uint64_t ext = h.layout.sliding.n_tensors > 0 ? kSsdSlidingExtBytes : 0;
+  const uint64_t ext = h.layout.state.n_tensors > 0     ? kSsdSlidingExtBytes + kSsdStateExtBytes
+                       : h.layout.sliding.n_tensors > 0 ? kSsdSlidingExtBytes
+                                                        : 0;
   h.header_bytes = kSsdFixedHeaderBytes + 16 * n_tensors + ext + 8;
   h.payload_offset = align_up(h.header_bytes + 4 * h.n_tokens, kSsdPayloadAlign);
   h.tensor_offsets.resize(n_tensors);
@@ -87,8 +89,9 @@ void ssd_plan_offsets(SsdFileHeader& h) {
 std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
   std::vector<std::byte> out(h.header_bytes);
   std::memcpy(out.data(), kMagic, 8);
+  const bool state = h.layout.state.n_tensors > 0;
   const bool sliding = h.layout.sliding.n_tensors > 0;
-  put_le<uint32_t>(out, 8, sliding ? kSsdFormatVersion : kSsdFormatVersionNoSliding);
+  put_le<uint32_t>(out, 8, state ? kSsdFormatVersionState : sliding ? kSsdFormatVersion : kSsdFormatVersionNoSliding);
   put_le<uint32_t>(out, 12, static_cast<uint32_t>(h.header_bytes));
   put_le<uint64_t>(out, 16, h.key.name_space);
   put_le<uint64_t>(out, 24, h.key.prefix_hash);
@@ -107,12 +110,13 @@ std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
     put_le<uint64_t>(out, kSsdFixedHeaderBytes + 16 * t, h.layout.tensor_bytes[t]);
     put_le<uint64_t>(out, kSsdFixedHeaderBytes + 16 * t + 8, h.tensor_checksums[t]);
   }
-  if (sliding) {
+  if (sliding || state) {  // version 3 always carries version 2's extension (all zero without sliding blocks)
     const size_t at = kSsdFixedHeaderBytes + 16 * h.layout.tensor_bytes.size();
     put_le<uint32_t>(out, at, h.layout.sliding.n_tensors);
     put_le<int32_t>(out, at + 4, h.layout.sliding.window);
     put_le<uint64_t>(out, at + 8, h.layout.sliding.first_block);
     put_le<uint64_t>(out, at + 16, h.layout.sliding.n_blocks);
+    if (state) put_le<uint32_t>(out, at + kSsdSlidingExtBytes, h.layout.state.n_tensors);  // then a zero u32
   }
   size_t body = h.header_bytes - 8;
   put_le<uint64_t>(out, body, ssd_checksum64(std::span<const std::byte>(out.data(), body)));
@@ -122,7 +126,8 @@ std::vector<std::byte> ssd_encode_header(const SsdFileHeader& h) {
 uint64_t ssd_peek_header_bytes(std::span<const std::byte> fixed) {
   if (fixed.size() < kSsdFixedHeaderBytes || std::memcmp(fixed.data(), kMagic, 8) != 0) return 0;
   uint64_t hb = get_le<uint32_t>(fixed, 12);
-  if (hb < kSsdFixedHeaderBytes + 8 || hb > kSsdFixedHeaderBytes + 16ull * kSsdMaxTensors + kSsdSlidingExtBytes + 8)
+  if (hb < kSsdFixedHeaderBytes + 8 ||
+      hb > kSsdFixedHeaderBytes + 16ull * kSsdMaxTensors + kSsdSlidingExtBytes + kSsdStateExtBytes + 8)
     return 0;
   return hb;
 }
@@ -139,8 +144,11 @@ std::optional<SsdFileHeader> ssd_decode_header(std::span<const std::byte> bytes,
   uint64_t stored = get_le<uint64_t>(bytes, hb - 8);
   if (ssd_checksum64(bytes.first(hb - 8)) != stored) return fail("header checksum mismatch");
   const uint32_t version = get_le<uint32_t>(bytes, 8);
-  if (version != kSsdFormatVersion && version != kSsdFormatVersionNoSliding) return fail("other format version");
-  const uint64_t ext = version == kSsdFormatVersion ? kSsdSlidingExtBytes : 0;
+  if (version != kSsdFormatVersionState && version != kSsdFormatVersion && version != kSsdFormatVersionNoSliding)
+    return fail("other format version");
+  const uint64_t ext = version == kSsdFormatVersionState ? kSsdSlidingExtBytes + kSsdStateExtBytes
+                       : version == kSsdFormatVersion    ? kSsdSlidingExtBytes
+                                                         : 0;
   SsdFileHeader h;
   h.key.name_space = get_le<uint64_t>(bytes, 16);
   h.key.prefix_hash = get_le<uint64_t>(bytes, 24);
@@ -162,7 +170,7 @@ std::optional<SsdFileHeader> ssd_decode_header(std::span<const std::byte> bytes,
     h.tensor_checksums.push_back(get_le<uint64_t>(bytes, kSsdFixedHeaderBytes + 16 * t + 8));
     if (h.layout.tensor_bytes.back() > file_size) return fail("bad tensor size");
   }
-  if (ext > 0) {  // version 2: the sliding part must name real tensors and blocks inside the prefix
+  if (ext > 0) {  // versions 2, 3: the sliding part must name real tensors and blocks inside the prefix
     const size_t at = kSsdFixedHeaderBytes + 16ull * n_tensors;
     SsdSlidingPart& sp = h.layout.sliding;
     sp.n_tensors = get_le<uint32_t>(bytes, at);
@@ -171,9 +179,16 @@ std::optional<SsdFileHeader> ssd_decode_header(std::span<const std::byte> bytes,
     sp.n_blocks = get_le<uint64_t>(bytes, at + 16);
     const uint64_t prefix_blocks =
         h.layout.block_size > 0 ? h.n_tokens / static_cast<uint64_t>(h.layout.block_size) : 0;
-    if (sp.n_tensors == 0 || sp.n_tensors > n_tensors || sp.window <= 0 || sp.n_blocks == 0 ||
-        sp.first_block > prefix_blocks || sp.n_blocks > prefix_blocks - sp.first_block)
+    const bool none = version == kSsdFormatVersionState && sp == SsdSlidingPart{};  // v3 without sliding blocks
+    if (!none && (sp.n_tensors == 0 || sp.n_tensors > n_tensors || sp.window <= 0 || sp.n_blocks == 0 ||
+                  sp.first_block > prefix_blocks || sp.n_blocks > prefix_blocks - sp.first_block))
       return fail("bad sliding part");
+    if (version == kSsdFormatVersionState) {  // version 3: state tensors sit between the K/V and the sliding part
+      h.layout.state.n_tensors = get_le<uint32_t>(bytes, at + kSsdSlidingExtBytes);
+      if (h.layout.state.n_tensors == 0 || get_le<uint32_t>(bytes, at + kSsdSlidingExtBytes + 4) != 0 ||
+          uint64_t{h.layout.state.n_tensors} + sp.n_tensors > n_tensors)
+        return fail("bad state part");
+    }
   }
   uint64_t payload_offset = get_le<uint64_t>(bytes, 80);
   uint64_t file_bytes = get_le<uint64_t>(bytes, 88);

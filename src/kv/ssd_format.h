@@ -1,10 +1,10 @@
-// SSD snapshot file format (versions 1 and 2) for the prefix cache's disk tier: key and layout types, a fast
+// SSD snapshot file format (versions 1, 2 and 3) for the prefix cache's disk tier: key and layout types, a fast
 // 64-bit checksum, and encode/decode of the file header. Not I/O: SsdStore (ssd_store.h) reads and writes
 // files. Invariants: all integers are little-endian; decode never reads outside the bytes it is given and
 // accepts only a header whose checksum, magic, version and internal offsets all agree with the file size.
 //
-// File layout: [header: fixed 96 bytes | n_tensors x {u64 bytes, u64 checksum} | v2: sliding extension, 24
-//              bytes | u64 header checksum] [token ids: n_tokens x i32] [zero pad to 4096] [tensor 0]
+// File layout: [header: fixed 96 bytes | n_tensors x {u64 bytes, u64 checksum} | v2, v3: sliding extension, 24
+//              bytes | v3: state extension, 8 bytes | u64 header checksum] [token ids: n_tokens x i32] [zero pad to 4096] [tensor 0]
 //              [pad to 256] [tensor 1] ...
 // Fixed part (byte offsets): 0 magic "BSNKVSSD", 8 u32 version, 12 u32 header_bytes, 16 u64 namespace,
 // 24 u64 prefix_hash, 32 u64 seq, 40 u64 n_tokens, 48 i32 n_layers, 52 i32 block_size, 56 i32 n_kv_heads,
@@ -13,6 +13,10 @@
 // Version 2 = a snapshot that also holds sliding-window blocks (SsdLayout::sliding); its extension: +0 u32
 // sliding n_tensors, +4 i32 window, +8 u64 first_block, +16 u64 n_blocks. A snapshot without them is
 // written as version 1, byte for byte as before version 2 existed.
+// Version 3 = a snapshot that also holds linear-attention state (SsdLayout::state: a hybrid model's checkpoint at
+// the prefix's end); its extension is version 2's (sliding n_tensors may be 0 there) followed by +24 u32 state
+// n_tensors, +28 u32 zero. Readers that predate it reject it ("other format version"); hybrid engines use only
+// version-3 files (their snapshots live under another namespace too, so an older file of theirs is never found).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,10 +29,12 @@
 
 namespace bunsen::kv {
 
-constexpr uint32_t kSsdFormatVersion = 2;          // the newest version this code reads and writes
-constexpr uint32_t kSsdFormatVersionNoSliding = 1;  // still written for snapshots without sliding blocks
+constexpr uint32_t kSsdFormatVersionState = 3;     // the newest version: snapshots with linear-attention state
+constexpr uint32_t kSsdFormatVersion = 2;          // written for snapshots with sliding blocks and no state
+constexpr uint32_t kSsdFormatVersionNoSliding = 1;  // still written for snapshots without either
 constexpr size_t kSsdFixedHeaderBytes = 96;
 constexpr size_t kSsdSlidingExtBytes = 24;          // version 2's extension
+constexpr size_t kSsdStateExtBytes = 8;             // what version 3 adds after it
 constexpr uint64_t kSsdPayloadAlign = 4096;  // payloads start page-aligned (mmap, O_DIRECT-friendly)
 constexpr uint64_t kSsdTensorAlign = 256;
 constexpr uint32_t kSsdMaxTensors = 1u << 16;
@@ -58,10 +64,18 @@ struct SsdSlidingPart {
   bool operator==(const SsdSlidingPart&) const = default;
 };
 
+// The linear-attention part of a snapshot (version 3): the n_tensors entries of tensor_bytes right before the
+// sliding part (if any) hold a hybrid model's state checkpoint taken at the prefix's last token: per linear
+// layer its conv state then its recurrent state (one slot each, f32, StateStorage order). n_tensors 0: none.
+struct SsdStatePart {
+  uint32_t n_tensors = 0;
+  bool operator==(const SsdStatePart&) const = default;
+};
+
 // What the payload tensors are. By convention tensor_bytes lists [K0, V0, K1, V1, ...] (each
-// [n_blocks, block_size, n_kv_heads, head_dim] dtype), optionally followed by extra state tensors
-// (linear-attention checkpoints) and, with `sliding`, the sliding space's tensors; the store only checks
-// that payload sizes match tensor_bytes.
+// [n_blocks, block_size, n_kv_heads, head_dim] dtype), then, with `state`, the linear-attention state
+// tensors and, with `sliding`, the sliding space's tensors; the store only checks that payload sizes match
+// tensor_bytes.
 struct SsdLayout {
   int32_t n_layers = 0;
   int32_t block_size = 0;
@@ -70,6 +84,7 @@ struct SsdLayout {
   DType dtype = DType::kBF16;
   std::vector<uint64_t> tensor_bytes;
   SsdSlidingPart sliding;
+  SsdStatePart state;
   bool operator==(const SsdLayout&) const = default;
 };
 

@@ -13,6 +13,8 @@ size_t SsdSnapshot::bytes() const {
   for (const auto& t : tensors) n += t.size();
   for (const Target& t : targets)
     for (const auto& b : t.swa_tensors) n += b.size();
+  for (const Target& t : targets)
+    for (const auto& b : t.state_tensors) n += b.size();
   return n;
 }
 
@@ -158,20 +160,23 @@ void SsdTier::write(const SsdSnapshot& s) {
     const auto nb = static_cast<size_t>(t.n_blocks);
     SsdLayout layout = s.layout;
     std::vector<std::span<const std::byte>> spans;
-    const size_t n_swa = layout.sliding.n_tensors;
-    check(s.tensors.size() + n_swa == layout.tensor_bytes.size() && t.swa_tensors.size() == n_swa, "kv",
-          "ssd snapshot: tensors do not match the layout");
+    const size_t n_swa = layout.sliding.n_tensors, n_state = layout.state.n_tensors;
+    check(s.tensors.size() + n_state + n_swa == layout.tensor_bytes.size() && t.swa_tensors.size() == n_swa &&
+              t.state_tensors.size() == n_state,
+          "kv", "ssd snapshot: tensors do not match the layout");
     for (size_t i = 0; i < s.tensors.size(); ++i) {
       layout.tensor_bytes[i] = s.layout.tensor_bytes[i] * nb;
       spans.emplace_back(s.tensors[i].data(), static_cast<size_t>(layout.tensor_bytes[i]));
     }
+    for (size_t i = 0; i < n_state; ++i)  // whole tensors (put() checks the sizes)
+      spans.emplace_back(t.state_tensors[i].data(), t.state_tensors[i].size());
     if (n_swa > 0) {  // this target's own window of sliding blocks
       check(t.swa_first_block >= 0 && t.swa_first_block < t.n_blocks, "kv", "ssd snapshot: bad sliding range");
       const auto n_win = static_cast<uint64_t>(t.n_blocks - t.swa_first_block);
       layout.sliding.first_block = static_cast<uint64_t>(t.swa_first_block);
       layout.sliding.n_blocks = n_win;
       for (size_t i = 0; i < n_swa; ++i) {
-        const size_t at = s.tensors.size() + i;
+        const size_t at = s.tensors.size() + n_state + i;
         layout.tensor_bytes[at] = s.layout.tensor_bytes[at] * n_win;
         spans.emplace_back(t.swa_tensors[i].data(), t.swa_tensors[i].size());  // put() checks the size
       }

@@ -25,7 +25,9 @@ namespace bunsen::kv {
 // (a prefix of each tensor, so several prefix lengths share one copy). Models with a sliding-window block
 // space: layout.sliding.n_tensors > 0, the last that many entries of layout.tensor_bytes are the sliding
 // space's tensors, and each target carries its own copy of them (the window at ITS end differs), written as
-// a version-2 file; `tensors` then holds the full space's tensors only.
+// a version-2 file; `tensors` then holds the full space's tensors only. Hybrid models: layout.state.n_tensors > 0,
+// the entries of layout.tensor_bytes after the full space's are the linear-attention state tensors (whole
+// bytes, not per block), and each target carries its own checkpoint of them (a version-3 file).
 struct SsdSnapshot {
   struct Target {
     SsdEntryKey key;
@@ -34,6 +36,8 @@ struct SsdSnapshot {
     // tensor ([n_blocks - swa_first_block] blocks each, layout order).
     int64_t swa_first_block = 0;
     std::vector<std::vector<std::byte>> swa_tensors;
+    // Hybrids only: the linear-attention state at the end of this prefix, one buffer per state tensor.
+    std::vector<std::vector<std::byte>> state_tensors;
   };
   std::vector<Target> targets;
   int64_t n_blocks = 0;

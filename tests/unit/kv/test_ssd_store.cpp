@@ -346,7 +346,7 @@ TEST_F(SsdStoreTest, OtherFormatVersionIsAMiss) {
     std::ifstream f(p, std::ios::binary);
     f.read(reinterpret_cast<char*>(head.data()), header_bytes);
   }
-  uint32_t version = bunsen::kv::kSsdFormatVersion + 1;
+  uint32_t version = bunsen::kv::kSsdFormatVersionState + 1;
   std::memcpy(head.data() + 8, &version, 4);
   uint64_t sum = bunsen::kv::ssd_checksum64(std::span<const std::byte>(head).first(header_bytes - 8));
   std::memcpy(head.data() + header_bytes - 8, &sum, 8);

@@ -81,8 +81,8 @@ TEST(SsdTier, SlidingBlocksAreWrittenPerTargetAsVersion2) {
   s.layout.tensor_bytes.push_back(8);  // one sliding tensor of 8 bytes per block
   s.layout.sliding = {1, 6, 0, 0};
   const SsdEntryKey deep{kNs, 41}, shallow{kNs, 42};
-  SsdSnapshot::Target t4{deep, 4, 2, {std::vector<std::byte>(16, std::byte{7})}};     // blocks [2, 4)
-  SsdSnapshot::Target t2{shallow, 2, 0, {std::vector<std::byte>(16, std::byte{9})}};  // blocks [0, 2)
+  SsdSnapshot::Target t4{deep, 4, 2, {std::vector<std::byte>(16, std::byte{7})}, {}};     // blocks [2, 4)
+  SsdSnapshot::Target t2{shallow, 2, 0, {std::vector<std::byte>(16, std::byte{9})}, {}};  // blocks [0, 2)
   s.targets = {t4, t2};
   EXPECT_EQ(s.bytes(), 4u * kBlockSize * 4 + 2 * 4 * 16 + 2 * 16);  // tokens, full tensors, windows
   ASSERT_TRUE(tier.submit(std::move(s)));

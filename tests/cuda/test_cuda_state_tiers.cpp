@@ -1,0 +1,173 @@
+// Linear-attention state checkpoints through the RAM and SSD tiers on CUDA (qwen3_5_text fixture, bf16 weights
+// on the GPU): checkpoint slots round-trip through pinned host memory on the runner's stream; a NEW runner and
+// engine on the same --ssd-cache directory (a restart) restores the K/V blocks and the checkpoint through the
+// restore pool's staging ring into a reserved device checkpoint slot and answers bit for bit like the first
+// run (the same chunk [64, 70) over the same K/V and state); with two checkpoint slots, a replaced checkpoint
+// comes back from the pinned RAM tier. Skips without a GPU.
+#include <cuda_runtime.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "../golden/golden_file.h"
+#include "cuda_test_util.h"
+#include "engine/engine.h"
+#include "model/registry.h"
+
+namespace bunsen::golden {
+namespace {
+
+using kernels::test::CudaTest;
+namespace fs = std::filesystem;
+
+std::unique_ptr<model::Model> load_cuda(const std::string& fixture) {
+  Fixture f = load_fixture(fixture);
+  model::LoadOptions lo;
+  lo.device = Device::cuda(0);
+  lo.progress = model::LoadOptions::Progress::kOff;
+  return model::load_model(build_checkpoint(f, DType::kBF16, "cuda_ckpt"), lo);
+}
+
+engine::RunnerOptions runner_options(int32_t checkpoints) {
+  engine::RunnerOptions ro;
+  ro.max_context = 128;
+  ro.max_tokens_per_step = 64;
+  ro.max_seqs = 2;
+  ro.max_logit_rows = 2;
+  ro.block_size = 8;
+  ro.state_checkpoints = checkpoints;
+  return ro;
+}
+
+struct Result {
+  std::vector<engine::TokenOut> tokens;
+  int64_t cached = -1;
+};
+
+Result ask(engine::Engine& e, const std::vector<int32_t>& prompt) {
+  engine::EngineRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  r.top_logprobs = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Result out;
+  e.submit(std::move(r), [&](engine::EngineEvent&& ev) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (ev.kind == engine::EngineEvent::Kind::kTokens) out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.kind == engine::EngineEvent::Kind::kFinish || ev.kind == engine::EngineEvent::Kind::kError) {
+      out.cached = ev.kind == engine::EngineEvent::Kind::kFinish ? ev.usage.cached_tokens : -2;
+      done = true;
+      cv.notify_all();
+    }
+  });
+  std::unique_lock<std::mutex> lk(mu);
+  cv.wait_for(lk, std::chrono::seconds(60), [&] { return done; });
+  return out;
+}
+
+void expect_same(const Result& got, const Result& want, const char* what) {
+  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < want.tokens.size(); ++i) {
+    EXPECT_EQ(got.tokens[i].token, want.tokens[i].token) << what << " " << i;
+    EXPECT_EQ(std::memcmp(&got.tokens[i].logprob, &want.tokens[i].logprob, sizeof(float)), 0) << what << " " << i;
+  }
+}
+
+std::vector<int32_t> prompt_of(int seed, int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((seed * 101 + i * 37 + 11) % 1000);
+  return p;
+}
+
+TEST_F(CudaTest, StateCheckpointRoundTripsThroughHostMemory) {
+  auto m = load_cuda("qwen3_5_text");
+  engine::Runner runner(*m, runner_options(2));
+  kv::BlockTable t(8);
+  ASSERT_TRUE(t.acquire_state_slot(runner.pool()));
+  std::vector<kv::BlockId> blocks;
+  ASSERT_TRUE(runner.pool().allocate_n(t.blocks_needed(12), blocks));
+  for (auto b : blocks) t.append(b);
+  const std::vector<int32_t> toks = prompt_of(1, 12);
+  engine::SeqChunk c{&t, toks.data(), 12, 0, engine::SeqChunk::Logits::kLast};
+  runner.step({&c, 1});
+  runner.save_state(t.state_slot(), 0);
+  const size_t bytes = runner.checkpoint_bytes();
+  ASSERT_GT(bytes, 0u);
+  kernels::DeviceMemory host = kernels::DeviceMemory::pinned_host(bytes);
+  std::memset(host.data(), 0, bytes);
+  runner.checkpoint_to_host(0, host.data());
+  runner.checkpoint_from_host(host.data(), 1);
+  kernels::synchronize(runner.context());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < bytes; ++i) nonzero += static_cast<const unsigned char*>(host.data())[i] != 0;
+  EXPECT_GT(nonzero, bytes / 4) << "the state was copied out";
+  for (int32_t slot : {0, 1}) {  // both checkpoint slots now hold the same bytes as the host copy
+    size_t at = 0;
+    for (const std::span<std::byte> p : runner.checkpoint_parts(slot)) {
+      std::vector<std::byte> dev(p.size());
+      ASSERT_EQ(cudaMemcpy(dev.data(), p.data(), p.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(std::memcmp(dev.data(), static_cast<const std::byte*>(host.data()) + at, p.size()), 0) << slot;
+      at += p.size();
+    }
+    EXPECT_EQ(at, bytes);
+  }
+  t.release_all(runner.pool());
+}
+
+TEST_F(CudaTest, HybridRestartHitsFromSsdBitForBit) {
+  auto m = load_cuda("qwen3_5_text");
+  char tmpl[] = "/tmp/bunsen-cuda-ssd-state-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::vector<int32_t> prompt = prompt_of(2, 70);
+  Result first, again;
+  engine::EngineStats st;
+  for (int run = 0; run < 2; ++run) {  // a fresh runner + engine each time: empty device cache
+    engine::Runner runner(*m, runner_options(8));
+    engine::EngineOptions eo;
+    eo.max_batch = 2;
+    eo.max_num_batched_tokens = 64;
+    eo.ssd_cache_dir = dir;
+    engine::Engine e(runner, eo);
+    (run == 0 ? first : again) = ask(e, prompt);
+    e.shutdown();
+    st = e.stats();
+  }
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(again.cached, 64);  // floor(69 / 8) * 8, from disk
+  EXPECT_EQ(st.ssd_cache_hits, 1);
+  EXPECT_EQ(st.ssd_cache_quarantined, 0);
+  expect_same(again, first, "restart");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST_F(CudaTest, HybridReplacedCheckpointComesBackFromPinnedRam) {
+  auto m = load_cuda("qwen3_5_text");
+  engine::Runner runner(*m, runner_options(2));
+  engine::EngineOptions eo;
+  eo.max_batch = 2;
+  eo.max_num_batched_tokens = 64;
+  eo.ram_cache_bytes = 64u << 20;
+  engine::Engine e(runner, eo);
+  const std::vector<int32_t> a = prompt_of(3, 70);
+  const Result first = ask(e, a);
+  for (int i = 4; i < 7; ++i) ask(e, prompt_of(i, 40 + i));  // three more checkpoints replace A's
+  const Result again = ask(e, a);
+  EXPECT_EQ(first.cached, 0);
+  EXPECT_EQ(again.cached, 64);
+  const engine::EngineStats st = e.stats();
+  EXPECT_GE(st.state_checkpoint_evictions, 3);
+  EXPECT_EQ(st.ram_cache_hits, 1);
+  expect_same(again, first, "from RAM");
+  EXPECT_EQ(runner.pool().n_free_state_slots(), 2);
+}
+
+}  // namespace
+}  // namespace bunsen::golden
