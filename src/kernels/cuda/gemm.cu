@@ -1,8 +1,12 @@
 // cuda::linear's large-m path through cuBLASLt, and the shared linear epilogue. Row-major
 // out[m, n] = x[m, k] · w[n, k]ᵀ is the column-major product D[n, m] = op(A)·B with A = w (k × n,
 // transposed) and B = x (k × m): the "TN" layout. Operands must share a dtype, so x is converted to w's
-// dtype in scratch when they differ; D is written straight into out when cuBLASLt can produce out's
-// dtype (and no bias would be rounded twice), else into f32 scratch that the epilogue converts.
+// dtype in scratch when they differ; f32 x against 16-bit weights is split instead into hi = round(x) and
+// lo = round(x - hi) stacked as 2m rows of one GEMM, and the epilogue adds the two halves (x keeps ~16
+// significant bits instead of 8: the GEMV takes f32 x exactly, so prefill rows would otherwise be less
+// accurate than decode rows - e.g. Qwen3-Next's DeltaNet output projection). D is written straight into
+// out when cuBLASLt can produce out's dtype (and no bias would be rounded twice), else into f32 scratch
+// that the epilogue converts.
 // Not a tuner: one heuristic answer per (shape, dtypes, alignments), cached for the process.
 // Invariants: one scratch() call per linear (a second could move the first); f32 accumulation.
 #include <cublasLt.h>
@@ -139,13 +143,30 @@ __global__ void convert_rows_kernel(DT* dst, int64_t ds, const ST* src, int64_t 
   }
 }
 
+// hi[r, c] = round(x), lo[r, c] = round(x - hi) for f32 x (f16: saturated like convert_rows_kernel).
+template <typename DT>
+__global__ void split_rows_kernel(DT* hi, DT* lo, int64_t ds, const float* src, int64_t ss, int64_t n_rows,
+                                  int64_t n_cols) {
+  const int64_t total = n_rows * n_cols, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
+    const int64_t r = i / n_cols, c = i - r * n_cols;
+    float v = src[r * ss + c];
+    if (!std::is_same<DT, Bf16>::value && !isnan(v)) v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+    const DT h = from_f32<DT>(v);
+    hi[r * ds + c] = h;
+    lo[r * ds + c] = from_f32<DT>(isfinite(v) ? v - to_f32(h) : 0.0f);
+  }
+}
+
+// out = src (+ src_lo, the lo half of a split x) (+ bias), converted to out's dtype.
 template <typename OT>
-__global__ void epilogue_kernel(OT* out, int64_t os, const float* src, int64_t ss, const void* bias,
-                                DType bias_dtype, int64_t n_rows, int64_t n_cols) {
+__global__ void epilogue_kernel(OT* out, int64_t os, const float* src, const float* src_lo, int64_t ss,
+                                const void* bias, DType bias_dtype, int64_t n_rows, int64_t n_cols) {
   const int64_t total = n_rows * n_cols, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += step) {
     const int64_t r = i / n_cols, c = i - r * n_cols;
     float v = src != nullptr ? src[r * ss + c] : 0.0f;
+    if (src_lo != nullptr) v += src_lo[r * ss + c];
     if (bias != nullptr) v += load_any(bias, bias_dtype, c);
     out[r * os + c] = from_f32<OT>(v);
   }
@@ -154,6 +175,26 @@ __global__ void epilogue_kernel(OT* out, int64_t os, const float* src, int64_t s
 unsigned flat_blocks(int64_t total) {
   const int64_t want = (total + 255) / 256, cap = static_cast<int64_t>(sm_count()) * 16;
   return static_cast<unsigned>(want < cap ? want : cap);
+}
+
+void split_x(cudaStream_t s, void* dst, int64_t ld, DType dst_type, const DevRows& x) {
+  with_float_type(dst_type, [&](auto dt) {
+    using DT = typename decltype(dt)::type;
+    if constexpr (sizeof(DT) == 2)
+      split_rows_kernel<DT><<<flat_blocks(x.n_rows * x.n_cols), 256, 0, s>>>(
+          static_cast<DT*>(dst), static_cast<DT*>(dst) + x.n_rows * ld, ld, static_cast<const float*>(x.data),
+          x.stride, x.n_rows, x.n_cols);
+  });
+}
+
+void epilogue(cudaStream_t stream, DevRows out, const float* src, const float* src_lo, int64_t src_stride,
+              const void* bias, DType bias_dtype) {
+  with_act_type(out.dtype, [&](auto ot) {
+    using OT = typename decltype(ot)::type;
+    epilogue_kernel<OT><<<flat_blocks(out.n_rows * out.n_cols), 256, 0, stream>>>(
+        static_cast<OT*>(out.data), out.stride, src, src_lo, src_stride, bias, bias_dtype, out.n_rows, out.n_cols);
+  });
+  check_launch("linear", [&] { return rows_desc("out", out) + " (epilogue)"; });
 }
 
 void convert_x(cudaStream_t s, void* dst, int64_t ld, DType dst_type, const DevRows& x) {
@@ -171,20 +212,18 @@ void convert_x(cudaStream_t s, void* dst, int64_t ld, DType dst_type, const DevR
 
 void linear_epilogue(cudaStream_t stream, DevRows out, const float* src, int64_t src_stride, const void* bias,
                      DType bias_dtype) {
-  with_act_type(out.dtype, [&](auto ot) {
-    using OT = typename decltype(ot)::type;
-    epilogue_kernel<OT><<<flat_blocks(out.n_rows * out.n_cols), 256, 0, stream>>>(
-        static_cast<OT*>(out.data), out.stride, src, src_stride, bias, bias_dtype, out.n_rows, out.n_cols);
-  });
-  check_launch("linear", [&] { return rows_desc("out", out) + " (epilogue)"; });
+  epilogue(stream, out, src, nullptr, src_stride, bias, bias_dtype);
 }
 
 bool gemm_cublaslt(cudaStream_t stream, DevRows out, DevRows x, DevRows w, const void* bias,
                    DType bias_dtype) {
-  const int64_t m = x.n_rows, n = w.n_rows, k = x.n_cols;
+  const int64_t n = w.n_rows, k = x.n_cols;
   const DType ab = w.dtype;
   const bool convert = x.dtype != ab;
-  const bool direct = out.dtype == DType::kF32 || (out.dtype == DType::kBF16 && ab == DType::kBF16 && !bias);
+  const bool split = x.dtype == DType::kF32 && ab != DType::kF32;  // hi and lo rows: m = 2 x's rows
+  const int64_t m = split ? 2 * x.n_rows : x.n_rows;
+  const bool direct =
+      !split && (out.dtype == DType::kF32 || (out.dtype == DType::kBF16 && ab == DType::kBF16 && !bias));
   const int64_t ldx = convert ? static_cast<int64_t>(align_up(k, 8)) : x.stride;
   const int64_t ldd = direct ? out.stride : static_cast<int64_t>(align_up(n, 4));
   const size_t x_bytes = convert ? align_up(m * ldx * dtype_size(ab), 256) : 0;
@@ -210,7 +249,8 @@ bool gemm_cublaslt(cudaStream_t stream, DevRows out, DevRows x, DevRows w, const
   cublasLtHandle_t handle = nullptr;
   const Plan& plan = get_plan(key, &handle);
   if (!plan.ok) return false;
-  if (convert) convert_x(stream, xp, ldx, ab, x);
+  if (split) split_x(stream, xp, ldx, ab, x);
+  else if (convert) convert_x(stream, xp, ldx, ab, x);
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st = cublasLtMatmul(handle, plan.desc, &alpha, w.data, plan.a, xp, plan.b, &beta, dp,
                                            plan.d, dp, plan.d, &plan.algo, ws, kWorkspaceBytes, stream);
@@ -218,7 +258,8 @@ bool gemm_cublaslt(cudaStream_t stream, DevRows out, DevRows x, DevRows w, const
     throw Error("cuda", strfmt("linear: cublasLtMatmul failed: %s ", cublasLtGetStatusString(st)) +
                             rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("w", w));
   if (!direct)
-    linear_epilogue(stream, out, static_cast<const float*>(dp), ldd, bias, bias_dtype);
+    epilogue(stream, out, static_cast<const float*>(dp), split ? static_cast<const float*>(dp) + x.n_rows * ldd : nullptr,
+             ldd, bias, bias_dtype);
   else if (bias != nullptr)
     linear_epilogue(stream, out, static_cast<const float*>(out.data), out.stride, bias, bias_dtype);
   check_launch("linear",
