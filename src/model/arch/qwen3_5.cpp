@@ -81,12 +81,14 @@ class Hybrid final : public Model {
     const int64_t f = std::max(cfg_.d_ff, hp_.d_shared);
     const DType a = act_dtype_, f32 = DType::kF32;
     // The DeltaNet intermediates (qkv, conv, z, b, a, core) stay f32 on CUDA too: the recurrence compounds
-    // their rounding (HF keeps them in the model dtype; f32 is closer to its f32 goldens).
+    // their rounding (HF keeps them in the model dtype; f32 is closer to its f32 goldens). So do the MLP's
+    // gate and up of prefill steps, as the fused decode launch keeps them: rounded to bf16 before the SiLU
+    // they put Qwen3-Next's prompt rows at cosine 0.995 against 0.9995 for its decode rows (H200).
     std::vector<WorkspaceSpec> s = {
         {f32, n, d},         {a, n, d},           {a, n, d},       {a, n, 2 * q_dim}, {a, n, kv_dim},
         {a, n, kv_dim},      {a, n, q_dim},       {f32, n, hp_.conv_dim()}, {f32, n, hp_.conv_dim()},
-        {f32, n, hp_.value_dim()}, {f32, n, hp_.n_v}, {f32, n, hp_.n_v}, {f32, n, hp_.value_dim()}, {a, n, f},
-        {a, n, f},           {a, n, f},           {f32, n_out, d}, {a, n, d},        {a, n, 1}};
+        {f32, n, hp_.value_dim()}, {f32, n, hp_.n_v}, {f32, n, hp_.n_v}, {f32, n, hp_.value_dim()}, {f32, n, f},
+        {f32, n, f},         {a, n, f},           {f32, n_out, d}, {a, n, d},        {a, n, 1}};
     if (hp_.n_experts > 0) append_moe_workspace(s, hp_.moe_spec(d), n);
     return s;
   }
