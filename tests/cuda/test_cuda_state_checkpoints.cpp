@@ -5,12 +5,11 @@
 // Skips without a GPU.
 #include <cuda_runtime.h>
 
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 
 #include "../golden/golden_file.h"
 #include "cuda_test_util.h"
+#include "engine_cuda_util.h"
 #include "engine/engine.h"
 #include "model/registry.h"
 
@@ -18,14 +17,6 @@ namespace bunsen::golden {
 namespace {
 
 using kernels::test::CudaTest;
-
-std::unique_ptr<model::Model> load_cuda(const std::string& fixture) {
-  Fixture f = load_fixture(fixture);
-  model::LoadOptions lo;
-  lo.device = Device::cuda(0);
-  lo.progress = model::LoadOptions::Progress::kOff;
-  return model::load_model(build_checkpoint(f, DType::kBF16, "cuda_ckpt"), lo);
-}
 
 std::vector<char> slot_bytes(const kv::StateStorage& st, int32_t slot) {
   std::vector<char> out;
@@ -72,36 +63,6 @@ TEST_F(CudaTest, StateCheckpointSaveAndLoadCopyEveryLinearLayer) {
   t1.release_all(runner.pool());
 }
 
-struct Result {
-  std::vector<engine::TokenOut> tokens;
-  int64_t cached = -1;
-};
-
-Result ask(engine::Engine& e, const std::vector<int32_t>& prompt) {
-  engine::EngineRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  r.sampling.temperature = 0.0f;
-  r.top_logprobs = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Result out;
-  e.submit(std::move(r), [&](engine::EngineEvent&& ev) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (ev.kind == engine::EngineEvent::Kind::kTokens) out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    if (ev.kind == engine::EngineEvent::Kind::kFinish || ev.kind == engine::EngineEvent::Kind::kError) {
-      out.cached = ev.kind == engine::EngineEvent::Kind::kFinish ? ev.usage.cached_tokens : -2;
-      done = true;
-      cv.notify_all();
-    }
-  });
-  std::unique_lock<std::mutex> lk(mu);
-  cv.wait_for(lk, std::chrono::seconds(60), [&] { return done; });
-  return out;
-}
-
 TEST_F(CudaTest, ResentPromptResumesFromItsStateCheckpointBitForBit) {
   auto m = load_cuda("qwen3_5_text");
   engine::RunnerOptions ro;
@@ -118,8 +79,8 @@ TEST_F(CudaTest, ResentPromptResumesFromItsStateCheckpointBitForBit) {
   ASSERT_TRUE(e.stats().prefix_cache_enabled);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 70; ++i) prompt.push_back((i * 37 + 11) % 1000);
-  const Result first = ask(e, prompt);
-  const Result again = ask(e, prompt);
+  const AskResult first = ask(e, prompt);
+  const AskResult again = ask(e, prompt);
   EXPECT_EQ(first.cached, 0);
   EXPECT_EQ(again.cached, 64);  // floor(69 / 8) * 8
   ASSERT_EQ(first.tokens.size(), 8u);

@@ -6,13 +6,12 @@
 // comes back from the pinned RAM tier. Skips without a GPU.
 #include <cuda_runtime.h>
 
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 
 #include "../golden/golden_file.h"
 #include "cuda_test_util.h"
+#include "engine_cuda_util.h"
 #include "engine/engine.h"
 #include "model/registry.h"
 
@@ -21,14 +20,6 @@ namespace {
 
 using kernels::test::CudaTest;
 namespace fs = std::filesystem;
-
-std::unique_ptr<model::Model> load_cuda(const std::string& fixture) {
-  Fixture f = load_fixture(fixture);
-  model::LoadOptions lo;
-  lo.device = Device::cuda(0);
-  lo.progress = model::LoadOptions::Progress::kOff;
-  return model::load_model(build_checkpoint(f, DType::kBF16, "cuda_ckpt"), lo);
-}
 
 engine::RunnerOptions runner_options(int32_t checkpoints) {
   engine::RunnerOptions ro;
@@ -41,37 +32,7 @@ engine::RunnerOptions runner_options(int32_t checkpoints) {
   return ro;
 }
 
-struct Result {
-  std::vector<engine::TokenOut> tokens;
-  int64_t cached = -1;
-};
-
-Result ask(engine::Engine& e, const std::vector<int32_t>& prompt) {
-  engine::EngineRequest r;
-  r.prompt = prompt;
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  r.sampling.temperature = 0.0f;
-  r.top_logprobs = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Result out;
-  e.submit(std::move(r), [&](engine::EngineEvent&& ev) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (ev.kind == engine::EngineEvent::Kind::kTokens) out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    if (ev.kind == engine::EngineEvent::Kind::kFinish || ev.kind == engine::EngineEvent::Kind::kError) {
-      out.cached = ev.kind == engine::EngineEvent::Kind::kFinish ? ev.usage.cached_tokens : -2;
-      done = true;
-      cv.notify_all();
-    }
-  });
-  std::unique_lock<std::mutex> lk(mu);
-  cv.wait_for(lk, std::chrono::seconds(60), [&] { return done; });
-  return out;
-}
-
-void expect_same(const Result& got, const Result& want, const char* what) {
+void expect_same(const AskResult& got, const AskResult& want, const char* what) {
   ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
   for (size_t i = 0; i < want.tokens.size(); ++i) {
     EXPECT_EQ(got.tokens[i].token, want.tokens[i].token) << what << " " << i;
@@ -126,7 +87,7 @@ TEST_F(CudaTest, HybridRestartHitsFromSsdBitForBit) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   const std::vector<int32_t> prompt = prompt_of(2, 70);
-  Result first, again;
+  AskResult first, again;
   engine::EngineStats st;
   for (int run = 0; run < 2; ++run) {  // a fresh runner + engine each time: empty device cache
     engine::Runner runner(*m, runner_options(8));
@@ -157,9 +118,9 @@ TEST_F(CudaTest, HybridReplacedCheckpointComesBackFromPinnedRam) {
   eo.ram_cache_bytes = 64u << 20;
   engine::Engine e(runner, eo);
   const std::vector<int32_t> a = prompt_of(3, 70);
-  const Result first = ask(e, a);
+  const AskResult first = ask(e, a);
   for (int i = 4; i < 7; ++i) ask(e, prompt_of(i, 40 + i));  // three more checkpoints replace A's
-  const Result again = ask(e, a);
+  const AskResult again = ask(e, a);
   EXPECT_EQ(first.cached, 0);
   EXPECT_EQ(again.cached, 64);
   const engine::EngineStats st = e.stats();
