@@ -216,4 +216,19 @@ inline void expect_same_bits(const GreedyResult& a, const GreedyResult& b, size_
     EXPECT_EQ(std::memcmp(&a.logprobs[t], &b.logprobs[t], sizeof(float)), 0) << "request " << i << " token " << t;
 }
 
+// Same tokens and bit-identical logprobs, token by token (`what` names the comparison).
+inline void expect_same(const std::vector<TokenOut>& got, const std::vector<TokenOut>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t t = 0; t < got.size(); ++t) {
+    EXPECT_EQ(got[t].token, want[t].token) << what << " token " << t;
+    EXPECT_EQ(std::memcmp(&got[t].logprob, &want[t].logprob, sizeof(float)), 0) << what << " logprob " << t;
+  }
+}
+
+// a followed by b.
+inline std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace bunsen::engine::test

@@ -47,19 +47,6 @@ Answer ask(Backend& b, const std::vector<int32_t>& prompt, int64_t max_tokens) {
   return {c.token_outs(), c.last().usage.cached_tokens};
 }
 
-void expect_same(const std::vector<TokenOut>& got, const std::vector<TokenOut>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t t = 0; t < got.size(); ++t) {
-    EXPECT_EQ(got[t].token, want[t].token) << what << " token " << t;
-    EXPECT_EQ(std::memcmp(&got[t].logprob, &want[t].logprob, sizeof(float)), 0) << what << " logprob " << t;
-  }
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 class HybridPrefixCache : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HybridPrefixCache, HitsAtTheCheckpointAndAnswersLikeNoCache) {

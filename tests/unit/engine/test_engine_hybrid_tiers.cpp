@@ -53,19 +53,6 @@ Answer ask(Backend& b, const std::vector<int32_t>& prompt, int64_t max_tokens = 
   return {c.token_outs(), c.last().usage.cached_tokens};
 }
 
-void expect_same(const std::vector<TokenOut>& got, const std::vector<TokenOut>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t t = 0; t < got.size(); ++t) {
-    EXPECT_EQ(got[t].token, want[t].token) << what << " token " << t;
-    EXPECT_EQ(std::memcmp(&got[t].logprob, &want[t].logprob, sizeof(float)), 0) << what << " logprob " << t;
-  }
-}
-
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // The answers of an engine without any cache (a fresh runner per call keeps them independent).
 std::vector<TokenOut> reference(model::Model& m, const std::vector<int32_t>& prompt) {
   Runner r(m, runner_opts(2, 32, 0, kBs), cpu_ctx());

@@ -91,11 +91,6 @@ RunnerOptions sliding_runner(int32_t n_blocks, int32_t n_sliding, bool sliding =
   return o;
 }
 
-std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 TEST(EngineSlidingTiers, RamTierRestoresBothSpacesBitForBit) {
   const std::vector<int32_t> a = make_prompt(1, 40);
   // Shares a's first 6 blocks, then differs: a hit in the middle of a, whose window a released early.
