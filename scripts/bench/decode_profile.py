@@ -78,11 +78,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bunsen", default="build/bunsen")
     p.add_argument("--ncu", default="ncu")
-    p.add_argument("--short", type=int, default=2, help="decode tokens of the first run")
-    p.add_argument("--long", type=int, default=6, help="decode tokens of the second run")
+    p.add_argument("--short", type=int, default=1, help="decode tokens of the first run")
+    p.add_argument("--long", type=int, default=3, help="decode tokens of the second run")
     p.add_argument("--prefill-len", type=int, default=64, help="the benchmark's extra prefill length (short)")
     p.add_argument("--dram", action="store_true", help="also DRAM bytes per kernel (more ncu passes: slower)")
-    p.add_argument("--timeout", type=int, default=280, help="seconds per ncu run")
+    p.add_argument("--timeout", type=int, default=280,
+                   help="seconds per ncu run (each profiled kernel costs ~20 ms: a 42-layer model's ~700 launches per "
+                        "token plus its prefill take minutes)")
     p.add_argument("--json", help="write the table here")
     p.add_argument("bench_args", nargs="*", help="after --: bunsen benchmark arguments (--synthetic SHAPE ...)")
     args = p.parse_args()
