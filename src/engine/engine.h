@@ -140,6 +140,14 @@ struct EngineStats {
   int64_t ram_cache_sliding_stores = 0;
   int64_t ram_cache_sliding_evictions = 0;
   int64_t ram_cache_sliding_hit_tokens = 0;  // tokens of the sliding blocks restored from RAM
+  // The RAM tier's linear-attention checkpoints (hybrid models; 0 otherwise): checkpoints the device was about
+  // to replace, one per slot, copied back on a hit that resumes from them.
+  int64_t ram_cache_state_capacity = 0;  // slots
+  int64_t ram_cache_state_entries = 0;
+  int64_t ram_cache_state_bytes = 0;
+  int64_t ram_cache_state_stores = 0;
+  int64_t ram_cache_state_evictions = 0;
+  int64_t ram_cache_state_hits = 0;  // checkpoints restored from RAM
   // Linear-attention state checkpoints (hybrid models with a prefix cache; 0 slots otherwise): the state at
   // a prompt's last full block, what a prefix hit on a hybrid resumes from (kv::StateCheckpoints).
   int64_t state_checkpoint_slots = 0;
@@ -375,7 +383,7 @@ class Engine final : public Backend {
   RamSpace state_ram_;                             // ... hybrids: linear-attention checkpoints (one per slot)
   bool ram_failed_ = false;                        // a copy failed: stores and restores stop
   mutable std::mutex ram_stats_mu_;
-  kv::RamTierStats ram_stats_, swa_ram_stats_;     // copies for other threads (guarded by ram_stats_mu_)
+  kv::RamTierStats ram_stats_, swa_ram_stats_, state_ram_stats_;  // copies for other threads (ram_stats_mu_)
   std::unordered_set<SeqId> ssd_probed_;           // waiting sequences already looked up on disk
   std::vector<SsdRestore> ssd_restores_;           // restores in flight (engine thread only)
   std::vector<SeqId> ssd_followers_;               // held until a restore ends (another job restores their prefix)

@@ -329,6 +329,7 @@ void Engine::ram_publish_stats() {
   std::lock_guard<std::mutex> lock(ram_stats_mu_);
   if (ram_.tier) ram_stats_ = ram_.tier->stats();
   if (swa_ram_.tier) swa_ram_stats_ = swa_ram_.tier->stats();
+  if (state_ram_.tier) state_ram_stats_ = state_ram_.tier->stats();
 }
 
 void Engine::fill_ram_stats(EngineStats& s) const {
@@ -349,6 +350,13 @@ void Engine::fill_ram_stats(EngineStats& s) const {
   s.ram_cache_sliding_stores = w.stores;
   s.ram_cache_sliding_evictions = w.evictions;
   s.ram_cache_sliding_hit_tokens = w.hit_tokens;
+  const kv::RamTierStats& c = state_ram_stats_;
+  s.ram_cache_state_capacity = c.capacity;
+  s.ram_cache_state_entries = c.entries;
+  s.ram_cache_state_bytes = c.bytes;
+  s.ram_cache_state_stores = c.stores;
+  s.ram_cache_state_evictions = c.evictions;
+  s.ram_cache_state_hits = c.hits;
 }
 
 }  // namespace bunsen::engine

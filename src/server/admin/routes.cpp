@@ -103,6 +103,13 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                                     {"stores", es.ram_cache_sliding_stores},
                                                     {"evictions", es.ram_cache_sliding_evictions},
                                                     {"hit_tokens", es.ram_cache_sliding_hit_tokens}};
+  if (es.ram_cache_state_capacity > 0)  // the RAM tier's linear-attention checkpoints (hybrid models)
+    j["prompt_cache"]["tiers"]["ram"]["state_checkpoints"] = {{"capacity", es.ram_cache_state_capacity},
+                                                              {"entries", es.ram_cache_state_entries},
+                                                              {"bytes", es.ram_cache_state_bytes},
+                                                              {"stores", es.ram_cache_state_stores},
+                                                              {"evictions", es.ram_cache_state_evictions},
+                                                              {"hits", es.ram_cache_state_hits}};
   // SSD tier: hits/misses count lookups of prompts the device tier did not fully cover.
   j["ssd"] = {{"enabled", es.ssd_cache_enabled},
               {"entries", es.ssd_cache_entries},
@@ -176,6 +183,14 @@ std::string metrics_text(ModelService& service) {
                  static_cast<double>(es.state_checkpoint_entries));
     out += counter("bunsen_state_checkpoint_hits_total", "Prefix hits that resumed from a state checkpoint.",
                    es.state_checkpoint_hits);
+  }
+  if (es.ram_cache_state_capacity > 0) {
+    out += gauge("bunsen_ram_cache_state_checkpoints", "Linear-attention checkpoints held by the RAM tier.",
+                 static_cast<double>(es.ram_cache_state_entries));
+    out += gauge("bunsen_ram_cache_state_bytes", "Host bytes used by the RAM tier's checkpoints.",
+                 static_cast<double>(es.ram_cache_state_bytes));
+    out += counter("bunsen_ram_cache_state_hits_total", "State checkpoints restored from the RAM tier.",
+                   es.ram_cache_state_hits);
   }
   out += gauge("bunsen_ssd_cache_enabled", "1 while the SSD tier of the prefix cache is on.",
                es.ssd_cache_enabled ? 1.0 : 0.0);

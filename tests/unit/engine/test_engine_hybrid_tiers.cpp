@@ -232,6 +232,12 @@ TEST_P(HybridTiers, ReplacedCheckpointComesBackFromRam) {
     expect_same(r.answers[4].tokens, want, what);
     EXPECT_GE(r.stats.state_checkpoint_evictions, 3) << what;
     EXPECT_EQ(r.stats.ram_cache_hits, 1) << what;
+    // The RAM tier's checkpoint area: A's checkpoint (and the others replaced) went in, A's came back.
+    EXPECT_GT(r.stats.ram_cache_state_capacity, 0) << what;
+    EXPECT_GE(r.stats.ram_cache_state_stores, 3) << what;
+    EXPECT_GE(r.stats.ram_cache_state_entries, 1) << what;
+    EXPECT_GT(r.stats.ram_cache_state_bytes, 0) << what;
+    EXPECT_EQ(r.stats.ram_cache_state_hits, 1) << what;
     if (n_blocks > 0) {
       EXPECT_GT(r.stats.ram_cache_stores, 0) << what;
     }
