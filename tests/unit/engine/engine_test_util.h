@@ -10,9 +10,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,6 +216,43 @@ inline void expect_same_bits(const GreedyResult& a, const GreedyResult& b, size_
   ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "request " << i;
   for (size_t t = 0; t < a.logprobs.size(); ++t)
     EXPECT_EQ(std::memcmp(&a.logprobs[t], &b.logprobs[t], sizeof(float)), 0) << "request " << i << " token " << t;
+}
+
+// A model with the config of golden fixture `name` (tests/golden/data/NAME/config.json) and synthetic f32
+// weights (seed 11), on the CPU.
+inline std::unique_ptr<model::Model> fixture_model(const std::string& name) {
+  const std::string path = std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + name + "/config.json";
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto cfg = model::parse_config(ss.str(), path);
+  model::WeightStore ws;
+  for (const auto& s : model::expected_tensors(cfg))
+    ws.add(s.name, model::synthetic_tensor(s.name, s.shape, DType::kF32, 11));
+  return model::create_model(cfg, std::move(ws));
+}
+
+struct Answer {
+  std::vector<TokenOut> tokens;
+  int64_t cached = -1;  // usage.cached_tokens
+};
+
+// One greedy request to completion. top_logprobs > 0 takes the full-logits path (its logprobs compare the
+// whole forward); ignore_eos runs it to max_tokens.
+inline Answer ask(Backend& b, const std::vector<int32_t>& prompt, int64_t max_tokens, int top_logprobs = 0,
+                  bool ignore_eos = false) {
+  EngineRequest e;
+  e.prompt = prompt;
+  e.max_tokens = max_tokens;
+  e.sampling.temperature = 0.0f;
+  e.top_logprobs = top_logprobs;
+  e.ignore_eos = ignore_eos;
+  Collector c;
+  b.submit(std::move(e), c.sink());
+  EXPECT_TRUE(c.wait());
+  c.expect_one_terminal();
+  return {c.token_outs(), c.last().usage.cached_tokens};
 }
 
 // Same tokens and bit-identical logprobs, token by token (`what` names the comparison).

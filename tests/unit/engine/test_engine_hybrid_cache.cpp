@@ -7,45 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/status.h"
 #include "engine_test_util.h"
 
 namespace bunsen::engine::test {
 namespace {
-
-std::unique_ptr<model::Model> fixture_model(const std::string& name) {
-  const std::string path = std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + name + "/config.json";
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto cfg = model::parse_config(ss.str(), path);
-  model::WeightStore ws;
-  for (const auto& s : model::expected_tensors(cfg))
-    ws.add(s.name, model::synthetic_tensor(s.name, s.shape, DType::kF32, 11));
-  return model::create_model(cfg, std::move(ws));
-}
-
-struct Answer {
-  std::vector<TokenOut> tokens;
-  int64_t cached = -1;
-};
-
-Answer ask(Backend& b, const std::vector<int32_t>& prompt, int64_t max_tokens) {
-  EngineRequest e;
-  e.prompt = prompt;
-  e.max_tokens = max_tokens;
-  e.sampling.temperature = 0.0f;
-  e.top_logprobs = 0;
-  Collector c;
-  b.submit(std::move(e), c.sink());
-  EXPECT_TRUE(c.wait());
-  c.expect_one_terminal();
-  return {c.token_outs(), c.last().usage.cached_tokens};
-}
 
 class HybridPrefixCache : public ::testing::TestWithParam<std::string> {};
 

@@ -8,8 +8,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/status.h"
 #include "engine_test_util.h"
@@ -21,38 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int32_t kBs = 8;
 
-std::unique_ptr<model::Model> fixture_model(const std::string& name) {
-  const std::string path = std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + name + "/config.json";
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto cfg = model::parse_config(ss.str(), path);
-  model::WeightStore ws;
-  for (const auto& s : model::expected_tensors(cfg))
-    ws.add(s.name, model::synthetic_tensor(s.name, s.shape, DType::kF32, 11));
-  return model::create_model(cfg, std::move(ws));
-}
-
-struct Answer {
-  std::vector<TokenOut> tokens;
-  int64_t cached = -1;
-};
-
-Answer ask(Backend& b, const std::vector<int32_t>& prompt, int64_t max_tokens = 6) {
-  EngineRequest e;
-  e.prompt = prompt;
-  e.max_tokens = max_tokens;
-  e.sampling.temperature = 0.0f;
-  e.top_logprobs = 2;  // full-logits path: logprobs compare the whole forward
-  e.ignore_eos = true;
-  Collector c;
-  b.submit(std::move(e), c.sink());
-  EXPECT_TRUE(c.wait());
-  c.expect_one_terminal();
-  return {c.token_outs(), c.last().usage.cached_tokens};
-}
-
 // The answers of an engine without any cache (a fresh runner per call keeps them independent).
 std::vector<TokenOut> reference(model::Model& m, const std::vector<int32_t>& prompt) {
   Runner r(m, runner_opts(2, 32, 0, kBs), cpu_ctx());
@@ -61,7 +27,7 @@ std::vector<TokenOut> reference(model::Model& m, const std::vector<int32_t>& pro
   off.max_num_batched_tokens = 32;
   off.prefix_cache = false;
   Engine e(r, off);
-  return ask(e, prompt).tokens;
+  return ask(e, prompt, 6, 2, true).tokens;
 }
 
 struct Tiers {
@@ -90,7 +56,7 @@ Lifetime run_fresh(model::Model& m, const Tiers& t, const std::vector<std::vecto
   o.ram_cache_bytes = t.ram_bytes;
   Engine e(runner, o);
   Lifetime r;
-  for (const auto& p : prompts) r.answers.push_back(ask(e, p));
+  for (const auto& p : prompts) r.answers.push_back(ask(e, p, 6, 2, true));
   e.shutdown();
   r.stats = e.stats();
   EXPECT_EQ(r.stats.kv_blocks_free, r.stats.kv_blocks_total);
