@@ -650,18 +650,28 @@ int64_t total_tiles(const QMmaArgs& a) {
 }
 
 
+// A launch's k split (the test hook's, or choose_split over `iters` iterations per tile with `resident`
+// warps) and the blocks that cover `tiles` row tiles with it.
+struct SplitGrid {
+  int split;
+  unsigned blocks;
+};
+SplitGrid split_grid(int64_t tiles, int64_t iters, int64_t resident) {
+  const int forced = g_split.load();
+  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced
+                                                                             : choose_split(tiles, iters, resident, kWarps);
+  const int64_t tiles_per_block = kWarps / split;
+  return {split, static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block)};
+}
+
 template <int kBits, int kGroup, typename SBT, bool kGlu>
 cudaError_t launch(cudaStream_t stream, const QMmaArgs& a) {
   using G = Geom<kBits, kGroup>;
   static const int blocks_per_sm = occupancy(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, kThreads);
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * blocks_per_sm;
-  const int64_t ng = a.k / kGroup, iters = (ng + G::kU - 1) / G::kU, tiles = total_tiles(a);
-  const int forced = g_split.load();
-  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced
-                                                                             : choose_split(tiles, iters, resident, kWarps);
-  const int64_t tiles_per_block = kWarps / split;
-  const unsigned blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
-  return launch_pdl(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, dim3(blocks), dim3(kThreads), 0, stream, a, split);
+  const int64_t ng = a.k / kGroup, iters = (ng + G::kU - 1) / G::kU;
+  const SplitGrid sg = split_grid(total_tiles(a), iters, resident);
+  return launch_pdl(gemv_qmma_kernel<kBits, kGroup, SBT, kGlu>, dim3(sg.blocks), dim3(kThreads), 0, stream, a, sg.split);
 }
 
 // BUNSEN_QMMA (read once) picks the kernel: unset, the shared-memory kernel for 4-bit weights and
@@ -703,13 +713,9 @@ cudaError_t launch_smem(cudaStream_t stream, const QMmaArgs& a) {
   // The k split is modelled on the register-limited residency only, so it never depends on m (shared
   // memory grows with m): a token's summation order is the same in any launch of this kernel.
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const int64_t ng = a.k / kGroup, iters = (ng + kU - 1) / kU, tiles = total_tiles(a);
-  const int forced = g_split.load();
-  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced
-                                                                             : choose_split(tiles, iters, resident, kWarps);
-  const int64_t tiles_per_block = kWarps / split;
-  const unsigned blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
-  return launch_pdl(kernel, dim3(blocks), dim3(kThreads), smem, stream, a, split);
+  const int64_t ng = a.k / kGroup, iters = (ng + kU - 1) / kU;
+  const SplitGrid sg = split_grid(total_tiles(a), iters, resident);
+  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split);
 }
 
 template <int kBits, int kGroup, typename SBT>
@@ -757,14 +763,8 @@ cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
   static const int by_regs = occupancy(kernel, kThreads);
   const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + kTileBytes;
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const int64_t stages = a.k / (64 * kTileGroups), tiles = total_tiles(a);
-  const int forced = g_split.load();
-  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8
-                        ? forced
-                        : choose_split(tiles, stages, resident, kWarps);
-  const int64_t tiles_per_block = kWarps / split;
-  const unsigned blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block);
-  return launch_pdl(kernel, dim3(blocks), dim3(kThreads), smem, stream, a, split);
+  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
+  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split);
 }
 
 template <int kBits, int kGroup>
