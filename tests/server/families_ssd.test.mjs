@@ -11,23 +11,13 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, postJson, getJson } from './harness.mjs';
+import { startServer, postJson, getJson, waitForSsdWrites } from './harness.mjs';
 import { buildTinyModel, kFamilies, tokenIds, completionAnswer, assertSameAnswer } from './tiny_models.mjs';
 
 const kBlock = 16;
 const prompt = tokenIds(150, 12345);  // 9 full blocks; + max_tokens within the fixtures' 256 context
 
 const complete = (url) => postJson(`${url}/v1/completions`, { prompt, max_tokens: 12, temperature: 0, logprobs: 1 });
-
-async function waitForWrites(url, n, timeoutMs = 20_000) {
-  const t0 = Date.now();
-  for (;;) {
-    const s = (await getJson(`${url}/stats`)).json.ssd;
-    if (s.writes >= n) return s;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`ssd writes stayed at ${s.writes} (< ${n}): ${JSON.stringify(s)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('every model family hits the SSD tier after a restart', () => {
   let root;
@@ -58,7 +48,7 @@ describe('every model family hits the SSD tier after a restart', () => {
       assert.equal(cold.status, 200, cold.text);
       assert.equal(cold.json.usage.prompt_tokens, prompt.length);
       assert.equal(cold.json.usage.prompt_tokens_details.cached_tokens, 0);
-      await waitForWrites(a.url, 1);
+      await waitForSsdWrites(a.url, 1);
       await a.stop();
       assert.ok(fs.readdirSync(ssd).some((f) => f.endsWith('.kvs')), 'snapshot files on disk');
 

@@ -172,6 +172,18 @@ export async function getJson(url, { headers = {} } = {}) {
 }
 
 // Asserts-free helper: true when `obj` has OpenAI's error shape {error:{message,type,param,code}}.
+// Polls /stats until the SSD tier has written at least n snapshots (they are written asynchronously after
+// a request settles); resolves with /stats' ssd object, rejects after timeoutMs.
+export async function waitForSsdWrites(url, n, timeoutMs = 20_000) {
+  const t0 = Date.now();
+  for (;;) {
+    const s = (await getJson(`${url}/stats`)).json.ssd;
+    if (s.writes >= n) return s;
+    if (Date.now() - t0 > timeoutMs) throw new Error(`ssd writes stayed at ${s.writes} (< ${n}): ${JSON.stringify(s)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export function isOpenAIError(obj) {
   return !!obj && typeof obj.error === 'object' && typeof obj.error.message === 'string' &&
     typeof obj.error.type === 'string' && 'param' in obj.error && 'code' in obj.error;

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, postJson, getJson } from './harness.mjs';
+import { startServer, postJson, getJson, waitForSsdWrites } from './harness.mjs';
 
 const kBlock = 16;
 const system = 'You are a careful assistant. ' +
@@ -21,16 +21,6 @@ const chat = (url, msgs = messages, extra = {}) =>
 
 const snapshots = (dir) => fs.readdirSync(dir).filter((f) => f.endsWith('.kvs'));
 const quarantined = (dir) => (fs.existsSync(path.join(dir, 'quarantine')) ? fs.readdirSync(path.join(dir, 'quarantine')) : []);
-
-async function waitForWrites(url, n, timeoutMs = 20_000) {
-  const t0 = Date.now();
-  for (;;) {
-    const s = (await getJson(`${url}/stats`)).json.ssd;
-    if (s.writes >= n) return s;
-    if (Date.now() - t0 > timeoutMs) throw new Error(`ssd writes stayed at ${s.writes} (< ${n}): ${JSON.stringify(s)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const serverArgs = (dir, more = []) => ['--device', 'cpu', '--ctx', '2048', '--batch', '2', '--ssd-cache', dir, ...more];
 
@@ -59,7 +49,7 @@ describe('prefix cache (SSD tier)', () => {
     const p = first.json.usage.prompt_tokens;
     assert.ok(p >= 6 * kBlock, `the prompt spans several blocks (${p} tokens)`);
     assert.equal(first.json.usage.prompt_tokens_details.cached_tokens, 0);
-    await waitForWrites(a.url, 1);
+    await waitForSsdWrites(a.url, 1);
     await a.stop();
     assert.ok(snapshots(dir).length >= 1, 'snapshot files on disk');
 
@@ -110,7 +100,7 @@ describe('prefix cache (SSD tier)', () => {
     servers.push(a);
     const warm = await chat(a.url);
     assert.equal(warm.status, 200, warm.text);
-    await waitForWrites(a.url, 1);
+    await waitForSsdWrites(a.url, 1);
     // Several different prompts finish at about the same time; SIGKILL lands while their snapshots queue
     // and get written.
     const variants = Array.from({ length: 4 }, (_, i) => [
@@ -168,7 +158,7 @@ describe('prefix cache (SSD tier)', () => {
     servers.push(a);
     const first = await chat(a.url);
     assert.equal(first.status, 200, first.text);
-    await waitForWrites(a.url, 1);
+    await waitForSsdWrites(a.url, 1);
     await a.stop();
     const p = first.json.usage.prompt_tokens;
     for (const [model, hits] of [[poked, false], [retok, false], [same, true]]) {
