@@ -9,6 +9,10 @@ share; GB/s only with --dram) and, with --json, writes it as JSON. Times are ncu
 more than the benchmark's ms/token, where programmatic dependent launch overlaps neighbouring kernels.
 
   python3 scripts/bench/decode_profile.py --bunsen .gpu/bunsen -- --synthetic qwen3.5-4b --prompt-len 1024
+
+With --range STEPS (for batched decode, e.g. `-- --synthetic llama3.1-8b --decode-batch 64 [--mixed-prefill 2048]`):
+one run with BUNSEN_PROFILE_RANGE=1 and ncu --profile-from-start off records only the benchmark's STEPS timed
+batched steps (not the sequences' prefills); the table is per step.
 """
 import argparse
 import collections
@@ -49,11 +53,13 @@ def profile(args, gen):
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "ncu.csv")
         metrics = "gpu__time_duration.sum" + (",dram__bytes_read.sum,dram__bytes_write.sum" if args.dram else "")
+        ranged = ["--profile-from-start", "off"] if args.range else []
         cmd = [args.ncu, "--clock-control", "none", "--graph-profiling", "node", "--metrics", metrics, "--csv",
-               "--page", "raw",
+               "--page", "raw"] + ranged + [
                "--log-file", log, args.bunsen, "benchmark", "--device", "cuda", "--no-probe", "--prefill-lens",
                str(args.prefill_len), "--gen", str(gen), "--json"] + args.bench_args
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=args.timeout)
+        env = dict(os.environ, BUNSEN_PROFILE_RANGE="1") if args.range else None
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=args.timeout, env=env)
         text = open(log, encoding="utf-8", errors="replace").read()
     start = text.find('"ID"')
     if start < 0:
@@ -85,13 +91,19 @@ def main():
     p.add_argument("--timeout", type=int, default=280,
                    help="seconds per ncu run (each profiled kernel costs ~20 ms: a 42-layer model's ~700 launches per "
                         "token plus its prefill take minutes)")
+    p.add_argument("--range", type=int, default=0,
+                   help="STEPS: profile only the timed steps of --decode-batch (one run of --gen STEPS), per step")
     p.add_argument("--json", help="write the table here")
     p.add_argument("bench_args", nargs="*", help="after --: bunsen benchmark arguments (--synthetic SHAPE ...)")
     args = p.parse_args()
-    if args.long <= args.short:
-        sys.exit("--long must be larger than --short")
-    a, b = profile(args, args.short), profile(args, args.long)
-    per = float(args.long - args.short)
+    if args.range:
+        a, b = collections.defaultdict(lambda: [0, 0.0, 0.0]), profile(args, args.range)
+        per = float(args.range)
+    else:
+        if args.long <= args.short:
+            sys.exit("--long must be larger than --short")
+        a, b = profile(args, args.short), profile(args, args.long)
+        per = float(args.long - args.short)
     table = []
     for name in set(a) | set(b):
         n = (b[name][0] - a[name][0]) / per
@@ -102,7 +114,7 @@ def main():
     table.sort(key=lambda e: -e["us"])
     total = sum(e["us"] for e in table)
     launches = sum(e["launches"] for e in table)
-    print(f"per decode token: {launches:.0f} launches, {total:.1f} us of serialised kernel time")
+    print(f"per {'step' if args.range else 'decode token'}: {launches:.0f} launches, {total:.1f} us of serialised kernel time")
     print(f"{'kernel':48} {'n/tok':>7} {'us/tok':>9} {'us each':>8} {'GB/s':>7} {'share':>6}")
     for e in table:
         each = e["us"] / e["launches"] if e["launches"] > 0 else 0.0

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "bench/bandwidth.h"
@@ -79,19 +80,23 @@ std::unique_ptr<model::Model> open_model(const BenchmarkOptions& o, BenchmarkRes
 // capture the CUDA graph of the bucket first).
 DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64_t batch, ThreadPool& pool) {
   check(batch >= 1 && batch <= 4096, "benchmark", "--decode-batch sizes must be in [1, 4096]");
+  const int64_t mixed = o.mixed_prefill;
+  check(mixed >= 0 && mixed <= 16384, "benchmark", "--mixed-prefill must be in [0, 16384]");
   const int64_t vocab = m.config().vocab_size, steps = std::max<int64_t>(o.gen_len, 1), warm = 8;
   engine::RunnerOptions ro;
-  ro.max_seqs = batch;
-  ro.max_logit_rows = batch;
-  ro.max_context = o.prompt_len + steps + warm + 1;
-  ro.max_tokens_per_step = std::max<int64_t>(std::min<int64_t>(o.prompt_len, 2048), batch);
+  ro.max_seqs = batch + (mixed > 0 ? 1 : 0);
+  ro.max_logit_rows = ro.max_seqs;
+  ro.max_context = std::max(o.prompt_len + steps + warm + 1, mixed);
+  ro.max_tokens_per_step = std::max<int64_t>(std::min<int64_t>(o.prompt_len, 2048), batch + mixed);
   engine::Runner runner(m, ro, kernels::Context{&pool});
-  std::vector<kv::BlockTable> tables(static_cast<size_t>(batch), kv::BlockTable(runner.block_size()));
-  const auto prompt = bench_prompt(o.prompt_len, vocab);
-  for (auto& t : tables) {
+  std::vector<kv::BlockTable> tables(static_cast<size_t>(ro.max_seqs), kv::BlockTable(runner.block_size()));
+  const auto prompt = bench_prompt(std::max(o.prompt_len, mixed), vocab);
+  for (int64_t s = 0; s < ro.max_seqs; ++s) {
+    kv::BlockTable& t = tables[static_cast<size_t>(s)];
     std::vector<kv::BlockId> ids;
     check(runner.pool().allocate_n(t.blocks_needed(ro.max_context), ids), "benchmark", "out of KV blocks");
     for (auto id : ids) t.append(id);
+    if (s == batch) break;  // the mixed-in prompt sequence: prefilled inside every step
     for (int64_t start = 0; start < o.prompt_len; start += ro.max_tokens_per_step) {
       const int64_t n = std::min(ro.max_tokens_per_step, o.prompt_len - start);
       engine::SeqChunk c{&t, prompt.data() + start, n, start, engine::SeqChunk::Logits::kLast};
@@ -99,21 +104,26 @@ DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64
     }
   }
   std::vector<int32_t> tokens(static_cast<size_t>(batch));
-  std::vector<engine::SeqChunk> chunks(static_cast<size_t>(batch));
+  std::vector<engine::SeqChunk> chunks(static_cast<size_t>(ro.max_seqs));
   auto step = [&](int64_t i) {
     for (int64_t s = 0; s < batch; ++s) {
       chunks[s] = {&tables[s], &tokens[s], 1, o.prompt_len + i, engine::SeqChunk::Logits::kLast};
     }
+    if (mixed > 0) chunks[batch] = {&tables[batch], prompt.data(), mixed, 0, engine::SeqChunk::Logits::kLast};
     std::span<const int32_t> next = runner.step_argmax(chunks);
     for (int64_t s = 0; s < batch; ++s) tokens[s] = std::max(next[s], 0);
   };
   for (int64_t s = 0; s < batch; ++s) tokens[s] = prompt[static_cast<size_t>(s) % prompt.size()];
   for (int64_t i = 0; i < warm; ++i) step(i);
+  // BUNSEN_PROFILE_RANGE set: only the timed steps are in the profiler's range (ncu --profile-from-start off).
+  const bool profile = std::getenv("BUNSEN_PROFILE_RANGE") != nullptr && o.device.is_cuda();
+  if (profile) kernels::profiler_range(true);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) step(warm + i);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (profile) kernels::profiler_range(false);
   for (auto& t : tables) t.release_all(runner.pool());
-  return {batch, static_cast<double>(batch * steps) / secs, 1000.0 * secs / static_cast<double>(steps)};
+  return {batch, static_cast<double>(batch * steps) / secs, 1000.0 * secs / static_cast<double>(steps), mixed};
 }
 
 BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
@@ -199,7 +209,7 @@ std::string BenchmarkResult::to_json() const {
   j["prefill"] = pp;
   nlohmann::ordered_json db = nlohmann::ordered_json::array();
   for (const DecodeBatchResult& d : decode_batch)
-    db.push_back({{"batch", d.batch}, {"tok_s", d.tok_s}, {"ms_per_step", d.ms_per_step}});
+    db.push_back({{"batch", d.batch}, {"prefill_tokens", d.prefill_tokens}, {"tok_s", d.tok_s}, {"ms_per_step", d.ms_per_step}});
   if (!decode_batch.empty()) j["decode_batch"] = db;
   j["prefill_gflops"] = prefill_gflops;
   j["decode_tok_s"] = decode_tok_s;

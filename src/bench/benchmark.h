@@ -30,12 +30,16 @@ struct BenchmarkOptions {
   // Batched decode: for each B, B sequences of prompt_len tokens decode gen_len steps together (one
   // token each per step, greedy argmax on the device, CUDA graphs), as the serving engine runs them.
   std::vector<int64_t> decode_batches;
+  // With decode_batches: every timed step also carries a prompt chunk of this many tokens (one more sequence,
+  // re-prefilled from position 0 each step), as a serving step mixes decode rows and a prefill chunk.
+  int64_t mixed_prefill = 0;
 };
 
 struct DecodeBatchResult {
   int64_t batch = 0;
   double tok_s = 0;        // batch × steps / seconds
   double ms_per_step = 0;
+  int64_t prefill_tokens = 0;  // the prompt chunk each step carried too (mixed_prefill)
 };
 
 struct PrefillResult {

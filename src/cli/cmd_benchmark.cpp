@@ -26,6 +26,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512; 1024 with --serve)", "p"},
     {"gen", "N", "tokens to decode after the prompt (default 128; 256 with --serve)", "n"},
     {"decode-batch", "B,B", "also time decode with B sequences per step (e.g. 16,64), as the server batches"},
+    {"mixed-prefill", "P", "with --decode-batch: each timed step also prefills a P-token prompt chunk (a serving step)"},
     {"prefill-lens", "N,N",
      "further prompt lengths timed for prefill only (default: none on cpu, 512,2048 on cuda)"},
     {"threads", "N", "CPU threads (default: all cores)"},
@@ -43,7 +44,7 @@ const std::vector<OptionSpec> kSpecs = {
 
 // --serve: prompt 1024 and gen 256 by default (the serving shape).
 int run_serve(const Args& a) {
-  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "threads", "no-probe", "device"})
+  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "mixed-prefill", "threads", "no-probe", "device"})
     check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
   bench::ServeBenchOptions o;
   o.url = *a.str("serve");
@@ -138,6 +139,8 @@ int cmd_benchmark(int argc, char** argv) {
   o.gen_len = a.integer("gen", 128);
   if (a.has("prefill-lens")) o.prefill_lens = parse_lengths(*a.str("prefill-lens"));
   if (a.has("decode-batch")) o.decode_batches = parse_lengths(*a.str("decode-batch"));
+  o.mixed_prefill = a.integer("mixed-prefill", 0);
+  check(o.mixed_prefill == 0 || !o.decode_batches.empty(), "cli", "bunsen benchmark: --mixed-prefill needs --decode-batch");
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.probe = !a.flag("no-probe");
   bench::BenchmarkResult r = bench::run_benchmark(o);

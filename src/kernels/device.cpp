@@ -157,6 +157,10 @@ double device_read_bandwidth_gbps(Device device, size_t bytes, int repeats) {
   return cuda::read_bandwidth_gbps(bytes, repeats, nullptr);
 }
 
+void profiler_range(bool start) {
+  cuda::profiler_range(start);
+}
+
 #else  // !BUNSEN_HAVE_CUDA
 
 bool cuda_built() {
@@ -227,6 +231,8 @@ double device_read_bandwidth_gbps(Device device, size_t, int) {
   need_cuda_device("device_read_bandwidth_gbps", device);
   return 0;
 }
+
+void profiler_range(bool) {}
 
 #endif
 

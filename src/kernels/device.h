@@ -119,4 +119,8 @@ void upload(Device device, std::span<const HostToDevice> ranges, size_t chunk_by
 // Read bandwidth of `device`'s memory in 1e9 bytes/s (best of `repeats` passes over `bytes`).
 double device_read_bandwidth_gbps(Device device, size_t bytes = size_t{1} << 30, int repeats = 10);
 
+// Starts / stops the range a CUDA profiler started with --profile-from-start off records (`ncu`); a no-op
+// without CUDA.
+void profiler_range(bool start);
+
 }  // namespace bunsen::kernels

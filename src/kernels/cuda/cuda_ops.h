@@ -101,6 +101,8 @@ void upload(const HostToDevice* ranges, size_t n_ranges, size_t chunk_bytes, voi
 // Device-memory read bandwidth in 1e9 bytes/s: the best of `repeats` passes of a streaming read kernel
 // over a fresh `bytes`-byte buffer (timed with CUDA events on `stream`). The roofline denominator.
 double read_bandwidth_gbps(size_t bytes, int repeats, void* stream);
+// cudaProfilerStart / cudaProfilerStop: the range a profiler started with --profile-from-start off records.
+void profiler_range(bool start);
 
 // ---- streams and graphs (graph.cu) ----
 void* stream_create();  // a non-blocking stream on the current device

@@ -2,6 +2,8 @@
 // the device read-bandwidth probe. Not the per-op memory (memory.cu) and not a model loader: callers
 // say which ranges go where. Invariants: a staging half is refilled only after the device copy that
 // read it has completed (one event per half); the probe's sum is written out so no load is elided.
+#include <cuda_profiler_api.h>
+
 #include <cstring>
 #include <utility>
 
@@ -169,6 +171,10 @@ struct EventTimer {
 };
 
 }  // namespace
+
+void profiler_range(bool start) {
+  check_cuda(start ? cudaProfilerStart() : cudaProfilerStop(), "profiler_range", [] { return std::string(); });
+}
 
 double read_bandwidth_gbps(size_t bytes, int repeats, void* stream) {
   const char* op = "read_bandwidth_gbps";
