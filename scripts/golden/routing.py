@@ -61,14 +61,21 @@ def top_k_ids(logits, k):
     return sorted(range(len(logits)), key=lambda i: (-logits[i], i))[:k]
 
 
-def routing_margin(logits, ids):
+def logit_variance(logits):
+    n = len(logits)
+    mean = sum(logits) / n
+    return sum((x - mean) ** 2 for x in logits) / n
+
+
+def routing_margin(logits, ids, scale=0.0):
+    """(l_k - l_{k+1}) / scale, scale = the token's own logit sd when 0 (model/routing_trace.h's routing_margin;
+    summarize passes each layer's scale: the RMS of its tokens' logit sds, as RoutingTrace does)."""
     n, k = len(logits), len(ids)
     if k >= n:
         return math.inf
     if not all(math.isfinite(x) for x in logits):
         return 0.0
-    mean = sum(logits) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logits) / n)
+    sd = scale if scale > 0.0 else math.sqrt(logit_variance(logits))
     if sd == 0.0:
         return 0.0
     chosen = set(ids)
@@ -103,12 +110,14 @@ def summarize(layers, top_k, n_experts, t_prompt, n_greedy):
         if len(rows) != n_pos:
             raise ValueError(f"routing: layer {layer} has {len(rows)} positions, expected {n_pos}")
         ms, used = [], set()
+        variances = [logit_variance(l) for l in rows]
+        scale = math.sqrt(sum(v for v in variances if math.isfinite(v)) / len(rows)) if rows else 0.0
         for logits in rows:
             if len(logits) != n_experts:
                 raise ValueError(f"routing: layer {layer} has {len(logits)} logits per token, expected {n_experts}")
             ids = top_k_ids(logits, top_k)
             used.update(ids)
-            ms.append(routing_margin(logits, ids))
+            ms.append(routing_margin(logits, ids, scale))
         margins[layer] = ms
         coverage[layer] = len(used)
     if not margins:

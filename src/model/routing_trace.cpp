@@ -13,15 +13,23 @@
 
 namespace bunsen::model {
 
-double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k) {
-  if (top_k >= n_experts) return std::numeric_limits<double>::infinity();  // nothing else to choose
-  if (top_k <= 0) return 0.0;
+namespace {
+
+double logit_variance(const float* logits, int64_t n_experts) {
   double mean = 0.0;
   for (int64_t e = 0; e < n_experts; ++e) mean += logits[e];
   mean /= static_cast<double>(n_experts);
   double sq = 0.0;
   for (int64_t e = 0; e < n_experts; ++e) sq += (logits[e] - mean) * (logits[e] - mean);
-  const double sd = std::sqrt(sq / static_cast<double>(n_experts));
+  return sq / static_cast<double>(n_experts);
+}
+
+}  // namespace
+
+double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k, double scale) {
+  if (top_k >= n_experts) return std::numeric_limits<double>::infinity();  // nothing else to choose
+  if (top_k <= 0) return 0.0;
+  const double sd = scale > 0.0 ? scale : std::sqrt(logit_variance(logits, n_experts));
   double kth = std::numeric_limits<double>::infinity(), next = -std::numeric_limits<double>::infinity();
   for (int64_t e = 0; e < n_experts; ++e) {
     const bool chosen = std::find(ids, ids + top_k, static_cast<int32_t>(e)) != ids + top_k;
@@ -54,7 +62,7 @@ std::vector<T> RoutingTrace::host_rows(const Tensor& t) {
 RoutingTrace::Layer& RoutingTrace::layer_entry(int layer) {
   for (Layer& l : layers_)
     if (l.layer == layer) return l;
-  layers_.push_back(Layer{layer, 0, {}, {}});
+  layers_.push_back(Layer{layer, 0, {}, {}, 0, {}});
   return layers_.back();
 }
 
@@ -75,11 +83,23 @@ void RoutingTrace::on(std::string_view name, int layer, const Tensor& t) {
         "routing trace: router logits and ids disagree on the token count");
   Layer& l = layer_entry(layer);
   check(l.top_k == 0 || l.top_k == k, "model", "routing trace: top_k changed between steps");
+  check(l.n_experts == 0 || l.n_experts == pending_experts_, "model", "routing trace: expert count changed between steps");
   l.top_k = k;
-  for (int64_t r = 0; r < n; ++r)
-    l.margin.push_back(static_cast<float>(
-        routing_margin(pending_logits_.data() + r * pending_experts_, pending_experts_, ids.data() + r * k, k)));
+  l.n_experts = pending_experts_;
   l.ids.insert(l.ids.end(), ids.begin(), ids.end());
+  l.logits.insert(l.logits.end(), pending_logits_.begin(), pending_logits_.end());
+  // Every token's margin at the layer's scale over all its tokens so far (the scale moves as steps append).
+  const int64_t total = static_cast<int64_t>(l.logits.size()) / l.n_experts, e = l.n_experts;
+  double sum = 0.0;
+  for (int64_t r = 0; r < total; ++r) {
+    const double v = logit_variance(l.logits.data() + r * e, e);
+    sum += std::isfinite(v) ? v : 0.0;
+  }
+  const double scale = total > 0 ? std::sqrt(sum / static_cast<double>(total)) : 0.0;
+  l.margin.resize(static_cast<size_t>(total));
+  for (int64_t r = 0; r < total; ++r)
+    l.margin[static_cast<size_t>(r)] =  // scale 0: every token's logits are flat, so every margin is 0 (or inf)
+        static_cast<float>(routing_margin(l.logits.data() + r * e, e, l.ids.data() + r * k, k, scale));
   pending_layer_ = -1;
 }
 

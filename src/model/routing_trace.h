@@ -13,27 +13,35 @@
 
 namespace bunsen::model {
 
-// How close one token's top-k selection is to choosing differently: (l_k - l_{k+1}) / sd(l), where l are
+// How close one token's top-k selection is to choosing differently: (l_k - l_{k+1}) / scale, where l are
 // the token's router logits [n_experts], l_k the smallest logit among the chosen `ids` [top_k], l_{k+1} the
-// largest among the others, and sd the population standard deviation of all n_experts logits.
-// Why logits and why sd: every scoring moe_route supports (softmax, sigmoid; expert_scale applies after the
-// choice) is strictly increasing in the logit, so the logits rank the experts exactly as the selection does,
+// largest among the others, and scale the population standard deviation sd(l) of the token's own logits when
+// `scale` is 0, else the given scale (RoutingTrace passes its layer's: the root mean square of sd(l) over
+// the layer's tokens).
+// Why logits and why that scale: every scoring moe_route supports (softmax, sigmoid; expert_scale applies after
+// the choice) is strictly increasing in the logit, so the logits rank the experts exactly as the selection does,
 // and the router is linear (l = W x), so an error δx of relative size ε in its input moves each logit by
-// about ε·|w_e|·|x|/sqrt(d) ≈ ε·sd(l) for the random-direction errors of low-precision arithmetic. The gap
-// divided by sd(l) is then compared against ε directly, whatever the layer's logit scale, router norm,
-// softmax temperature or expert count: one threshold fits every layer and family. Probabilities would not
-// do: their gaps shrink with the softmax's saturation while the choice's sensitivity does not.
-// 0 when sd is 0 or any logit involved is not finite; never negative (ties and a device's own rounding are
-// clamped to 0); +infinity when top_k = n_experts (no other choice exists).
-double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k);
+// about ε·|w_e|·|x|/sqrt(d) for the random-direction errors of low-precision arithmetic. The router's input is
+// RMS-normalised, so |x| and with it that noise is about the same for every token of a layer: the layer's RMS
+// of sd(l) estimates |w_e|·|x|/sqrt(d), and the gap divided by it is compared against ε directly, whatever the
+// layer's logit scale, router norm, softmax temperature or expert count. A token's own sd(l) is a poor
+// estimate with few experts (4 samples in the qwen3_next fixture: a token whose logits happen to be close
+// together looked 3x safer than it was: position 75, layer 3, gap 0.014 against ~0.03 of bf16 noise per
+// logit). Probabilities would not do: their gaps shrink with the softmax's saturation while the choice's
+// sensitivity does not.
+// 0 when the scale is 0 or any logit involved is not finite; never negative (ties and a device's own rounding
+// are clamped to 0); +infinity when top_k = n_experts (no other choice exists).
+double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k, double scale = 0.0);
 
 class RoutingTrace : public ActivationHook {
  public:
   struct Layer {
     int layer = -1;             // decoder layer index
     int64_t top_k = 0;
-    std::vector<float> margin;  // [n_tokens] routing_margin of each token
+    std::vector<float> margin;  // [n_tokens] routing_margin of each token at the layer's scale (all tokens so far)
     std::vector<int32_t> ids;   // [n_tokens, top_k] the chosen experts, as moe_route ordered them
+    int64_t n_experts = 0;
+    std::vector<float> logits;  // [n_tokens, n_experts] the router logits
     int64_t n_tokens() const { return static_cast<int64_t>(margin.size()); }
   };
 

@@ -117,10 +117,10 @@ struct Tally {
 // token below the noise threshold) would drop 10-60 % of the MoE fixtures' rows (test_golden_routing prints
 // the fractions: small margins are common with 8 experts, and gemma4_moe's greedy tail repeats one token
 // at margin 0.003), most of which route identically on CUDA.
-// The noise threshold, in routing_margin's units (logit gap / sd of the token's router logits;
-// model/routing_trace.h): CUDA's router input carries a relative error ε against the f32 reference, ~2^-8
+// The noise threshold, in routing_margin's units (logit gap / the layer's router-logit scale, the RMS over its
+// tokens of each token's logit sd; model/routing_trace.h): CUDA's router input carries a relative error ε against the f32 reference, ~2^-8
 // for the bf16 residual stream of these few-layer fixtures (test_cuda_layer_divergence prints it). The
-// router is linear, so each logit moves by ~ε·sd(l) and the gap l_k - l_{k+1} by ~sqrt(2)·ε·sd(l): a
+// router is linear and its input RMS-normalised, so each logit moves by ~ε·sd(l) and the gap l_k - l_{k+1} by ~sqrt(2)·ε·sd(l): a
 // normalised margin m is crossed by noise only when sqrt(2)·ε·|z| > m, z standard normal. 5 sigma at
 // ε = 2^-8 (or 2 sigma at a pessimistic ε = 1e-2) is m ≈ 0.03. A "root" flip (one no earlier flip can
 // explain: none at an earlier MoE layer of this or an earlier token) at a reference margin above it is a

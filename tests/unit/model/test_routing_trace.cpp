@@ -1,5 +1,7 @@
-// RoutingTrace and routing_margin (model/routing_trace.h): the margin of a hand-built router row, the trace
-// fed by hand through the hook names moe.h emits (pairing, appending across steps, several layers), and the
+// RoutingTrace and routing_margin (model/routing_trace.h): the margin of a hand-built router row (own sd and a
+// given scale), the trace
+// fed by hand through the hook names moe.h emits (pairing, appending across steps, several layers, margins at
+// the layer's scale), and the
 // trace of a real forward of each MoE golden fixture's configuration (synthetic weights, CPU): one entry per
 // token and MoE layer, every margin >= 0, the chosen ids those moe_route picks from the recorded logits.
 #include <gtest/gtest.h>
@@ -37,6 +39,9 @@ TEST(RoutingMargin, HandBuiltRow) {
   float scaled[4];
   for (int e = 0; e < 4; ++e) scaled[e] = 3.0f * logits[e] - 7.0f;
   EXPECT_NEAR(routing_margin(scaled, 4, ids, 2), routing_margin(logits, 4, ids, 2), 1e-6);
+  // A given scale replaces the token's own sd.
+  EXPECT_NEAR(routing_margin(logits, 4, ids, 2, 2.0), 0.25, 1e-12);
+  EXPECT_TRUE(std::isinf(routing_margin(logits, 4, all, 4, 2.0)));
 }
 
 TEST(RoutingTrace, PairsLogitsWithIdsAndAppendsSteps) {
@@ -57,9 +62,20 @@ TEST(RoutingTrace, PairsLogitsWithIdsAndAppendsSteps) {
   EXPECT_EQ(a.layer, 3);
   EXPECT_EQ(a.top_k, 2);
   ASSERT_EQ(a.n_tokens(), 3);
-  EXPECT_NEAR(a.margin[0], routing_margin(l0, 4, i0, 2), 1e-6);
-  EXPECT_NEAR(a.margin[1], routing_margin(l0 + 4, 4, i0 + 2, 2), 1e-6);
-  EXPECT_EQ(a.margin[2], 0.0f);
+  // Layer 3's margins use its scale: the RMS of the three tokens' logit sds (every token, both steps).
+  // Variances: {2, 0.5, 1, -1}: 1.171875; {0, 3, 2.9, 1}: mean 1.725, 1.62188 (computed below); {1, .5, .5, 0}: 0.125.
+  auto var = [](const float* l) {
+    double m = 0, q = 0;
+    for (int e = 0; e < 4; ++e) m += l[e] / 4.0;
+    for (int e = 0; e < 4; ++e) q += (l[e] - m) * (l[e] - m) / 4.0;
+    return q;
+  };
+  const double scale = std::sqrt((var(l0) + var(l0 + 4) + var(l1)) / 3.0);
+  EXPECT_NEAR(a.margin[0], 0.5 / scale, 1e-6);  // gap 1 - 0.5
+  EXPECT_NEAR(a.margin[1], 1.9 / scale, 1e-5);  // gap 2.9 - 1
+  EXPECT_EQ(a.margin[2], 0.0f);                 // a tie
+  // Not the token's own sd: token 0's sd (1.08) and the layer's scale differ.
+  EXPECT_GT(std::abs(a.margin[0] - routing_margin(l0, 4, i0, 2)), 0.01);
   EXPECT_EQ(a.ids, (std::vector<int32_t>{0, 2, 1, 2, 0, 1}));
   EXPECT_EQ(trace.layers()[1].layer, 5);
   EXPECT_EQ(trace.layers()[1].n_tokens(), 1);
