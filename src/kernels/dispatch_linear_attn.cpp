@@ -1,5 +1,5 @@
 // ops.h entry points of the linear-attention ops (causal_conv1d, gated_delta_rule, rms_norm_gated,
-// sigmoid_mul): validate dtypes, shapes, the state tensors and (on the CPU) the varlen metadata contents,
+// sigmoid_mul, and the fused CUDA decode chain deltanet_decode_fused): validate dtypes, shapes, the state tensors and (on the CPU) the varlen metadata contents,
 // then route CPU tensors to cpu:: (ref:: with BUNSEN_KERNELS=ref) and CUDA tensors to
 // cuda/linear_attn_ops.h, with the run length from which gated_delta_rule takes its chunked form
 // (kDeltaRuleChunkMinTokens, or a form forced by tests). Not a kernel. Invariants: errors are
@@ -8,8 +8,10 @@
 // kernels clamp nothing: the Runner builds it).
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "kernels/cpu/linear_attn_ops.h"
@@ -196,6 +198,101 @@ void gated_delta_rule(Context& ctx, Tensor out, const DeltaRuleInputs& in, Tenso
 }
 
 void set_delta_rule_form_for_testing(DeltaRuleForm form) { g_delta_form.store(form, std::memory_order_relaxed); }
+
+namespace {
+std::atomic<int> g_fused{-1};  // set_deltanet_fused_for_testing: -1 env, 0 off, 1 on
+
+// Tokens per step up to which the fused launch is the default (H200, Qwen3.5-4B DeltaNet layer in a CUDA graph:
+// batch 1 three launches 9.6 us vs fused 6.5 us; batch 8 19.3 vs 31.8 us, one cluster per sequence and k-head
+// costs more than the three launches' wider grids; the lines cross near 2.4 sequences).
+constexpr int64_t kFusedMaxTokens = 2;
+
+// Whether a step of n tokens takes the fused launch: the testing hook forces it on (any n the kernel takes)
+// or off; BUNSEN_DELTANET_FUSED=0 turns it off; by default steps of <= kFusedMaxTokens tokens.
+bool fused_enabled(int64_t n) {
+  const int mode = g_fused.load(std::memory_order_relaxed);
+  if (mode >= 0) return mode == 1;
+  static const bool env_on = [] {
+    const char* e = std::getenv("BUNSEN_DELTANET_FUSED");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return env_on && n <= kFusedMaxTokens;
+}
+}  // namespace
+
+bool deltanet_decode_fused(Context& ctx, Tensor out, const DeltaNetFusedInputs& in, const LinearState& state,
+                           const StateMeta& meta) {
+  const char* op = "deltanet_decode_fused";
+#ifdef BUNSEN_HAVE_CUDA
+  const int64_t n = in.qkv.ndim == 2 ? in.qkv.shape[0] : -1;
+  const int64_t n_k = in.n_k_heads, n_v = in.n_v_heads, dk = in.k_head_dim, dv = in.v_head_dim;
+  const int64_t kernel = in.conv_w.ndim == 2 ? in.conv_w.shape[1] : 0;
+  // Every run is < the chunked form's minimum when the whole step is: no run can need the chunked kernel.
+  if (!out.device.is_cuda() || !fused_enabled(n) || n < 0 || n >= delta_chunk_min() ||
+      !cuda::deltanet_fused_fits(n_k, n_v, dk, dv, kernel))
+    return false;
+  const bool gpu = on_cuda(op, {&out, &in.qkv, &in.z, &in.a, &in.b, &in.conv_w, &in.a_log, &in.dt_bias, &in.norm_w,
+                                &state.conv, &state.recurrent, &meta.seq_starts, &meta.state_slots, &meta.positions});
+  if (!gpu) fail(op, desc("out", out) + ": every tensor must be on the same CUDA device");
+  const int64_t channels = 2 * n_k * dk + n_v * dv;
+  need_rows2(op, "qkv", in.qkv, true);
+  if (in.qkv.shape[1] != channels)
+    fail(op, desc("qkv", in.qkv) + strfmt(" must have 2 * %lld * %lld + %lld * %lld columns", (long long)n_k,
+                                          (long long)dk, (long long)n_v, (long long)dv));
+  for (const auto& [name, t] : {std::pair{"z", &in.z}, {"out", &out}}) {
+    need_rows2(op, name, *t, true);
+    if (t->shape[0] != n || t->shape[1] != n_v * dv)
+      fail(op, desc(name, *t) + strfmt(" must be [%lld, %lld]", (long long)n, (long long)(n_v * dv)));
+  }
+  if ((out.data == in.qkv.data || out.data == in.z.data) && out.numel() > 0)
+    fail(op, desc("out", out) + " must not alias qkv or z");
+  for (const auto& [name, t] : {std::pair{"a", &in.a}, {"b", &in.b}}) {
+    need_rows2(op, name, *t, true);
+    if (t->shape[0] != n || t->shape[1] != n_v) fail(op, desc(name, *t) + strfmt(" must be [%lld, %lld]", (long long)n, (long long)n_v));
+  }
+  if (!is_float(in.conv_w.dtype) || !rows_ok(in.conv_w) || in.conv_w.shape[0] != channels || !in.conv_w.data)
+    fail(op, desc("conv_w", in.conv_w) + strfmt(" must be a float [%lld, kernel] matrix", (long long)channels));
+  need_param(op, "a_log", in.a_log, n_v);
+  need_param(op, "dt_bias", in.dt_bias, n_v);
+  need_param(op, "norm_w", in.norm_w, dv);
+  need_state(op, state.conv, {channels, kernel - 1});
+  need_state(op, state.recurrent, {n_v, dk, dv});
+  if (state.conv.shape[0] != state.recurrent.shape[0])
+    fail(op, desc("conv state", state.conv) + " and " + desc("recurrent state", state.recurrent) +
+                 " must have the same slots");
+  check_meta(op, meta, n, state.conv.shape[0], true);
+  need_current_device(op, out);
+  cuda::DevDeltaNetFused d;
+  d.out = dev_rows(out);
+  d.qkv = dev_rows(in.qkv);
+  d.z = dev_rows(in.z);
+  d.a = dev_rows(in.a);
+  d.b = dev_rows(in.b);
+  d.conv_w = dev_rows(in.conv_w);
+  d.conv_state = state.conv.ptr<float>();
+  d.state = state.recurrent.ptr<float>();
+  d.a_log = in.a_log.data;
+  d.a_log_dtype = in.a_log.dtype;
+  d.dt_bias = in.dt_bias.data;
+  d.dt_bias_dtype = in.dt_bias.dtype;
+  d.norm_w = in.norm_w.data;
+  d.norm_w_dtype = in.norm_w.dtype;
+  d.meta = dev_meta(meta);
+  d.n_k = static_cast<int>(n_k);
+  d.n_v = static_cast<int>(n_v);
+  d.dk = static_cast<int>(dk);
+  d.dv = static_cast<int>(dv);
+  d.q_scale = in.q_scale;
+  d.eps = in.eps;
+  cuda::deltanet_decode_fused(ctx.cuda_stream, d);
+  return true;
+#else
+  (void)ctx, (void)out, (void)in, (void)state, (void)meta, (void)op;
+  return false;
+#endif
+}
+
+void set_deltanet_fused_for_testing(int mode) { g_fused.store(mode < 0 ? -1 : mode > 0 ? 1 : 0, std::memory_order_relaxed); }
 
 void rms_norm_gated(Context& ctx, Tensor out, Tensor x, Tensor z, Tensor w, float eps) {
   const char* op = "rms_norm_gated";

@@ -359,6 +359,34 @@ void set_delta_rule_form_for_testing(DeltaRuleForm form);
 // w [d] any float.
 void rms_norm_gated(Context& ctx, Tensor out, Tensor x, Tensor z, Tensor w, float eps);
 
+// One Gated-DeltaNet layer's causal_conv1d -> gated_delta_rule (recurrent form) -> rms_norm_gated in one
+// launch (CUDA only; Qwen3.5 / Qwen3-Next decode steps). The inputs: qkv, the conv input; the delta rule
+// reads the conv output's [q | k | v] as DeltaRuleInputs would (q, k: n_k_heads x k_head_dim each, v:
+// n_v_heads x v_head_dim); the norm gates with z and weighs with norm_w.
+struct DeltaNetFusedInputs {
+  Tensor qkv;      // [n_tokens, 2 n_k k_head_dim + n_v v_head_dim] rows
+  Tensor z;        // [n_tokens, n_v v_head_dim] rows
+  Tensor a, b;     // [n_tokens, n_v_heads] rows
+  Tensor conv_w;   // [channels, kernel] any float
+  Tensor a_log;    // [n_v_heads] any float
+  Tensor dt_bias;  // [n_v_heads] any float
+  Tensor norm_w;   // [v_head_dim] any float
+  int64_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0;
+  float q_scale = 1.0f, eps = 1e-6f;
+};
+// out [n_tokens, n_v v_head_dim] rows = rms_norm_gated(gated_delta_rule(causal_conv1d(qkv))) with the
+// same state updates as the three ops (equal up to the norm's f32 summation order). Returns false and
+// launches nothing where the fused kernel does not apply: not on CUDA, turned off (BUNSEN_DELTANET_FUSED=0,
+// read once, or the testing switch), dims it does not take (cuda deltanet_fused_fits), a step of >= the
+// chunked form's minimum run tokens (some run might take the chunked form), or by default a step of more
+// than 2 tokens (one cluster per sequence: slower than the three ops from ~3 sequences on, H200); the caller
+// then runs the three ops. Invalid tensors where it applies are an Error as in the three ops.
+bool deltanet_decode_fused(Context& ctx, Tensor out, const DeltaNetFusedInputs& in, const LinearState& state,
+                           const StateMeta& meta);
+// -1: BUNSEN_DELTANET_FUSED decides (default on for steps of <= 2 tokens); 0: never fused; 1: fused wherever
+// it applies (any step under the chunked form's minimum).
+void set_deltanet_fused_for_testing(int mode);
+
 // out = x * sigmoid(gate).   out, x [..., d] rows, one shape (out may alias x); gate [..., d] rows, or
 // [..., 1] (one gate per row, broadcast: Qwen3-Next's shared-expert gate).
 void sigmoid_mul(Context& ctx, Tensor out, Tensor x, Tensor gate);

@@ -6,16 +6,13 @@
 // and the sigmoid gate (flat). Invariants: same formulas as ref/ in f32; a sequence with slot < 0
 // writes zero output and touches no state; a sequence whose first position is 0 starts from zero state.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/linear_attn_common.cuh"
 #include "kernels/cuda/linear_attn_ops.h"
 
 namespace bunsen::kernels::cuda {
 namespace {
 
-constexpr int kMaxConvKernel = 8;
-
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + __expf(-x)); }
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+using namespace linear_attn;  // the activations, l2_store, the delta tile geometry (shared with the fused kernel)
 
 __global__ void conv1d_kernel(DevConv1d a, int kernel) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, s = blockIdx.y;
@@ -50,13 +47,8 @@ __device__ void load_l2(const DevHeads& x, int64_t t, int64_t h, float scale, fl
   const int64_t base = t * x.token_stride + h * x.head_stride;
   float v = 0.0f;
   if (threadIdx.x < d) v = load_any(x.data, x.dtype, base + threadIdx.x);
-  const float ss = block_sum(v * v, red);
-  if (threadIdx.x < d) dst[threadIdx.x] = v * scale * rsqrtf(ss + 1e-6f);
+  l2_store(v, d, scale, dst, red);
 }
-
-constexpr int kDeltaTile = 32;  // state columns per block: one per lane
-constexpr int kDeltaWarps = 8;  // warps per block, each holding a slice of the columns' rows
-constexpr int kDeltaRows = (kMaxDeltaHeadDim + kDeltaWarps - 1) / kDeltaWarps;  // state rows per thread
 
 // Block (s, h, tile): columns j = tile * 32 + lane of head h's state S [dk, dv] (a column evolves
 // independently of the others given k). Thread (warp, lane) keeps rows i = warp + 8 r of its column in

@@ -1,8 +1,9 @@
 // Host-callable CUDA entry points of the linear-attention ops (ops.h causal_conv1d, gated_delta_rule,
-// rms_norm_gated, sigmoid_mul) on device views. Not a validator and not CUDA-aware: plain C++17 like
-// cuda_ops.h (dispatch_linear_attn.cpp checks shapes and dtypes first). Invariants: every launch goes to
-// the given stream; metadata (seq_starts, slots, positions) lives on the device and is never read on the
-// host (graph-capturable); states are f32; activations f32 or bf16 with f32 math.
+// rms_norm_gated, sigmoid_mul, deltanet_decode_fused) on device views. Not a validator and not
+// CUDA-aware: plain C++17 like cuda_ops.h (dispatch_linear_attn.cpp checks shapes and dtypes first).
+// Invariants: every launch goes to the given stream; metadata (seq_starts, slots, positions) lives on the
+// device and is never read on the host (graph-capturable); states are f32; activations f32 or bf16 with
+// f32 math.
 #pragma once
 #include <cstdint>
 
@@ -51,6 +52,33 @@ void gated_delta_rule(void* stream, const DevDeltaRule& a);
 void gated_delta_rule_chunked(void* stream, const DevDeltaRule& a);
 
 void rms_norm_gated(void* stream, DevRows out, DevRows x, DevRows z, const void* w, DType w_dtype, float eps);
+
+// One Gated-DeltaNet layer's conv1d + SiLU, recurrent gated delta rule and gated RMSNorm in one launch
+// (linear_attn_fused.cu), for steps whose every run is recurrent (the caller guarantees every sequence's
+// run is shorter than the chunked form's minimum). One thread-block cluster per (sequence, k-head).
+struct DevDeltaNetFused {
+  DevRows out;             // [n_tokens, n_v * dv]: the normed, gated core output
+  DevRows qkv;             // [n_tokens, 2 n_k dk + n_v dv]: the conv input, channels q | k | v
+  DevRows z;               // [n_tokens, n_v * dv]: the norm's gate
+  DevRows a, b;            // [n_tokens, n_v]: decay and beta pre-activations
+  DevRows conv_w;          // [channels, kernel]
+  float* conv_state = nullptr;  // [n_slots, channels, kernel - 1] contiguous
+  float* state = nullptr;       // [n_slots, n_v, dk, dv] contiguous
+  const void* a_log = nullptr;
+  DType a_log_dtype = DType::kF32;
+  const void* dt_bias = nullptr;
+  DType dt_bias_dtype = DType::kF32;
+  const void* norm_w = nullptr;  // [dv]
+  DType norm_w_dtype = DType::kF32;
+  DevStateMeta meta;
+  int n_k = 0, n_v = 0, dk = 0, dv = 0;
+  float q_scale = 1.0f, eps = 1e-6f;
+};
+// Whether the fused kernel takes these dims: n_v a multiple of n_k, (n_v / n_k) * ceil(dv / 32) <= 8
+// blocks per cluster (the portable size), dk, dv <= kMaxDeltaHeadDim, 2 <= kernel <= 8.
+bool deltanet_fused_fits(int64_t n_k, int64_t n_v, int64_t dk, int64_t dv, int64_t kernel);
+void deltanet_decode_fused(void* stream, const DevDeltaNetFused& a);
+
 void sigmoid_mul(void* stream, DevRows out, DevRows x, DevRows gate);
 
 }  // namespace bunsen::kernels::cuda

@@ -5,6 +5,8 @@
 // attention (q_proj gives per-head query and gate; q/k RMSNorm; partial rotary; paged attention; * sigmoid
 // (gate); o_proj). Linear layers keep no paged KV: kv_layout() marks them kLinear with their state sizes and
 // forward() reads/writes the state slots the Runner passes (ForwardArgs::state, StepBatch::state_slots).
+// On CUDA, steps of <= 2 tokens (batch-1 decode) run the DeltaNet's conv, delta rule and gated norm as one
+// launch (kernels::deltanet_decode_fused; BUNSEN_DELTANET_FUSED=0: the three ops).
 // On the CPU every activation is f32; on CUDA the residual stream and logit rows are f32, the rest bf16.
 #include <array>
 #include <cmath>
@@ -148,6 +150,28 @@ void Hybrid::deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::Li
   const int64_t n = b.n_tokens(), kd = hp_.key_dim();
   project(ctx, h, {{&l.qkv, qkv_}, {&l.z, z_}, {&l.b, b_}, {&l.a, a_}});
   const kernels::StateMeta meta{b.seq_starts, b.state_slots, b.positions};
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(hp_.dk)), eps = static_cast<float>(cfg_.rms_norm_eps);
+  if (device().is_cuda()) {  // decode steps: conv, delta rule and gated norm in one launch where it applies
+    kernels::DeltaNetFusedInputs f;
+    f.qkv = qkv_;
+    f.z = z_;
+    f.a = a_;
+    f.b = b_;
+    f.conv_w = l.conv_w;
+    f.a_log = l.a_log;
+    f.dt_bias = l.dt_bias;
+    f.norm_w = l.norm;
+    f.n_k_heads = hp_.n_k;
+    f.n_v_heads = hp_.n_v;
+    f.k_head_dim = hp_.dk;
+    f.v_head_dim = hp_.dv;
+    f.q_scale = q_scale;
+    f.eps = eps;
+    if (kernels::deltanet_decode_fused(ctx, core_, f, st, meta)) {
+      l.out(ctx, out, core_);
+      return;
+    }
+  }
   kernels::causal_conv1d(ctx, conv_, qkv_, l.conv_w, st.conv, meta);
   kernels::DeltaRuleInputs in;
   in.q = split_heads(conv_.slice(1, 0, kd), hp_.n_k, hp_.dk);
@@ -158,9 +182,9 @@ void Hybrid::deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::Li
   in.a_log = l.a_log;
   in.dt_bias = l.dt_bias;
   Tensor core3 = core_.reshape({n, hp_.n_v, hp_.dv});
-  kernels::gated_delta_rule(ctx, core3, in, st.recurrent, meta, 1.0f / std::sqrt(static_cast<float>(hp_.dk)));
+  kernels::gated_delta_rule(ctx, core3, in, st.recurrent, meta, q_scale);
   Tensor core2 = core_.reshape({n * hp_.n_v, hp_.dv}), z2 = z_.reshape({n * hp_.n_v, hp_.dv});
-  kernels::rms_norm_gated(ctx, core2, core2, z2, l.norm, static_cast<float>(cfg_.rms_norm_eps));
+  kernels::rms_norm_gated(ctx, core2, core2, z2, l.norm, eps);
   l.out(ctx, out, core_);
 }
 
