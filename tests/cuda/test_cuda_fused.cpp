@@ -2,7 +2,8 @@
 // sequence (ref::linear / silu_mul / rope / kv_write), at m = 1..9 (9: two GEMV launches), odd n, k that
 // is not a multiple of 256, unaligned views that take the generic GEMV kernel, every weight dtype and
 // bf16/f32 activations and caches; the GEMV's batch invariance (a row's bits do not depend on m); and the
-// vectorised rms_norm / add_rms_norm widths (d % 8 == 0, up to the 8192 limit, and just past it).
+// vectorised rms_norm / add_rms_norm widths (d % 8 == 0, up to the 8192 limit, and just past it). The GEMV
+// cases run on both GEMV kernel paths (default and small-launch, BUNSEN_GEMV_SMALL).
 #include <cstring>
 
 #include "cuda_test_util.h"
@@ -16,6 +17,18 @@ float gemv_tol(DType out) { return out == DType::kBF16 ? 1e-2f : 1e-4f; }
 float linear_tol(int64_t m, DType w, DType x, DType out) {
   if (m > cuda::kGemvMaxM && x != w) return gemv_tol(out) + (w == DType::kBF16 ? 1e-2f : w == DType::kF16 ? 2e-3f : 0.0f);
   return gemv_tol(out);
+}
+
+// Runs body once per GEMV kernel path: the default kernel (small-launch path off) and the small-launch
+// kernel forced on every aligned launch (BUNSEN_GEMV_SMALL's path); then back to the environment's choice.
+template <typename F>
+void for_each_gemv_path(F&& body) {
+  for (int mode : {0, 2}) {
+    SCOPED_TRACE(mode == 0 ? "gemv default path" : "gemv small path");
+    cuda::set_gemv_small_for_testing(mode);
+    body();
+  }
+  cuda::set_gemv_small_for_testing(-1);
 }
 
 // x [m, k] (a column slice at offset `pad` of a wider tensor when pad > 0: rows unaligned for the GEMV).
@@ -41,34 +54,36 @@ TEST_F(CudaTest, LinearMultiMatchesReferencePerPart) {
   const Case cases[] = {{1, 136, 0}, {2, 200, 0}, {3, 4104, 0}, {5, 72, 0},  {8, 392, 0},
                         {9, 136, 0}, {1, 135, 0}, {4, 64, 1},   {7, 33, 0}, {1, 2048, 0}};
   const int64_t ns[3] = {37, 5, 129};  // q, k, v-like parts of odd sizes
-  int variant = 0;
-  for (const Case& c : cases)
-    for (DType wt : kWeightDtypes)
-      for (DType xt : kActDtypes) {
-        const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
-        const bool bias = variant % 3 != 0;
-        Input x = make_input(xt, c.m, c.k, c.pad, rng);
-        DeviceTensor xd = DeviceTensor::upload(x.full.data.tensor);
-        std::vector<OwnedTensor> w, b, want;
-        std::vector<DeviceTensor> wd, bd, od;
-        std::vector<LinearPart> parts;
-        for (int64_t n : ns) {
-          w.push_back(random_tensor(wt, {n, c.k}, rng));
-          b.push_back(random_tensor(DType::kBF16, {n}, rng));
-          want.push_back(OwnedTensor::make(DType::kF32, {c.m, n}));
-          ref::linear(want.back().tensor, x.host_f32(), w.back().tensor, bias ? b.back().tensor : Tensor{});
-          wd.push_back(DeviceTensor::upload(w.back().tensor));
-          bd.push_back(DeviceTensor::upload(b.back().tensor));
-          od.push_back(DeviceTensor::upload(random_tensor(ot, {c.m, n}, rng).tensor));
+  for_each_gemv_path([&] {
+    int variant = 0;
+    for (const Case& c : cases)
+      for (DType wt : kWeightDtypes)
+        for (DType xt : kActDtypes) {
+          const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
+          const bool bias = variant % 3 != 0;
+          Input x = make_input(xt, c.m, c.k, c.pad, rng);
+          DeviceTensor xd = DeviceTensor::upload(x.full.data.tensor);
+          std::vector<OwnedTensor> w, b, want;
+          std::vector<DeviceTensor> wd, bd, od;
+          std::vector<LinearPart> parts;
+          for (int64_t n : ns) {
+            w.push_back(random_tensor(wt, {n, c.k}, rng));
+            b.push_back(random_tensor(DType::kBF16, {n}, rng));
+            want.push_back(OwnedTensor::make(DType::kF32, {c.m, n}));
+            ref::linear(want.back().tensor, x.host_f32(), w.back().tensor, bias ? b.back().tensor : Tensor{});
+            wd.push_back(DeviceTensor::upload(w.back().tensor));
+            bd.push_back(DeviceTensor::upload(b.back().tensor));
+            od.push_back(DeviceTensor::upload(random_tensor(ot, {c.m, n}, rng).tensor));
+          }
+          for (size_t p = 0; p < 3; ++p) parts.push_back({od[p].tensor, wd[p].tensor, bias ? bd[p].tensor : Tensor{}});
+          linear_multi(ctx_, xd.tensor.slice(1, c.pad, c.pad + c.k), parts);
+          for (size_t p = 0; p < 3; ++p)
+            expect_close(od[p].download().tensor, want[p].tensor, linear_tol(c.m, wt, xt, ot),
+                         strfmt("linear_multi part %zu m %lld k %lld pad %lld w %s x %s out %s bias %d", p,
+                                (long long)c.m, (long long)c.k, (long long)c.pad, dtype_name(wt), dtype_name(xt),
+                                dtype_name(ot), bias));
         }
-        for (size_t p = 0; p < 3; ++p) parts.push_back({od[p].tensor, wd[p].tensor, bias ? bd[p].tensor : Tensor{}});
-        linear_multi(ctx_, xd.tensor.slice(1, c.pad, c.pad + c.k), parts);
-        for (size_t p = 0; p < 3; ++p)
-          expect_close(od[p].download().tensor, want[p].tensor, linear_tol(c.m, wt, xt, ot),
-                       strfmt("linear_multi part %zu m %lld k %lld pad %lld w %s x %s out %s bias %d", p,
-                              (long long)c.m, (long long)c.k, (long long)c.pad, dtype_name(wt), dtype_name(xt),
-                              dtype_name(ot), bias));
-      }
+  });
 }
 
 // Parts of different weight dtypes cannot share a launch: one linear per part, same results.
@@ -96,58 +111,67 @@ TEST_F(CudaTest, LinearSwigluMatchesLinearLinearSiluMul) {
   };
   const Case cases[] = {{1, 37, 136, 0}, {2, 129, 4104, 0}, {3, 1, 64, 0},  {4, 64, 200, 0}, {8, 33, 72, 0},
                         {9, 40, 136, 0}, {1, 31, 135, 0},   {5, 17, 64, 3}, {6, 300, 2048, 0}};
-  int variant = 0;
-  for (const Case& c : cases)
-    for (DType wt : kWeightDtypes)
-      for (DType xt : kActDtypes) {
-        const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
-        const bool bias = variant % 3 == 1;
-        Input x = make_input(xt, c.m, c.k, c.pad, rng);
-        OwnedTensor wg = random_tensor(wt, {c.f, c.k}, rng), wu = random_tensor(wt, {c.f, c.k}, rng);
-        OwnedTensor bg = random_tensor(DType::kF32, {c.f}, rng), bu = random_tensor(DType::kF32, {c.f}, rng);
-        OwnedTensor g = OwnedTensor::make(DType::kF32, {c.m, c.f}), u = OwnedTensor::make(DType::kF32, {c.m, c.f});
-        OwnedTensor want = OwnedTensor::make(DType::kF32, {c.m, c.f});
-        ref::linear(g.tensor, x.host_f32(), wg.tensor, bias ? bg.tensor : Tensor{});
-        ref::linear(u.tensor, x.host_f32(), wu.tensor, bias ? bu.tensor : Tensor{});
-        ref::silu_mul(want.tensor, g.tensor, u.tensor);
-        DeviceTensor xd = DeviceTensor::upload(x.full.data.tensor);
-        DeviceTensor wgd = DeviceTensor::upload(wg.tensor), wud = DeviceTensor::upload(wu.tensor);
-        DeviceTensor bgd = DeviceTensor::upload(bg.tensor), bud = DeviceTensor::upload(bu.tensor);
-        DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {c.m, c.f + 2}, rng).tensor);
-        OwnedTensor before = od.download();
-        linear_swiglu(ctx_, od.tensor.slice(1, 1, 1 + c.f), xd.tensor.slice(1, c.pad, c.pad + c.k), wgd.tensor,
-                      wud.tensor, bias ? bgd.tensor : Tensor{}, bias ? bud.tensor : Tensor{});
-        OwnedTensor got = od.download();
-        const std::string what = strfmt("linear_swiglu m %lld f %lld k %lld pad %lld w %s x %s out %s bias %d",
-                                        (long long)c.m, (long long)c.f, (long long)c.k, (long long)c.pad,
-                                        dtype_name(wt), dtype_name(xt), dtype_name(ot), bias);
-        expect_close(got.tensor.slice(1, 1, 1 + c.f), want.tensor, gemv_tol(ot), what);
-        for (int64_t i = 0; i < c.m; ++i)  // the columns beside the out slice are untouched
-          for (int64_t j : {int64_t{0}, c.f + 1})
-            ASSERT_EQ(load_f(got.tensor.row_ptr(i), ot, j), load_f(before.tensor.row_ptr(i), ot, j)) << what;
-      }
+  for_each_gemv_path([&] {
+    int variant = 0;
+    for (const Case& c : cases)
+      for (DType wt : kWeightDtypes)
+        for (DType xt : kActDtypes) {
+          const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
+          const bool bias = variant % 3 == 1;
+          Input x = make_input(xt, c.m, c.k, c.pad, rng);
+          OwnedTensor wg = random_tensor(wt, {c.f, c.k}, rng), wu = random_tensor(wt, {c.f, c.k}, rng);
+          OwnedTensor bg = random_tensor(DType::kF32, {c.f}, rng), bu = random_tensor(DType::kF32, {c.f}, rng);
+          OwnedTensor g = OwnedTensor::make(DType::kF32, {c.m, c.f}), u = OwnedTensor::make(DType::kF32, {c.m, c.f});
+          OwnedTensor want = OwnedTensor::make(DType::kF32, {c.m, c.f});
+          ref::linear(g.tensor, x.host_f32(), wg.tensor, bias ? bg.tensor : Tensor{});
+          ref::linear(u.tensor, x.host_f32(), wu.tensor, bias ? bu.tensor : Tensor{});
+          ref::silu_mul(want.tensor, g.tensor, u.tensor);
+          DeviceTensor xd = DeviceTensor::upload(x.full.data.tensor);
+          DeviceTensor wgd = DeviceTensor::upload(wg.tensor), wud = DeviceTensor::upload(wu.tensor);
+          DeviceTensor bgd = DeviceTensor::upload(bg.tensor), bud = DeviceTensor::upload(bu.tensor);
+          DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {c.m, c.f + 2}, rng).tensor);
+          OwnedTensor before = od.download();
+          linear_swiglu(ctx_, od.tensor.slice(1, 1, 1 + c.f), xd.tensor.slice(1, c.pad, c.pad + c.k), wgd.tensor,
+                        wud.tensor, bias ? bgd.tensor : Tensor{}, bias ? bud.tensor : Tensor{});
+          OwnedTensor got = od.download();
+          const std::string what = strfmt("linear_swiglu m %lld f %lld k %lld pad %lld w %s x %s out %s bias %d",
+                                          (long long)c.m, (long long)c.f, (long long)c.k, (long long)c.pad,
+                                          dtype_name(wt), dtype_name(xt), dtype_name(ot), bias);
+          expect_close(got.tensor.slice(1, 1, 1 + c.f), want.tensor, gemv_tol(ot), what);
+          for (int64_t i = 0; i < c.m; ++i)  // the columns beside the out slice are untouched
+            for (int64_t j : {int64_t{0}, c.f + 1})
+              ASSERT_EQ(load_f(got.tensor.row_ptr(i), ot, j), load_f(before.tensor.row_ptr(i), ot, j)) << what;
+        }
+  });
 }
 
 // A row's result has the same bits whatever m (<= 8) it is computed in: the GEMV's reduction order is
-// chosen from (n, k) only.
+// chosen from (n, k) only, on each path (0: default kernel, 1: small-launch kernel where the shape rule
+// takes it, 2: small-launch kernel forced), including the Llama-3.2-1B q/k/v (3072 x 2048) shape.
 TEST_F(CudaTest, GemvRowResultsDoNotDependOnM) {
   std::mt19937 rng(404);
-  for (DType xt : kActDtypes)
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{64, 4096}, {1024, 1024}, {37, 136}, {5, 8200}}) {
-      HostPair x = random_pair(xt, {8, k}, rng);
-      OwnedTensor w = random_tensor(DType::kBF16, {n, k}, rng);
-      DeviceTensor xd = DeviceTensor::upload(x.data.tensor), wd = DeviceTensor::upload(w.tensor);
-      DeviceTensor all = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {8, n}).tensor);
-      linear(ctx_, all.tensor, xd.tensor, wd.tensor);
-      const OwnedTensor got8 = all.download();
-      for (int64_t m = 1; m < 8; ++m) {
-        DeviceTensor part = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {m, n}).tensor);
-        linear(ctx_, part.tensor, xd.tensor.slice(0, 8 - m, 8), wd.tensor);
-        const OwnedTensor got = part.download();
-        ASSERT_EQ(std::memcmp(got.tensor.data, got8.tensor.row_ptr(8 - m), static_cast<size_t>(m * n) * 4), 0)
-            << "n " << n << " k " << k << " m " << m << " x " << dtype_name(xt);
+  struct Restore {
+    ~Restore() { cuda::set_gemv_small_for_testing(-1); }  // also after a failed ASSERT
+  } restore;
+  for (int mode : {0, 1, 2}) {
+    cuda::set_gemv_small_for_testing(mode);
+    for (DType xt : kActDtypes)
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{64, 4096}, {1024, 1024}, {37, 136}, {5, 8200}, {3072, 2048}}) {
+        HostPair x = random_pair(xt, {8, k}, rng);
+        OwnedTensor w = random_tensor(DType::kBF16, {n, k}, rng);
+        DeviceTensor xd = DeviceTensor::upload(x.data.tensor), wd = DeviceTensor::upload(w.tensor);
+        DeviceTensor all = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {8, n}).tensor);
+        linear(ctx_, all.tensor, xd.tensor, wd.tensor);
+        const OwnedTensor got8 = all.download();
+        for (int64_t m = 1; m < 8; ++m) {
+          DeviceTensor part = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {m, n}).tensor);
+          linear(ctx_, part.tensor, xd.tensor.slice(0, 8 - m, 8), wd.tensor);
+          const OwnedTensor got = part.download();
+          ASSERT_EQ(std::memcmp(got.tensor.data, got8.tensor.row_ptr(8 - m), static_cast<size_t>(m * n) * 4), 0)
+              << "n " << n << " k " << k << " m " << m << " x " << dtype_name(xt) << " small mode " << mode;
+        }
       }
-    }
+  }
 }
 
 // q [n_tokens, n_heads, hd] and k, v [n_tokens, kvh, hd] as column slices of one fused qkv row (as the

@@ -1,6 +1,7 @@
 // CUDA linear through ops.h against ref::linear: every weight dtype (f32/f16/bf16) x activation dtype
 // (f32/bf16) x output dtype, M = 1, 2, 3, 17, 64, 300 and odd n/k, aligned (16-byte GEMV path) and
 // strided/misaligned (generic path) views, bias, both paths forced at the sizes the other one takes.
+// Every GEMV case runs on both GEMV kernel paths (default and small-launch, BUNSEN_GEMV_SMALL).
 // BUNSEN_CUDA_BENCH=1 adds a timing of the GEMV on decode shapes (bandwidth, printed).
 #include <cuda_runtime.h>
 
@@ -15,6 +16,18 @@ namespace {
 struct Case {
   int64_t m, n, k;
 };
+
+// Runs body once per GEMV kernel path: the default kernel (small-launch path off) and the small-launch
+// kernel forced on every aligned launch (BUNSEN_GEMV_SMALL's path); then back to the environment's choice.
+template <typename F>
+void for_each_gemv_path(F&& body) {
+  for (int mode : {0, 2}) {
+    SCOPED_TRACE(mode == 0 ? "gemv default path" : "gemv small path");
+    cuda::set_gemv_small_for_testing(mode);
+    body();
+  }
+  cuda::set_gemv_small_for_testing(-1);
+}
 
 // GEMM operands share a dtype: bf16 x is converted to w's dtype (exact for these values), f32 x against
 // 16-bit w is split into hi + lo halves (gemm.cu), so f32 outputs are as close as the GEMV's at every m
@@ -69,14 +82,16 @@ TEST_F(CudaTest, LinearMatchesReferenceForEveryDtypeAndBatchSize) {
                         {3, 100, 8192},
                         {6, 37, 2048},
                         {2, 9, 1024}};
-  int i = 0;
-  for (const Case& c : cases)
-    for (DType wt : kWeightDtypes)
-      for (DType xt : kActDtypes)
-        for (DType ot : kActDtypes) {
-          ++i;
-          check_linear(ctx_, wt, xt, ot, c, i % 3 == 1, i % 2 == 0, rng);
-        }
+  for_each_gemv_path([&] {
+    int i = 0;
+    for (const Case& c : cases)
+      for (DType wt : kWeightDtypes)
+        for (DType xt : kActDtypes)
+          for (DType ot : kActDtypes) {
+            ++i;
+            check_linear(ctx_, wt, xt, ot, c, i % 3 == 1, i % 2 == 0, rng);
+          }
+  });
 }
 
 TEST_F(CudaTest, LinearEachPathForcedAtTheOtherPathsSizes) {

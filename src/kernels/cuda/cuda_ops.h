@@ -239,6 +239,9 @@ struct DevRopeKv {
 void rope_kv_write(void* stream, const DevRopeKv& a);
 // Test/bench hook (process-wide): the GEMV's k split (1, 2, 4 or 8 warps per row group; 0 = from the shapes).
 void set_gemv_split_for_testing(int split);
+// Test/bench hook: the GEMV's small-launch path. -1 = BUNSEN_GEMV_SMALL (unset/1: launches one wave covers,
+// 0: never), 0 = never, 1 = launches one wave covers, 2 = every aligned launch.
+void set_gemv_small_for_testing(int mode);
 
 // ---- test hooks (process-wide) ----
 enum class LinearPath : uint8_t { kAuto, kGemv, kGemm };

@@ -6,10 +6,15 @@
 // shared-memory) reduction, bias, SiLU or tanh-GELU gating and output conversion fused into the store. One launch
 // covers up to kGemvMaxParts matrices that share x (q/k/v, gate/up): each warp group picks its matrix
 // by row range. Unaligned rows go to a generic element-wise kernel with the same structure.
+// Small launches (BUNSEN_GEMV_SMALL, default on: launches that one wave of resident blocks covers, e.g. the
+// 1B/8B q/k/v, o and down projections) take 2 rows per warp at every m, a k split from choose_split_small
+// (fewest dependent DRAM round trips) and issue both buffers of loads before the PDL wait.
 // Not a GEMM: m > kGemvMaxM with n >= 16 goes to cuBLASLt (gemm.cu) unless forced. Invariants: every output element
-// is written by exactly one lane; the rows per warp, chunks in flight and k split depend on the launch's
-// (n, k, dtypes), never on m, so a row's result is the same for any m <= kGemvMaxM (batch invariance).
+// is written by exactly one lane; the path (default or small), chunks in flight and k split depend on the
+// launch's (n, k, dtypes) and the GPU, never on m, and the rows per warp never change a lane's chunks, so a
+// row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
+#include <cstdlib>
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/linear.cuh"
@@ -29,9 +34,25 @@ constexpr int kRowsFew = 4, kRowsMany = 2;  // plain launches with m <= 2 / m >=
 // like plain launches (4 rows x 8 x-rows measured 54.6 vs 45.1 us for gate/up + gelu_tanh_mul at m = 4 on
 // Gemma-3-4B's shape, H200).
 constexpr int kRowsGlu = 4;
+// Small launches: 2 rows per warp (gated: 1 gate + 1 up row) at every m: twice the warps of kRowsFew, fewer
+// registers (more resident blocks), so a one-wave launch spreads over all SMs.
+constexpr int kRowsSmall = 2;
 
 std::atomic<LinearPath> g_path{LinearPath::kAuto};
 std::atomic<int> g_split{0};  // test hook: 0 = choose from the shapes
+// Small-launch path: -1 = read BUNSEN_GEMV_SMALL once (unset or 1: one-wave launches; 0: never), 0 = never,
+// 1 = launches one wave covers, 2 = every aligned launch (tests).
+std::atomic<int> g_small{-1};
+
+int small_mode() {
+  int v = g_small.load();
+  if (v < 0) {
+    const char* e = std::getenv("BUNSEN_GEMV_SMALL");
+    v = e != nullptr && e[0] == '0' ? 0 : e != nullptr && e[0] == '2' ? 2 : 1;
+    g_small.store(v);
+  }
+  return v;
+}
 
 // 16 bytes of weights, read once: bypass L1 (nothing else reads them in this kernel).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
@@ -201,8 +222,10 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
 // warps take interleaved slices of k, so launches with few rows still put enough loads in flight. Each
 // warp keeps two iterations of loads in flight (double buffering); the first is issued before pdl_wait()
 // (weights depend on no earlier kernel). The group's partial sums meet in shared memory, always summed in
-// slice order.
-template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu>
+// slice order. kEarly (small launches): both buffers are issued before pdl_wait(), so a warp with at most two
+// iterations has all its weights requested while the previous kernel finishes; the loads move, the
+// summation order does not.
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constant__ GemvMultiArgs a, int split) {
   constexpr int kE = 16 / sizeof(WT);
   __shared__ float partial[kWarps][kM][kRows];
@@ -220,12 +243,24 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constan
   uint4 wa[kU][kRows], wb[kU][kRows];
   int64_t c0 = slice * 32 * kU;
   if (active) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
+  if constexpr (kEarly) {
+    if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
+  }
   pdl_wait();
-  for (; active && c0 < n_chunks; c0 += 2 * step) {
-    load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
-    fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
-    load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
-    fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+  if constexpr (kEarly) {
+    for (; active && c0 < n_chunks; c0 += 2 * step) {
+      fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wb, rows, c0 + 3 * step, n_chunks, lane);
+    }
+  } else {
+    for (; active && c0 < n_chunks; c0 += 2 * step) {
+      load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+    }
   }
   float tot[kM][kRows];
 #pragma unroll
@@ -295,19 +330,35 @@ int64_t total_groups(const GemvMultiArgs& a, int rows) {
 }
 
 // Launches the vectorised kernel with the given k split.
-template <typename WT, typename XT, int kM, int kRows, bool kGlu>
+template <typename WT, typename XT, int kM, int kRows, bool kGlu, bool kEarly>
 cudaError_t launch_vec(cudaStream_t stream, const GemvMultiArgs& a, int split) {
   const int64_t groups = total_groups(a, kRows), groups_per_block = kWarps / split;
   const unsigned blocks = static_cast<unsigned>((groups + groups_per_block - 1) / groups_per_block);
-  return launch_pdl(gemv_vec_kernel<WT, XT, kM, kRows, kUnroll, kGlu>, dim3(blocks), dim3(kThreads), 0, stream, a,
-                    split);
+  return launch_pdl(gemv_vec_kernel<WT, XT, kM, kRows, kUnroll, kGlu, kEarly>, dim3(blocks), dim3(kThreads), 0,
+                    stream, a, split);
+}
+
+// The small-launch split for the launch (the test hook's split when forced), or 0 when the launch keeps the
+// default path: from the m = 1 configuration and the mode, whatever m is (batch invariance).
+template <typename WT, typename XT, bool kGlu>
+int small_split(const GemvMultiArgs& a) {
+  const int mode = small_mode();
+  if (mode == 0) return 0;
+  constexpr int kE = 16 / sizeof(WT);
+  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRowsSmall, kUnroll, kGlu, true>, kThreads);
+  const int64_t iters = (a.k / kE + 32 * kUnroll - 1) / (32 * kUnroll);
+  const SmallGemvPlan plan =
+      choose_split_small(total_groups(a, kRowsSmall), iters, sm_count(), blocks_per_sm, kWarps, kWarps);
+  if (mode == 1 && plan.waves > 1) return 0;
+  const int forced = g_split.load();
+  return forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced : plan.split;
 }
 
 // choose_split for the launch (or the test hook's split), from the m = 1 configuration whatever m is.
 template <typename WT, typename XT, bool kGlu>
 int launch_split(const GemvMultiArgs& a) {
   constexpr int kE = 16 / sizeof(WT), kRows = kGlu ? kRowsGlu : kRowsFew;
-  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRows, kUnroll, kGlu>, kThreads);
+  static const int blocks_per_sm = occupancy(gemv_vec_kernel<WT, XT, 1, kRows, kUnroll, kGlu, false>, kThreads);
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * blocks_per_sm;
   const int64_t iters = (a.k / kE + 32 * kUnroll - 1) / (32 * kUnroll);
   const int forced = g_split.load();
@@ -327,12 +378,20 @@ cudaError_t launch_gemv(cudaStream_t stream, const GemvMultiArgs& a) {
     gemv_generic_kernel<WT, XT, kGlu><<<blocks, kThreads, 0, stream>>>(a);
     return cudaGetLastError();
   }
+  const int small = small_split<WT, XT, kGlu>(a);
+  if (small > 0) {
+    constexpr int kR = kRowsSmall;
+    if (a.m == 1) return launch_vec<WT, XT, 1, kR, kGlu, true>(stream, a, small);
+    if (a.m == 2) return launch_vec<WT, XT, 2, kR, kGlu, true>(stream, a, small);
+    if (a.m <= 4) return launch_vec<WT, XT, 4, kR, kGlu, true>(stream, a, small);
+    return launch_vec<WT, XT, 8, kR, kGlu, true>(stream, a, small);
+  }
   const int split = launch_split<WT, XT, kGlu>(a);
   constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew, kR2 = kRowsMany;
-  if (a.m == 1) return launch_vec<WT, XT, 1, kR1, kGlu>(stream, a, split);
-  if (a.m == 2) return launch_vec<WT, XT, 2, kR1, kGlu>(stream, a, split);
-  if (a.m <= 4) return launch_vec<WT, XT, 4, kR2, kGlu>(stream, a, split);
-  return launch_vec<WT, XT, 8, kR2, kGlu>(stream, a, split);
+  if (a.m == 1) return launch_vec<WT, XT, 1, kR1, kGlu, false>(stream, a, split);
+  if (a.m == 2) return launch_vec<WT, XT, 2, kR1, kGlu, false>(stream, a, split);
+  if (a.m <= 4) return launch_vec<WT, XT, 4, kR2, kGlu, false>(stream, a, split);
+  return launch_vec<WT, XT, 8, kR2, kGlu, false>(stream, a, split);
 }
 
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
@@ -365,6 +424,10 @@ void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
 
 void set_gemv_split_for_testing(int split) {
   g_split.store(split);
+}
+
+void set_gemv_small_for_testing(int mode) {
+  g_small.store(mode);
 }
 
 void gemv(cudaStream_t stream, GemvArgs a) {

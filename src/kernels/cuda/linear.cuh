@@ -47,6 +47,33 @@ inline int choose_split(int64_t groups, int64_t iters, int64_t resident, int max
   return best;
 }
 
+// The small-launch plan (BUNSEN_GEMV_SMALL): the k split (1, 2, 4, ... max_split) that makes the launch
+// take the fewest dependent DRAM round trips, and how many waves of resident blocks it then needs. A warp
+// keeps two iterations in flight (both issued before the PDL wait), so ceil(iters / split / 2) round trips,
+// plus about half a round per wave for the launch ramp and the cross-warp reduction. Ties go to the smaller
+// split. Depends on the launch's rows and k (groups, iters) and the GPU, never on m.
+struct SmallGemvPlan {
+  int split = 1;
+  int64_t waves = 1;
+};
+inline SmallGemvPlan choose_split_small(int64_t groups, int64_t iters, int64_t sms, int64_t blocks_per_sm,
+                                        int warps_per_block, int max_split) {
+  SmallGemvPlan best;
+  double best_cost = 0.0;
+  for (int split = 1; split <= max_split && (split == 1 || iters >= split); split *= 2) {
+    const int64_t groups_per_block = warps_per_block / split;
+    const int64_t blocks = (groups + groups_per_block - 1) / groups_per_block;
+    const int64_t waves = (blocks + sms * blocks_per_sm - 1) / (sms * blocks_per_sm);
+    const int64_t warp_iters = (iters + split - 1) / split;
+    const double cost = static_cast<double>(waves) * (static_cast<double>((warp_iters + 1) / 2) + 0.5);
+    if (split == 1 || cost < best_cost) {
+      best = {split, waves};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // One GEMV launch: at most kGemvMaxM rows of x.
 struct GemvArgs {
   const void* w = nullptr;  // [n, k] f32|f16|bf16, row stride w_stride
