@@ -8,6 +8,8 @@
 // the split path (separate combine kernel, the default; fused combine) with the cluster path (a row's slices
 // in one thread-block cluster, BUNSEN_DECODE_ATTN=cluster) at batch 1/8/64, alone and behind a rope_kv_write
 // of the newest key per layer (the model's order: what the cluster path's early copies overlap with).
+// DecodeAttentionBenchBatched compares, at batch 16/64/256 x 1k/4k keys, the split kernel with the packed
+// kernel of batched steps (one kv head per warp, BUNSEN_DECODE_BATCHED), its slice counts, and the choice.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,15 +43,18 @@ struct BenchResult {
 // set_attention_decode_combine_for_testing (0 default, 1 fused, 2 combine kernel); splits: forced slice
 // count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env);
 // with_write: each layer first writes the newest key and value of every row with rope_kv_write (no rotation),
-// as the model does right before attention; the time then covers both.
+// as the model does right before attention; the time then covers both. batched: as
+// set_attention_decode_batched_for_testing (0: BUNSEN_DECODE_BATCHED, by shape when unset; 1: never;
+// 2: the packed kernel, 4 warps per block; 3: 8 warps).
 BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path, int combine = 0,
-                         int splits = 0, int decode_path = 0, bool with_write = false) {
+                         int splits = 0, int decode_path = 0, bool with_write = false, int batched = 0) {
   const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
   cuda::set_attention_decode_combine_for_testing(combine);
   cuda::set_attention_splits_for_testing(splits);
   cuda::set_attention_decode_path_for_testing(decode_path);
+  cuda::set_attention_decode_batched_for_testing(batched);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -141,6 +146,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_decode_combine_for_testing(0);
   cuda::set_attention_splits_for_testing(0);
   cuda::set_attention_decode_path_for_testing(0);
+  cuda::set_attention_decode_batched_for_testing(0);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
@@ -208,6 +214,40 @@ TEST_F(CudaTest, DecodeAttentionBenchBatch1) {
       char name[32];
       std::snprintf(name, sizeof(name), "split/s%d", splits);
       print_result(kLlama, 1, ctx, name, r);
+    }
+}
+
+// Batched decode steps on the 8B shape (issue 6: serving throughput): the split kernel (one block per (row,
+// kv head), 4 warps as key streams merged in shared memory) against the packed kernel (one kv head per warp,
+// 4 kv heads per block, slices only to fill one wave, combine kernel) with its chosen slice count and
+// forced 1 / 2 / 4, its 8-warp blocks (a row's 8 kv heads = whole 2 KB cache rows per key) chosen and
+// forced 1, and the default choice ("chosen": what BUNSEN_DECODE_BATCHED unset runs), alone and
+// behind a rope_kv_write per layer. Target: >= 3.5 TB/s at 64 and 256 x 1k (<= 80 us per layer at 64 x 1k).
+// BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchBatched*'
+TEST_F(CudaTest, DecodeAttentionBenchBatched) {
+  const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
+  if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
+  struct Variant {
+    const char* name;
+    int batched, splits;
+  };
+  const Variant variants[] = {{"split", 1, 0},     {"packed", 2, 0},    {"packed/s1", 2, 1},
+                              {"packed/s2", 2, 2}, {"packed/s4", 2, 4}, {"packed8", 3, 0},
+                              {"packed8/s1", 3, 1}, {"chosen", 0, 0}};
+  for (bool with_write : {false, true})
+    for (int64_t batch : {16, 64, 256})
+      for (int64_t ctx : {1024, 4096})
+        for (const Variant& v : variants) {
+          if (with_write && v.splits > 0) continue;
+          const BenchResult r = bench_decode(kLlama, batch, ctx, 0, 0, v.splits, 1, with_write, v.batched);
+          char name[40];
+          std::snprintf(name, sizeof(name), "%s%s", v.name, with_write ? "+write" : "");
+          print_result(kLlama, batch, ctx, name, r);
+        }
+  for (int64_t ctx : {256, 1024, 4096})  // batch 1 keeps the split path unless forced
+    for (const Variant& v : {variants[0], variants[1], variants[5], variants[7]}) {
+      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 0, v.splits, 1, false, v.batched);
+      print_result(kLlama, 1, ctx, v.name, r);
     }
 }
 

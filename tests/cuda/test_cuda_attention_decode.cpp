@@ -11,7 +11,10 @@
 // Every scenario also runs on the cluster path (parameter 2: a row's slices in one thread-block cluster,
 // merged in distributed shared memory; shapes it does not take fall back to the split path), plus cluster
 // sizes 1..16 against the reference, and each path with the newest keys written by rope_kv_write right
-// before it (the cluster path copies older keys before its programmatic-dependent-launch wait).
+// before it (the cluster path copies older keys before its programmatic-dependent-launch wait). Parameters 3
+// and 4 run every scenario on the packed tensor-core kernel of batched steps (one kv head per warp, blocks of
+// 4 or 8 warps; shapes it does not take keep the split path), plus batches of several shapes and slice
+// counts against the reference.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -22,8 +25,10 @@
 namespace bunsen::kernels::test {
 namespace {
 
-// Parameter: the kernel (0: tensor cores (cp.async ring) on the split path, the default; 1: SIMT register
-// loads; 2: tensor cores on the cluster path).
+// Parameter: the kernel (0: tensor cores (cp.async ring) on the split path, the default for small batches;
+// 1: SIMT register loads; 2: tensor cores on the cluster path; 3 / 4: the packed tensor-core kernel, one kv
+// head per warp, 4 / 8 warps per block, wherever it applies). 0..2 turn the packed kernel off, so they test
+// what they always tested.
 class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int> {
  protected:
   void SetUp() override {
@@ -33,9 +38,11 @@ class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int
     cuda::set_attention_decode_variant_for_testing(GetParam() == 1 ? 1 : 0);
     cuda::set_attention_decode_path_for_testing(GetParam() == 2 ? 2 : 1);
     cuda::set_attention_decode_combine_for_testing(0);
+    cuda::set_attention_decode_batched_for_testing(GetParam() == 3 ? 2 : GetParam() == 4 ? 3 : 1);
   }
   void TearDown() override {
     if (cuda::device_count() > 0) {
+      cuda::set_attention_decode_batched_for_testing(0);
       cuda::set_attention_decode_variant_for_testing(0);
       cuda::set_attention_decode_path_for_testing(0);
       cuda::set_attention_decode_combine_for_testing(0);
@@ -456,7 +463,61 @@ TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1, 2));
+// The packed kernel (the parameter's block size) on batches of 40 rows (lengths 1 .. 2999, so chosen slicing gives rows several
+// slices) with the slice count chosen, 1 and 3: the 8B shape, 16 query heads per kv head (MMA rows 8..15),
+// head_dim 64 with 2 and 6 kv heads (warps of the block past the last kv head idle), plain and with a
+// window and a softcap; and the chosen path (testing switch 0) at 64 rows on the 8B shape, which must
+// equal the forced 4-warp packed kernel bit for bit when it picks it.
+TEST_P(CudaDecodeTest, PackedKernelBatchesAndSlices) {
+  if (GetParam() < 3) GTEST_SKIP() << "packed kernel only";
+  const int mine = GetParam() == 3 ? 2 : 3;  // the testing switch's value for this parameter
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  for (Shape sh : {Shape{32, 8, 128}, Shape{64, 4, 128}, Shape{32, 2, 64}, Shape{12, 6, 64}})
+    for (int splits : {0, 1, 3})
+      for (int variant = 0; variant < 2; ++variant) {
+        cuda::set_attention_splits_for_testing(splits);
+        Scenario s = decode_scenario(1, sh.head_dim, {});
+        s.n_heads = sh.n_heads;
+        s.n_kv_heads = sh.n_kv_heads;
+        for (int i = 0; i < 40; ++i) s.seq_lens.push_back(1 + (i * 379) % 2999);
+        s.new_tokens.assign(s.seq_lens.size(), 1);
+        s.out_dtype = DType::kF32;
+        if (variant == 1) {
+          s.params = {0.3f, 700, 5.0f};
+          s.release_out_of_window = true;
+        }
+        check_attention(ctx_, s,
+                        strfmt("heads %lld/%lld head_dim %lld splits %d variant %d", (long long)sh.n_heads,
+                               (long long)sh.n_kv_heads, (long long)sh.head_dim, splits, variant),
+                        413);
+      }
+  cuda::set_attention_splits_for_testing(0);
+  Scenario s = decode_scenario(4, 128, {});
+  s.n_heads = 32;
+  s.n_kv_heads = 8;
+  for (int i = 0; i < 64; ++i) s.seq_lens.push_back(1 + (i * 211) % 1100);
+  s.new_tokens.assign(s.seq_lens.size(), 1);
+  std::mt19937 rng(414);
+  Batch b = make_batch(s, rng);
+  DeviceBatch d = upload(b, DType::kBF16, rng);
+  auto run = [&](int mode) {
+    cuda::set_attention_decode_batched_for_testing(mode);
+    scramble(d.out, rng, nullptr);
+    paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+    return values(d.out.download().tensor);
+  };
+  const std::vector<float> packed = run(mine), packed4 = run(2), split = run(1), chosen = run(0);
+  const std::vector<float> want = values(reference_out(b, s).tensor);
+  expect_close(packed, want, tolerance(DType::kBF16), "64 rows packed");
+  expect_close(packed4, want, tolerance(DType::kBF16), "64 rows packed, 4 warps");
+  expect_close(split, want, tolerance(DType::kBF16), "64 rows split path");
+  // 64 rows x 8 kv heads are past the packed kernel's threshold (128 rows x kv heads): the default is packed.
+  expect_close(chosen, packed4, 0.0f, "64 rows chosen path is packed");
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1, 2, 3, 4));
 
 }  // namespace
 }  // namespace bunsen::kernels::test

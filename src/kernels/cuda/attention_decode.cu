@@ -17,7 +17,12 @@
 // row's slices as one thread-block cluster merged through distributed shared memory (one launch, no
 // partials) and starts its copies of older keys before the wait. Off by default: on the H200 it is faster
 // at batch 1 up to 1k keys (8B shape: 8.2 vs 11.9 us per layer) but slower at 4k keys and at batch >= 8, and
-// end to end 3 % slower on the Llama-3.1-8B shape (5 % faster on Llama-3.2-1B).
+// end to end 3 % slower on the Llama-3.1-8B shape (5 % faster on Llama-3.2-1B). The packed tensor-core
+// kernel (batched steps: head_dim 64/128, one kv head per warp, a row's kv heads 4 (or 8) per block, slices
+// only to fill one wave of blocks, merged by combine_kernel) serves steps of >= 128 rows x kv heads (16 rows
+// of the 8B shape: 46.0 -> 31.2 us per layer at 16 x 1k keys, 423 -> 383 at 256 x 1k; batch 1 stays on the
+// split kernel, 12.0 vs 18.2 us) (BUNSEN_DECODE_BATCHED=1: wherever it applies, 8: the same with 8-warp
+// blocks, 0: never; or the testing switch).
 // Invariants: masks as ref; a visible key whose sequence or block id is invalid makes its row NaN and is
 // never dereferenced; no allocation but the stream's scratch arena (partials), sized by the eager step, and
 // the stream's arrival counters (fused combine), allocated zeroed once and left zero by every launch.
@@ -44,6 +49,9 @@ constexpr int kSimtBlocksPerSm = 4;  // the SIMT kernel's residency (128 registe
 std::atomic<int> g_variant{0};  // 0: tensor cores where they apply, else SIMT; 1: SIMT always
 std::atomic<int> g_combine{0};  // 0: BUNSEN_DECODE_FUSED_COMBINE (default combine_kernel); 1: fused; 2: combine_kernel
 std::atomic<int> g_path{0};     // 0: BUNSEN_DECODE_ATTN (default split); 1: split slices; 2: cluster
+std::atomic<int> g_batched{0};  // 0: BUNSEN_DECODE_BATCHED (unset: by shape); 1: never; 2: packed; 3: 8 warps
+constexpr int kBatchedMinKeys = 64;  // the packed kernel's shortest slice: 4 tiles per warp
+constexpr int64_t kBatchedMinRowHeads = 128;  // rows x kv heads from which the packed kernel is the default
 
 bool cluster_path() {
   const int mode = g_path.load();
@@ -64,6 +72,38 @@ int cluster_cap() {
     return v >= 1 && v <= kMaxCluster ? v : 8;
   }();
   return cap;
+}
+
+// Warps per block of the packed kernel for this step (4 or 8), or 0 for the split kernel. Forced by the
+// testing switch or BUNSEN_DECODE_BATCHED (1: 4 warps, 8: 8 warps, 0: never; read once); unset: 4 warps
+// from kBatchedMinRowHeads rows x kv heads (16 rows on the 8B shape), so batch 1 (latency: the split
+// kernel's slices spread one row over the GPU) and small batches keep the split kernel.
+int batched_warps(const DevAttention& at) {
+  if (!mma_packed_ok(at.q.head_dim, at.q.n_heads / at.cache.n_kv_heads)) return 0;
+  int mode = g_batched.load();
+  static const int env_mode = [] {
+    const char* e = std::getenv("BUNSEN_DECODE_BATCHED");
+    if (e == nullptr) return 0;
+    const std::string_view v(e);
+    return v == "1" ? 2 : v == "8" ? 3 : v == "0" ? 1 : 0;
+  }();
+  if (mode == 0) mode = env_mode;
+  if (mode != 0) return mode == 2 ? 4 : mode == 3 ? 8 : 0;
+  // H200, Llama-3.1-8B shape (8 kv heads x 128), us per layer split vs packed: batch 1 x 1k 12.0 vs 18.2,
+  // 16 x 1k 46.0 vs 31.2, 64 x 1k 107.8 vs 105.4, 256 x 1k 423 vs 383, 64 x 4k 389 vs 376: packed from 16 rows.
+  return at.q.n_tokens * at.cache.n_kv_heads >= kBatchedMinRowHeads ? 4 : 0;
+}
+
+// Slices per row for the packed kernel: as many as keep rows x ceil(kv heads / warps) x slices within one
+// wave of `slots` resident blocks (no tail wave; 1 past that), none shorter than kBatchedMinKeys over the
+// block table's width. Host scalars only (graph-safe), as choose_splits.
+int choose_batched_splits(const DevAttention& at, int warps, int slots, int forced) {
+  if (forced > 0) return std::min(forced, kMaxSplits);
+  const int64_t per = std::max<int64_t>(1, at.q.n_tokens * ((at.cache.n_kv_heads + warps - 1) / warps));
+  const int64_t max_ctx = at.meta.max_blocks * at.cache.block_size;
+  int64_t s = std::max<int64_t>(1, slots / per);
+  s = std::min<int64_t>({s, (max_ctx + kBatchedMinKeys - 1) / kBatchedMinKeys, kMaxSplits});
+  return static_cast<int>(std::max<int64_t>(s, 1));
 }
 
 bool fused_combine() {
@@ -495,6 +535,10 @@ void set_attention_decode_path_for_testing(int mode) {
   g_path.store(mode);
 }
 
+void set_attention_decode_batched_for_testing(int mode) {
+  g_batched.store(mode);
+}
+
 bool decode_attention_ok(const DevAttention& at) {
   const DevCache& c = at.cache;
   const int64_t hd = at.q.head_dim;
@@ -528,29 +572,37 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   const bool mma = use_mma(at);
   const Tiling ti = tiling_for(at.q.head_dim, a.group);
   const int unroll = ti.g * ti.e >= 64 ? 2 : 4;  // as Shape::kUnroll
-  a.min_keys = mma ? mma_min_keys(a.head_dim, a.group) : std::max(32, kWarps * (32 / ti.l) * unroll);
-  a.n_splits = choose_splits(at, a.min_keys, mma ? mma_blocks_per_sm(a.head_dim, a.group) : kSimtBlocksPerSm,
-                             forced_splits);
+  const int mma_per_sm = mma ? mma_blocks_per_sm(a.head_dim, a.group) : 0;
+  const int pack = mma ? batched_warps(at) : 0;  // packed kernel: warps per block
+  const bool packed = pack > 0;
+  a.min_keys = packed ? kBatchedMinKeys
+               : mma  ? mma_min_keys(a.head_dim, a.group)
+                      : std::max(32, kWarps * (32 / ti.l) * unroll);
+  a.n_splits = packed ? choose_batched_splits(at, pack, mma_packed_blocks_per_sm(a.head_dim, a.group, pack) *
+                                                            sm_count(), forced_splits)
+                      : choose_splits(at, a.min_keys, mma ? mma_per_sm : kSimtBlocksPerSm, forced_splits);
   const int bs = a.block_size;
   a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
   cudaStream_t s = as_stream(stream);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   // The cluster path: as many slices as the split path would use, at most cluster_cap() (a forced count
   // above kMaxCluster keeps the split path).
-  if (mma && cluster_path() && forced_splits <= kMaxCluster) {
+  if (mma && !packed && cluster_path() && forced_splits <= kMaxCluster) {
     if (forced_splits <= 0) a.n_splits = std::min(a.n_splits, cluster_cap());
     launch_decode_mma_cluster(s, a, n_kv_heads);
     check_launch(op, detail);
     return;
   }
-  const bool fused = a.n_splits > 1 && fused_combine();
+  const bool fused = a.n_splits > 1 && !packed && fused_combine();  // packed: combine_kernel only
   if (a.n_splits > 1) {
     const size_t bytes =
         static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
     if (fused) a.counters = arrival_counters(s, static_cast<int64_t>(a.n_tokens) * n_kv_heads, op);
   }
-  if (mma)
+  if (packed)
+    launch_decode_mma_packed(s, a, n_kv_heads, pack);
+  else if (mma)
     launch_decode_mma(s, a, n_kv_heads);
   else if (at.cache.bits == 0)
     launch_tiling<kKvPlain>(s, a, ti, n_kv_heads);

@@ -303,6 +303,12 @@ void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
 // position before its programmatic-dependent-launch wait (the step metadata is copied from the host before
 // the step; only the current block's keys are written by the kernel before), the rest and Q after it.
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
+// Its packed variant for batched decode steps (BUNSEN_DECODE_BATCHED): head_dim 64/128, blocks of `warps` (4
+// or 8) warps, each warp one kv head of the row (grid [n_tokens, ceil(n_kv_heads / warps), n_splits])
+// streaming the whole slice; a.counters must be null (rows of several slices merge in combine_kernel).
+bool mma_packed_ok(int64_t head_dim, int64_t group);
+void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps);
+int mma_packed_blocks_per_sm(int head_dim, int group, int warps);  // shared memory bound
 int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);

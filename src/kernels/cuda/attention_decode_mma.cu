@@ -11,6 +11,11 @@
 // row or the slice's partial, and the last slice block of a row merges them (fused combine). The cluster
 // instance (kCluster, BUNSEN_DECODE_ATTN=cluster) runs the same loop with the slices of a row in one
 // thread-block cluster merged by cluster_merge, and starts its first tiles' copies before the wait.
+// The packed instances (kPack = 4 or 8 warps, batched decode steps, BUNSEN_DECODE_BATCHED) give each warp its
+// own kv head (block = kPack kv heads of a row, one key slice): every warp is one key stream over the whole
+// slice, so there is no cross-warp merge, no block barrier, and the block's warps read adjacent 256-byte
+// head rows of the same cache blocks (kPack x 256 contiguous bytes per key in the [block, slot, kv head,
+// dim] layout instead of 256 scattered ones); each writes its row or partial straight from registers.
 // Invariants: masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
 // global memory); launched with programmatic dependent launch, nothing an earlier kernel of the step writes
 // is read before the wait: the split instances read nothing before it; the cluster instance reads before it
@@ -139,19 +144,63 @@ __device__ __forceinline__ void load_q(const DecodeArgs& a, const Where& w, int 
       }
 }
 
+// The packed instance's epilogue: this warp's (row, kv head) state straight from its registers, as
+// write_block with one stream (merge weight 1): out = acc / l for a row of one slice, else the partial.
+template <class S>
+__device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, int gq, int tq,
+                                           const float (&m)[S::kR], float (&l)[S::kR],
+                                           const float (&o)[S::kPartD / 8][4]) {
+  const int D = a.head_dim, G = a.group;
+#pragma unroll
+  for (int r = 0; r < S::kR; ++r) {
+    l[r] += __shfl_xor_sync(kFull, l[r], 1);
+    l[r] += __shfl_xor_sync(kFull, l[r], 2);
+    const int h = gq + 8 * r, head = w.g * G + h;
+    if (h >= G) continue;
+    if (w.sl.n_act == 1) {
+#pragma unroll
+      for (int dn = 0; dn < S::kPartD / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          store_any(a.out, a.out_dtype, w.t * a.o_ts + head * a.o_hs + dn * 8 + 2 * tq + e,
+                    o[dn][2 * r + e] / l[r]);
+    } else {
+      float* part =
+          a.partials + ((static_cast<int64_t>(w.t) * a.n_heads + head) * a.n_splits + w.split) * (D + 2);
+      if (tq == 0) {
+        part[0] = m[r];
+        part[1] = l[r];
+      }
+#pragma unroll
+      for (int dn = 0; dn < S::kPartD / 8; ++dn)  // (D + 2) and the arena are even: 8-byte aligned pairs
+        *reinterpret_cast<float2*>(part + 2 + dn * 8 + 2 * tq) = make_float2(o[dn][2 * r], o[dn][2 * r + 1]);
+    }
+  }
+}
+
 // kCluster: the cluster instance (see the file comment); surplus slice blocks stay for the cluster barriers.
-template <int kD, int kRows, bool kCluster>
-__global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
+// kPack > 0: a packed instance (kPack warps of one kv head each, blockIdx.y = kv heads / kPack; see the
+// file comment); its shared memory is its kPack warps' rings.
+template <int kD, int kRows, bool kCluster, int kPack = 0>
+__global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
+                                  kPack > kWarps ? 1 : MmaShape<kD, kRows>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
   using S = MmaShape<kD, kRows>;
   constexpr int kR = S::kR, kPartD = S::kPartD;
+  constexpr bool kPacked = kPack > 0;
+  static_assert(!kPacked || (S::kParts == 1 && !kCluster), "packed: one warp covers the head, split slices");
+  constexpr int kStreams = kPacked ? 1 : S::kStreams;  // key streams per (row, kv head)
   extern __shared__ __align__(128) unsigned char smem[];
   if constexpr (!kCluster) slice_prologue();
-  const Where w = where_am_i(a);  // cluster: step metadata, before the wait
+  Where w = where_am_i(a);  // cluster: step metadata, before the wait
   if constexpr (!kCluster)
     if (!w.live) return;  // uniform over the block
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3, G = a.group;
-  const int stream = warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
+  if constexpr (kPacked) {
+    w.g = blockIdx.y * kPack + warp;
+    if (w.g * G >= a.n_heads) return;  // past the last kv head: uniform over the warp (no block barriers)
+  }
+  const int stream = kPacked ? 0 : warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
   uint32_t qa[kPartD / 16][4];
   if constexpr (!kCluster) load_q<S>(a, w, d_base, gq, tq, qa);
   float o[kPartD / 8][4];  // O fragments: c0, c1 = head gq, dims 2tq (+1); c2, c3 = head gq + 8
@@ -168,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
   const Bf16* vc = static_cast<const Bf16*>(a.v_cache) + w.g * a.v_s2 + d_base;
   const bool seq_ok = w.seq >= 0 && w.seq < a.n_seqs;
   const int32_t* table = a.block_tables + (seq_ok ? static_cast<int64_t>(w.seq) * a.table_stride : 0);
-  const int base0 = w.k0 + stream * kTile, stride = S::kStreams * kTile;
+  const int base0 = w.k0 + stream * kTile, stride = kStreams * kTile;
   const int n_it = base0 < w.k1 ? (w.k1 - base0 + stride - 1) / stride : 0;  // uniform over the stream
   unsigned char* ring = smem + warp * S::kWarpBytes;
   // Block ids of the rows this lane copies for tile `it` (-1: past the slice or invalid). Looked up one
@@ -309,6 +358,10 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
   }
   cp_async_wait_group<0>();
+  if constexpr (kPacked) {
+    write_warp<S>(a, w, gq, tq, m, l, o);
+    return;
+  }
   __syncthreads();  // every warp is done with its ring and the exchange: the shared memory becomes `red`
   float* red = reinterpret_cast<float*>(smem);  // [kStreams][kRows][kD + 2]
 #pragma unroll
@@ -338,13 +391,13 @@ __global__ void __launch_bounds__(kThreads, MmaShape<kD, kRows>::kMinBlocks)
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
 // two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
 // clusters of up to kMaxCluster (16, non-portable) blocks.
-template <int kD, int kRows, bool kCluster>
-void prepare(const void* kernel) {
+template <int kD, int kRows, bool kCluster, int kPack>
+void prepare(const void* kernel, size_t smem) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
   if (bit != 0 && (done.load() & bit) != 0) return;
-  allow_dynamic_smem(kernel, MmaShape<kD, kRows>::kSmem, "paged_attention");
+  allow_dynamic_smem(kernel, smem, "paged_attention");
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              "paged_attention", [] { return std::string("(shared memory carveout)"); });
@@ -354,13 +407,25 @@ void prepare(const void* kernel) {
   done.fetch_or(bit);
 }
 
-template <int kD, int kRows, bool kCluster>
+// Dynamic shared memory of an instance: a packed one holds only its warps' rings.
+template <int kD, int kRows, int kPack>
+constexpr size_t smem_of() {
+  using S = MmaShape<kD, kRows>;
+  return kPack > 0 ? size_t{kPack} * S::kWarpBytes : S::kSmem;
+}
+
+template <int kD, int kRows, bool kCluster, int kPack>
 void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
-  constexpr size_t kSmem = MmaShape<kD, kRows>::kSmem;
-  auto kernel = decode_mma_kernel<kD, kRows, kCluster>;
-  prepare<kD, kRows, kCluster>(reinterpret_cast<const void*>(kernel));
-  const dim3 grid(a.n_tokens, n_kv_heads, a.n_splits);
-  if constexpr (!kCluster) {
+  constexpr size_t kSmem = smem_of<kD, kRows, kPack>();
+  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack>;
+  prepare<kD, kRows, kCluster, kPack>(reinterpret_cast<const void*>(kernel), kSmem);
+  const dim3 grid(a.n_tokens, kPack > 0 ? (n_kv_heads + kPack - 1) / kPack : n_kv_heads, a.n_splits);
+  if constexpr (kPack > 0) {
+    check_cuda(launch_pdl(kernel, grid, dim3(32 * kPack), kSmem, s, a), "paged_attention", [&] {
+      return strfmt("(packed flash-decoding kernel, %d warps, grid [%d, %u, %d], %zu bytes)", kPack, a.n_tokens,
+                    grid.y, a.n_splits, kSmem);
+    });
+  } else if constexpr (!kCluster) {
     check_cuda(launch_pdl(kernel, grid, dim3(kThreads), kSmem, s, a), "paged_attention",
                [] { return std::string("(flash-decoding slice kernel)"); });
   } else {
@@ -385,12 +450,12 @@ void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   }
 }
 
-template <int kD, bool kCluster>
+template <int kD, bool kCluster, int kPack = 0>
 void launch_head_dim(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   if (a.group <= 8)
-    launch_shape<kD, 8, kCluster>(s, a, n_kv_heads);
+    launch_shape<kD, 8, kCluster, kPack>(s, a, n_kv_heads);
   else
-    launch_shape<kD, 16, kCluster>(s, a, n_kv_heads);
+    launch_shape<kD, 16, kCluster, kPack>(s, a, n_kv_heads);
 }
 
 template <bool kCluster>
@@ -441,6 +506,35 @@ int mma_blocks_per_sm(int head_dim, int group) {
 
 void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   launch_any<false>(s, a, n_kv_heads);
+}
+
+bool mma_packed_ok(int64_t head_dim, int64_t group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= kMmaMaxGroup;
+}
+
+int mma_packed_blocks_per_sm(int head_dim, int group, int warps) {
+  const size_t ring = with_shape(head_dim, group, [](auto s) { return size_t{decltype(s)::kWarpBytes}; });
+  return std::max(1, static_cast<int>((227u << 10) / (ring * static_cast<size_t>(warps) + 1024)));
+}
+
+template <int kPack>
+void launch_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+  if (a.head_dim == 64)
+    launch_head_dim<64, false, kPack>(s, a, n_kv_heads);
+  else
+    launch_head_dim<128, false, kPack>(s, a, n_kv_heads);
+}
+
+void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps) {
+  if (a.counters != nullptr || !mma_packed_ok(a.head_dim, a.group) || (warps != 4 && warps != 8))
+    throw Error("cuda", strfmt("paged_attention: the packed decode kernel takes head_dim 64 or 128, <= %d heads "
+                               "per kv head, 4 or 8 warps and no fused combine; got head_dim %d, group %d, "
+                               "%d warps, counters %s",
+                               kMmaMaxGroup, a.head_dim, a.group, warps, a.counters ? "set" : "null"));
+  if (warps == 4)
+    launch_packed<4>(s, a, n_kv_heads);
+  else
+    launch_packed<8>(s, a, n_kv_heads);
 }
 
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {

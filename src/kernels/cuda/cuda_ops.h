@@ -250,5 +250,6 @@ void set_attention_splits_for_testing(int n_splits);  // 0 = choose from the sha
 void set_attention_flash_decode_for_testing(bool on);  // large decode batches on tensor cores (default: BUNSEN_FLASH_DECODE)
 void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL; fa2b), 1 = WMMA, 2 = mma.sync, 3 = fa2b
 void set_prefill_splits_for_testing(int n_splits);  // fa2b split-KV: 0 = from the shapes, 1 = never, n = n slices
+void set_attention_decode_batched_for_testing(int mode);  // packed decode kernel: 0 = BUNSEN_DECODE_BATCHED (unset: by shape), 1 = never, 2 = 4 warps, 3 = 8 warps
 
 }  // namespace bunsen::kernels::cuda
