@@ -1,7 +1,8 @@
 // Helpers for the CUDA op tests: a fixture that skips without a GPU, device copies of host tensors
-// (DeviceTensor), f32 copies of bf16 data for the references, and per-dtype tolerances. Reuses the
-// kernel tests' random fill / readback / closeness helpers. Not a test by itself. Invariant: every
-// device tensor starts as a copy of a host tensor, so outputs start as random garbage, never zeros.
+// (DeviceTensor), f32 copies of bf16 data for the references, per-dtype tolerances and a loop over the
+// GEMV kernel paths. Reuses the kernel tests' random fill / readback / closeness helpers. Not a test by
+// itself. Invariant: every device tensor starts as a copy of a host tensor, so outputs start as random
+// garbage, never zeros.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -83,5 +84,17 @@ inline float tolerance(DType out, float f32_tol = 2e-5f) {
 }
 
 constexpr DType kActDtypes[] = {DType::kF32, DType::kBF16};
+
+// Runs body once per GEMV kernel path: the default kernel (small-launch path off) and the small-launch
+// kernel forced on every aligned launch (BUNSEN_GEMV_SMALL's path); then back to the environment's choice.
+template <typename F>
+inline void for_each_gemv_path(F&& body) {
+  for (int mode : {0, 2}) {
+    SCOPED_TRACE(mode == 0 ? "gemv default path" : "gemv small path");
+    cuda::set_gemv_small_for_testing(mode);
+    body();
+  }
+  cuda::set_gemv_small_for_testing(-1);
+}
 
 }  // namespace bunsen::kernels::test

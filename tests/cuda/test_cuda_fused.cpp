@@ -19,18 +19,6 @@ float linear_tol(int64_t m, DType w, DType x, DType out) {
   return gemv_tol(out);
 }
 
-// Runs body once per GEMV kernel path: the default kernel (small-launch path off) and the small-launch
-// kernel forced on every aligned launch (BUNSEN_GEMV_SMALL's path); then back to the environment's choice.
-template <typename F>
-void for_each_gemv_path(F&& body) {
-  for (int mode : {0, 2}) {
-    SCOPED_TRACE(mode == 0 ? "gemv default path" : "gemv small path");
-    cuda::set_gemv_small_for_testing(mode);
-    body();
-  }
-  cuda::set_gemv_small_for_testing(-1);
-}
-
 // x [m, k] (a column slice at offset `pad` of a wider tensor when pad > 0: rows unaligned for the GEMV).
 struct Input {
   HostPair full;

@@ -17,18 +17,6 @@ struct Case {
   int64_t m, n, k;
 };
 
-// Runs body once per GEMV kernel path: the default kernel (small-launch path off) and the small-launch
-// kernel forced on every aligned launch (BUNSEN_GEMV_SMALL's path); then back to the environment's choice.
-template <typename F>
-void for_each_gemv_path(F&& body) {
-  for (int mode : {0, 2}) {
-    SCOPED_TRACE(mode == 0 ? "gemv default path" : "gemv small path");
-    cuda::set_gemv_small_for_testing(mode);
-    body();
-  }
-  cuda::set_gemv_small_for_testing(-1);
-}
-
 // GEMM operands share a dtype: bf16 x is converted to w's dtype (exact for these values), f32 x against
 // 16-bit w is split into hi + lo halves (gemm.cu), so f32 outputs are as close as the GEMV's at every m
 // (rounding f32 x to bf16 instead would miss 1e-4 by an order of magnitude).

@@ -90,37 +90,15 @@ __global__ void __launch_bounds__(kDeltaWarps * 32) delta_rule_kernel(DevDeltaRu
     __syncthreads();
     const float decay = expf(A * softplus_f(load_any(a.a.data, a.a.dtype, t * a.a.stride + h) + bias));
     const float beta = sigmoid_f(load_any(a.b.data, a.b.dtype, t * a.b.stride + h));
-    float pm = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kDeltaRows; ++r) {
-      const int i = warp + kDeltaWarps * r;
-      if (i < dk) {
-        S[r] *= decay;
-        pm += S[r] * qk[1][i];
-      }
-    }
-    part[0][warp][lane] = pm;
+    part[0][warp][lane] = decay_rows(S, qk[1], warp, dk, decay);
     __syncthreads();
-    float mem = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDeltaWarps; ++w) mem += part[0][w][lane];
+    const float mem = sum_warps(part[0], lane);
     const float vj = col ? load_any(a.v.data, a.v.dtype, t * a.v.token_stride + h * a.v.head_stride + j) : 0.0f;
     const float delta = (vj - mem) * beta;
-    float po = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kDeltaRows; ++r) {
-      const int i = warp + kDeltaWarps * r;
-      if (i < dk) {
-        S[r] += qk[1][i] * delta;
-        po += S[r] * qk[0][i];
-      }
-    }
-    part[1][warp][lane] = po;
+    part[1][warp][lane] = update_rows(S, qk[0], qk[1], warp, dk, delta);
     __syncthreads();
     if (warp == 0 && col) {
-      float o = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kDeltaWarps; ++w) o += part[1][w][lane];
+      const float o = sum_warps(part[1], lane);
       store_any(a.out.data, a.out.dtype, t * a.out.token_stride + h * a.out.head_stride + j, o);
     }
   }

@@ -26,4 +26,42 @@ __device__ __forceinline__ void l2_store(float v, int d, float scale, float* dst
   if (static_cast<int>(threadIdx.x) < d) dst[threadIdx.x] = v * scale * rsqrtf(ss + 1e-6f);
 }
 
+// One token of the gated delta rule on this thread's state rows i = warp + kDeltaWarps r (< dk) of its column:
+// S *= decay, then the thread's partial sum of (S^T k) over those rows.
+__device__ __forceinline__ float decay_rows(float (&S)[kDeltaRows], const float* k, int warp, int dk, float decay) {
+  float pm = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = warp + kDeltaWarps * r;
+    if (i < dk) {
+      S[r] *= decay;
+      pm += S[r] * k[i];
+    }
+  }
+  return pm;
+}
+
+// The rest of the token's update: S += k delta on the same rows, then the thread's partial sum of (S^T q).
+__device__ __forceinline__ float update_rows(float (&S)[kDeltaRows], const float* q, const float* k, int warp, int dk,
+                                             float delta) {
+  float po = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = warp + kDeltaWarps * r;
+    if (i < dk) {
+      S[r] += k[i] * delta;
+      po += S[r] * q[i];
+    }
+  }
+  return po;
+}
+
+// The column's total of the warps' partial sums part[w][lane], in warp order (every block sums alike).
+__device__ __forceinline__ float sum_warps(const float (&part)[kDeltaWarps][kDeltaTile], int lane) {
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDeltaWarps; ++w) s += part[w][lane];
+  return s;
+}
+
 }  // namespace bunsen::kernels::cuda::linear_attn

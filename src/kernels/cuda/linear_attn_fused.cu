@@ -119,37 +119,16 @@ __global__ void __launch_bounds__(kThreads, 2) deltanet_fused_kernel(DevDeltaNet
     __syncthreads();
     const float decay = expf(A * softplus_f(load_any(a.a.data, a.a.dtype, t * a.a.stride + h) + bias));
     const float beta = sigmoid_f(load_any(a.b.data, a.b.dtype, t * a.b.stride + h));
-    float pm = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kDeltaRows; ++r) {
-      const int i = warp + kDeltaWarps * r;
-      if (i < dk) {
-        S[r] *= decay;
-        pm += S[r] * sm.qk[1][i];
-      }
-    }
-    sm.part[0][warp][lane] = pm;
+    sm.part[0][warp][lane] = decay_rows(S, sm.qk[1], warp, dk, decay);
     __syncthreads();
-    float mem = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kDeltaWarps; ++w) mem += sm.part[0][w][lane];
+    const float mem = sum_warps(sm.part[0], lane);
     const float vj = col ? sm.v[lane] : 0.0f;
     const float delta = (vj - mem) * beta;
-    float po = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kDeltaRows; ++r) {
-      const int i = warp + kDeltaWarps * r;
-      if (i < dk) {
-        S[r] += sm.qk[1][i] * delta;
-        po += S[r] * sm.qk[0][i];
-      }
-    }
-    sm.part[1][warp][lane] = po;
+    sm.part[1][warp][lane] = update_rows(S, sm.qk[0], sm.qk[1], warp, dk, delta);
     __syncthreads();
     float o = 0.0f;
     if (warp == 0) {
-#pragma unroll
-      for (int w = 0; w < kDeltaWarps; ++w) o += sm.part[1][w][lane];
+      o = sum_warps(sm.part[1], lane);
       const float sq = warp_sum(col ? o * o : 0.0f);
       if (lane < tiles) *cluster.map_shared_rank(&sm.ssq[tile], head0 + lane) = sq;
     }
