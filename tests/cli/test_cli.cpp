@@ -126,6 +126,23 @@ TEST(Cli, BenchmarkJson) {
   EXPECT_NE(bad.err.find("--prefill-lens"), std::string::npos) << bad.err;
 }
 
+// Batched decode steps, each also carrying a prompt chunk of another sequence (--mixed-prefill), as a serving
+// step: the JSON names the batch and the chunk; the chunk without --decode-batch is a usage error.
+TEST(Cli, BenchmarkDecodeBatchWithMixedPrefill) {
+  Proc r = run("benchmark --prompt-len 16 --gen 4 --decode-batch 3 --mixed-prefill 24 --no-probe --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("decode_batch").size(), 1u) << r.out;
+  const auto& d = j.at("decode_batch")[0];
+  EXPECT_EQ(d.at("batch"), 3);
+  EXPECT_EQ(d.at("prefill_tokens"), 24);
+  EXPECT_GT(d.at("tok_s").get<double>(), 0.0);
+  EXPECT_GT(d.at("ms_per_step").get<double>(), 0.0);
+  Proc lone = run("benchmark --prompt-len 16 --gen 4 --mixed-prefill 24");
+  EXPECT_EQ(lone.code, 2);
+  EXPECT_NE(lone.err.find("--mixed-prefill needs --decode-batch"), std::string::npos) << lone.err;
+}
+
 TEST(Cli, ErrorsAreOneLineWithExitCodes) {
   Proc bad_flag = run("generate --bogus");
   EXPECT_EQ(bad_flag.code, 2);
