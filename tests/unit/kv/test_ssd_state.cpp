@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kv/ssd_store.h"
+#include "ssd_test_util.h"
 #include "kv/state_checkpoints.h"
 
 namespace bunsen::kv {
@@ -20,13 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kNs = 0x5eed5eed12345678ull;
 
-struct Sample {
-  SsdEntryKey key;
-  std::vector<int32_t> tokens;
-  SsdLayout layout;
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<std::span<const std::byte>> spans() const { return {payloads.begin(), payloads.end()}; }
-};
+using Sample = test::SsdSample;
+using test::read_u32;
 
 // 8 tokens = 2 blocks of 4; 2 K/V tensors of [2, 4, 1, 8] bf16, then `n_state` state tensors of 24 + 8 * i bytes.
 Sample make_state_sample(uint64_t prefix_hash, uint32_t seed, uint32_t n_state) {
@@ -38,24 +34,10 @@ Sample make_state_sample(uint64_t prefix_hash, uint32_t seed, uint32_t n_state) 
   s.layout.n_kv_heads = 1;
   s.layout.head_dim = 8;
   uint32_t x = seed * 2654435761u + 3;
-  auto add = [&](size_t bytes) {
-    std::vector<std::byte> p(bytes);
-    for (auto& b : p) b = static_cast<std::byte>((x = x * 1664525u + 1013904223u) >> 24);
-    s.layout.tensor_bytes.push_back(p.size());
-    s.payloads.push_back(std::move(p));
-  };
-  for (int t = 0; t < 2; ++t) add(2 * 4 * 1 * 8 * 2);
-  for (uint32_t i = 0; i < n_state; ++i) add(24 + 8 * i);
+  for (int t = 0; t < 2; ++t) s.add_payload(2 * 4 * 1 * 8 * 2, x);
+  for (uint32_t i = 0; i < n_state; ++i) s.add_payload(24 + 8 * i, x);
   s.layout.state.n_tensors = n_state;
   return s;
-}
-
-uint32_t read_u32(const fs::path& p, uint64_t at) {
-  std::ifstream f(p, std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  uint32_t v = 0;
-  f.read(reinterpret_cast<char*>(&v), 4);
-  return v;
 }
 
 template <typename Edit>

@@ -22,6 +22,7 @@
 
 #include "core/status.h"
 #include "kv/ssd_store.h"
+#include "ssd_test_util.h"
 
 namespace fs = std::filesystem;
 using bunsen::kv::SsdEntryKey;
@@ -33,15 +34,10 @@ namespace {
 
 constexpr uint64_t kNs = 0x1234abcd5678ef01ull;
 
-// One prefix's snapshot: tokens + 2 layers x (K, V) of [n_blocks, 4, 2, 8] bf16, filled from a seed.
-struct Sample {
-  SsdEntryKey key;
-  std::vector<int32_t> tokens;
-  SsdLayout layout;
-  std::vector<std::vector<std::byte>> payloads;
-  std::vector<std::span<const std::byte>> spans() const { return {payloads.begin(), payloads.end()}; }
-};
+using Sample = bunsen::kv::test::SsdSample;
+using bunsen::kv::test::read_u32;
 
+// One prefix's snapshot: tokens + 2 layers x (K, V) of [n_blocks, 4, 2, 8] bf16, filled from a seed.
 Sample make_sample(uint64_t prefix_hash, uint32_t seed, int n_tokens = 10, uint64_t ns = kNs) {
   Sample s;
   s.key = {ns, prefix_hash};
@@ -49,12 +45,7 @@ Sample make_sample(uint64_t prefix_hash, uint32_t seed, int n_tokens = 10, uint6
   s.layout = {2, 4, 2, 8, bunsen::DType::kBF16, {}};
   uint64_t n_blocks = (n_tokens + 3) / 4;
   uint32_t x = seed * 2654435761u + 1;
-  for (int t = 0; t < 4; ++t) {
-    std::vector<std::byte> p(n_blocks * 4 * 2 * 8 * 2);
-    for (auto& b : p) b = static_cast<std::byte>((x = x * 1664525u + 1013904223u) >> 24);
-    s.layout.tensor_bytes.push_back(p.size());
-    s.payloads.push_back(std::move(p));
-  }
+  for (int t = 0; t < 4; ++t) s.add_payload(n_blocks * 4 * 2 * 8 * 2, x);
   return s;
 }
 
@@ -81,14 +72,6 @@ void flip_byte(const fs::path& p, uint64_t at) {
   c ^= 0x5a;
   f.seekp(static_cast<std::streamoff>(at));
   f.write(&c, 1);
-}
-
-uint32_t read_u32(const fs::path& p, uint64_t at) {
-  std::ifstream f(p, std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  uint32_t v = 0;
-  f.read(reinterpret_cast<char*>(&v), 4);
-  return v;
 }
 
 size_t count_files(const fs::path& dir) {
