@@ -121,12 +121,14 @@ __global__ void __launch_bounds__(kQkvWarps * 32) rms_norm_qkv_kernel(QkvArgs a,
 
 // ---- post_norm_residual: one block per row; thread t owns elements t*8..t*8+7 (kVec) or t + i*blockDim ----
 
-template <bool kVec, typename T>
-__device__ __forceinline__ void load_mine(const T* row, int64_t d, float (&v)[kPer]) {
+// v = this thread's elements of a d-long row, 0 past its end: eight(j, v) fills elements j..j+7 (kVec), one(j)
+// returns element j.
+template <bool kVec, typename Eight, typename One>
+__device__ __forceinline__ void gather_mine(int64_t d, float (&v)[kPer], Eight eight, One one) {
   if constexpr (kVec) {
     const int64_t j = static_cast<int64_t>(threadIdx.x) * kPer;
     if (j < d) {
-      vec8::load8(row + j, v);
+      eight(j, v);
     } else {
 #pragma unroll
       for (int i = 0; i < kPer; ++i) v[i] = 0.0f;
@@ -135,9 +137,15 @@ __device__ __forceinline__ void load_mine(const T* row, int64_t d, float (&v)[kP
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      v[i] = j < d ? to_f32(row[j]) : 0.0f;
+      v[i] = j < d ? one(j) : 0.0f;
     }
   }
+}
+
+template <bool kVec, typename T>
+__device__ __forceinline__ void load_mine(const T* row, int64_t d, float (&v)[kPer]) {
+  gather_mine<kVec>(
+      d, v, [&](int64_t j, float(&e)[kPer]) { vec8::load8(row + j, e); }, [&](int64_t j) { return to_f32(row[j]); });
 }
 
 template <bool kVec, typename T>
@@ -156,21 +164,8 @@ __device__ __forceinline__ void store_mine(T* row, int64_t d, const float (&v)[k
 
 template <bool kVec>
 __device__ __forceinline__ void load_w_mine(const DevNormWeight& w, int64_t d, float off, float (&v)[kPer]) {
-  if constexpr (kVec) {
-    const int64_t j = static_cast<int64_t>(threadIdx.x) * kPer;
-    if (j < d) {
-      load_w8(w, j, off, v);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) v[i] = 0.0f;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      v[i] = j < d ? load_w1(w, j, off) : 0.0f;
-    }
-  }
+  gather_mine<kVec>(
+      d, v, [&](int64_t j, float(&e)[kPer]) { load_w8(w, j, off, e); }, [&](int64_t j) { return load_w1(w, j, off); });
 }
 
 constexpr int kPostMaxThreads = static_cast<int>(kPostNormMaxCols / kPer);  // 1024
