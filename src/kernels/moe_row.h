@@ -17,10 +17,8 @@ namespace bunsen::kernels {
 constexpr int64_t kMoeMaxExperts = 1024;
 constexpr int64_t kMoeMaxTopK = 32;
 
-// Routes one token. logits [n_experts] f32 -> ids [top_k], weights [top_k]. `scores` is caller scratch of
-// n_experts floats.
-inline void moe_route_row(const float* logits, int64_t n_experts, const MoeRouteParams& p, float* scores,
-                          int32_t* ids, float* weights) {
+// One token's expert scores: scoring(logits) [n_experts] into `scores`.
+inline void moe_score_row(const float* logits, int64_t n_experts, const MoeRouteParams& p, float* scores) {
   if (p.scoring == MoeScoring::kSoftmax) {
     float mx = -INFINITY;
     for (int64_t e = 0; e < n_experts; ++e) mx = std::fmax(mx, logits[e]);
@@ -30,7 +28,27 @@ inline void moe_route_row(const float* logits, int64_t n_experts, const MoeRoute
   } else {
     for (int64_t e = 0; e < n_experts; ++e) scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
   }
+}
+
+// The routing weights [top_k] of the experts `ids` [top_k] from their `scores` (moe_score_row): the chosen
+// scores, optionally renormalized over the k, scaled, times expert_scale[id]. moe_route_row's last step,
+// also used by model/moe.cpp to weigh experts a caller forces (RoutingOverride) exactly as its own choice.
+inline void moe_weigh_row(const float* scores, const int32_t* ids, const MoeRouteParams& p, float* weights) {
   float total = 0.0f;
+  for (int j = 0; j < p.top_k; ++j) total += weights[j] = scores[ids[j]];
+  for (int j = 0; j < p.top_k; ++j) {
+    float w = p.norm_topk ? weights[j] / total : weights[j];
+    w *= p.scale;
+    if (!p.expert_scale.empty()) w *= load_f(p.expert_scale.data, p.expert_scale.dtype, ids[j]);
+    weights[j] = w;
+  }
+}
+
+// Routes one token. logits [n_experts] f32 -> ids [top_k], weights [top_k]. `scores` is caller scratch of
+// n_experts floats.
+inline void moe_route_row(const float* logits, int64_t n_experts, const MoeRouteParams& p, float* scores,
+                          int32_t* ids, float* weights) {
+  moe_score_row(logits, n_experts, p, scores);
   for (int j = 0; j < p.top_k; ++j) {
     int64_t best = -1;
     float best_key = -INFINITY;
@@ -43,15 +61,8 @@ inline void moe_route_row(const float* logits, int64_t n_experts, const MoeRoute
       if (best < 0 || key > best_key) best = e, best_key = key;
     }
     ids[j] = static_cast<int32_t>(best);
-    weights[j] = scores[best];
-    total += weights[j];
   }
-  for (int j = 0; j < p.top_k; ++j) {
-    float w = p.norm_topk ? weights[j] / total : weights[j];
-    w *= p.scale;
-    if (!p.expert_scale.empty()) w *= load_f(p.expert_scale.data, p.expert_scale.dtype, ids[j]);
-    weights[j] = w;
-  }
+  moe_weigh_row(scores, ids, p, weights);
 }
 
 // act(g) * u, the gated activation of an expert FFN (the formulas the CUDA kernels use).

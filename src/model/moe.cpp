@@ -1,18 +1,36 @@
 // The MoE block (moe.h): expert weights resolved from any of the three checkpoint layouts into per-expert
 // address tables (no copy of the weights), the router, and the forward (router linear -> moe_route ->
-// moe_experts). Not a decoder layer. Invariants: every expert of one projection has the same shape, dtype
-// and quantization (checked at load, errors name the tensor); the tables live on the weights' device.
+// moe_experts), with the CPU-only routing override between moe_route and moe_experts. Not a decoder layer.
+// Invariants: every expert of one projection has the same shape, dtype and quantization (checked at load,
+// errors name the tensor); the tables live on the weights' device; without an installed RoutingOverride the
+// forward is exactly router -> moe_route -> moe_experts.
 #include "model/moe.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "core/status.h"
 #include "kernels/device.h"
+#include "kernels/moe_row.h"
 
 namespace bunsen::model {
 namespace {
 
 constexpr const char* kComponent = "weights";
+
+thread_local RoutingOverride* t_override = nullptr;  // RoutingOverrideScope's, per thread
+
+// The decoder layer index of a block prefix: the digits after its last "layers." (-1 when there are none).
+int layer_of(const std::string& prefix) {
+  const size_t at = prefix.rfind("layers.");
+  if (at == std::string::npos) return -1;
+  size_t i = at + 7;
+  int v = -1;
+  while (i < prefix.size() && std::isdigit(static_cast<unsigned char>(prefix[i])) && v < 1000000)
+    v = (v < 0 ? 0 : v * 10) + (prefix[i++] - '0');
+  return v;
+}
 
 int64_t address(const Tensor& t, int64_t element_offset = 0) {
   return static_cast<int64_t>(reinterpret_cast<intptr_t>(static_cast<const char*>(t.data) +
@@ -161,6 +179,7 @@ MoeLayer load_moe(const WeightStore& ws, const ModelConfig& cfg, const std::stri
                prefix.c_str(), (long long)spec.n_experts, (long long)spec.top_k, (long long)spec.d_expert));
   MoeLayer l;
   l.spec = spec;
+  l.layer = layer_of(prefix);
   l.experts.act = spec.act;
   l.router = load_linear(ws, cfg, prefix + "." + names.router, spec.n_experts, spec.d_model, false);
   const std::string hf = prefix + "." + names.experts, mlx = prefix + "." + names.mlx;
@@ -215,7 +234,36 @@ void moe_forward(kernels::Context& ctx, const MoeLayer& l, Tensor out, Tensor x,
   p.scale = l.spec.routed_scale;
   p.expert_scale = l.expert_scale;
   kernels::moe_route(ctx, buf.ids, buf.weights, buf.logits, p);
+  if (t_override != nullptr && buf.ids.device.is_cpu()) t_override->apply(l.layer, buf.ids, buf.weights, buf.logits, p);
   kernels::moe_experts(ctx, out, x, buf.ids, buf.weights, l.experts);
+}
+
+RoutingOverrideScope::RoutingOverrideScope(RoutingOverride* o) : previous_(t_override) { t_override = o; }
+RoutingOverrideScope::~RoutingOverrideScope() { t_override = previous_; }
+
+void RoutingOverride::apply(int layer, Tensor ids, Tensor weights, const Tensor& logits,
+                            const kernels::MoeRouteParams& p) {
+  const int64_t n = logits.dim(0), n_experts = logits.dim(1), k = p.top_k;
+  check(layer >= 0, "model", "routing override: an MoE block whose prefix names no decoder layer");
+  check(logits.dtype == DType::kF32 && ids.dim(0) == n && ids.dim(1) == k && weights.dim(0) == n &&
+            weights.dim(1) == k,
+        "model", "routing override: logits " + logits.shape_str() + ", ids " + ids.shape_str() + ", weights " +
+                     weights.shape_str() + " do not fit top_k " + std::to_string(k));
+  if (seen_.size() <= static_cast<size_t>(layer)) seen_.resize(static_cast<size_t>(layer) + 1, 0);
+  const int64_t first = seen_[static_cast<size_t>(layer)];
+  seen_[static_cast<size_t>(layer)] += n;
+  scores_.resize(static_cast<size_t>(n_experts));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* lr = static_cast<const float*>(logits.row_ptr(r));
+    int32_t* ir = static_cast<int32_t*>(ids.row_ptr(r));
+    if (!choose(layer, first + r, {lr, static_cast<size_t>(n_experts)}, {ir, static_cast<size_t>(k)})) continue;
+    for (int64_t j = 0; j < k; ++j)
+      check(ir[j] >= 0 && ir[j] < n_experts && std::find(ir, ir + j, ir[j]) == ir + j, "model",
+            strfmt("routing override: layer %d token %lld: forced expert %d is out of [0, %lld) or repeated", layer,
+                   (long long)(first + r), ir[j], (long long)n_experts));
+    kernels::moe_score_row(lr, n_experts, p, scores_.data());
+    kernels::moe_weigh_row(scores_.data(), ir, p, static_cast<float*>(weights.row_ptr(r)));
+  }
 }
 
 }  // namespace bunsen::model

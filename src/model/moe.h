@@ -4,9 +4,11 @@
 // Not a decoder layer: norms, residuals, a dense MLP beside the experts and a shared expert's combination
 // are the family's (a shared expert's weights can be loaded here with load_linear; its sigmoid gate is the
 // caller's). Invariants: expert weights are never copied at load (kernels read them through per-expert
-// address tables owned by MoeLayer, on the weights' device); routing never leaves the device.
+// address tables owned by MoeLayer, on the weights' device); routing never leaves the device; a
+// RoutingOverride (tests only) acts on CPU models alone and costs nothing while none is installed.
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,7 @@ struct MoeNames {
 
 struct MoeLayer {
   MoeSpec spec;
+  int layer = -1;       // decoder layer index: the "layers.<i>" of load_moe's prefix (-1: the prefix names none)
   Linear router;        // [n_experts, d_model]
   Tensor expert_scale;  // [n_experts] or empty (Gemma 4 per_expert_scale; set by the caller)
   kernels::MoeExperts experts;
@@ -83,8 +86,51 @@ MoeBuffers alloc_moe_buffers(Arena& ws, const MoeSpec& spec, int64_t n_tokens);
 void moe_forward(kernels::Context& ctx, const MoeLayer& l, Tensor out, Tensor x, const MoeBuffers& buf,
                  Tensor router_x = {});
 
+// Forces the experts of chosen tokens on the CPU MoE path: the golden tests impose a device's routing on the
+// CPU reference where the two chose differently at a near-tie, so that every later token is compared against
+// the same computation. moe_forward on a CPU model, while one is installed on the calling thread
+// (RoutingOverrideScope), asks choose() for every token after moe_route; forced experts are weighed from the
+// same router logits exactly as moe_route weighs its own choice (kernels/moe_row.h: moe_score_row, then
+// moe_weigh_row: softmax|sigmoid, norm_topk, routed scale, expert_scale). CUDA models never consult it.
+// Tokens are numbered per MoE layer as RoutingTrace numbers them: the rows of each step, appended step after
+// step (token t of layer L is the t-th row moe_forward routed at L since construction or rewind()).
+// Installed per thread rather than passed in ForwardArgs: the families call moe_forward from their own blocks
+// without the forward's arguments, and the CPU forward runs on its caller's thread.
+class RoutingOverride {
+ public:
+  virtual ~RoutingOverride() = default;
+  // `logits` [n_experts] the token's router logits; `ids` [top_k] the model's own choice (descending score).
+  // Return true after writing the experts to use into `ids` (top_k distinct ids in [0, n_experts), any order:
+  // moe_experts sums in that order); false keeps the model's choice untouched.
+  virtual bool choose(int layer, int64_t token, std::span<const float> logits, std::span<int32_t> ids) = 0;
+
+  // Called by moe_forward once per (MoE layer, step) with the step's n_tokens rows: numbers them, asks
+  // choose(), validates and re-weighs the forced rows.   ids [n, top_k] i32, weights [n, top_k] f32, logits
+  // [n, n_experts] f32, all on the CPU. Errors name the layer and token.
+  void apply(int layer, Tensor ids, Tensor weights, const Tensor& logits, const kernels::MoeRouteParams& p);
+  // Token numbering restarts at 0 at every layer (a new sequence from position 0).
+  void rewind() { seen_.clear(); }
+
+ private:
+  std::vector<int64_t> seen_;    // [layer] tokens routed so far at that decoder layer
+  std::vector<float> scores_;    // [n_experts] scratch
+};
+
+// Installs `o` for moe_forward calls on this thread until destruction (then restores the previous one).
+class RoutingOverrideScope {
+ public:
+  explicit RoutingOverrideScope(RoutingOverride* o);
+  ~RoutingOverrideScope();
+  RoutingOverrideScope(const RoutingOverrideScope&) = delete;
+  RoutingOverrideScope& operator=(const RoutingOverrideScope&) = delete;
+
+ private:
+  RoutingOverride* previous_;
+};
+
 // Hands one MoE layer's routing to `hook` (nothing when it is null): "router_logits" [n_tokens, n_experts] f32,
-// then "router_ids" [n_tokens, top_k] i32 (the experts moe_forward chose, descending score), both for decoder
+// then "router_ids" [n_tokens, top_k] i32 (the experts moe_forward used: its choice, descending score, or the
+// ones a RoutingOverride forced), both for decoder
 // layer `layer`. Call right after that layer's moe_forward, while `buf` still holds its routing. The names
 // are read by RoutingTrace (routing_trace.h); other hooks ignore them.
 inline void hook_routing(ActivationHook* hook, int layer, const MoeBuffers& buf) {

@@ -40,6 +40,23 @@ double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids
   return std::isfinite(m) && m > 0.0 ? m : 0.0;
 }
 
+double routing_swap_gap(const float* logits, int64_t n_experts, const int32_t* a, const int32_t* b, int64_t top_k,
+                        double scale) {
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const auto id = static_cast<int32_t>(e);
+    const bool in_a = std::find(a, a + top_k, id) != a + top_k, in_b = std::find(b, b + top_k, id) != b + top_k;
+    if (in_a == in_b) continue;
+    if (!std::isfinite(logits[e])) return std::numeric_limits<double>::infinity();
+    lo = std::min(lo, static_cast<double>(logits[e]));
+    hi = std::max(hi, static_cast<double>(logits[e]));
+  }
+  if (hi < lo || hi == lo) return 0.0;  // the same set, or an exact tie
+  const double sd = scale > 0.0 ? scale : std::sqrt(logit_variance(logits, n_experts));
+  const double g = (hi - lo) / sd;
+  return std::isfinite(g) ? g : std::numeric_limits<double>::infinity();
+}
+
 template <typename T>
 std::vector<T> RoutingTrace::host_rows(const Tensor& t) {
   check(t.ndim == 2 && dtype_size(t.dtype) == sizeof(T), "model", "routing trace: unexpected tensor " + t.shape_str());
@@ -62,7 +79,7 @@ std::vector<T> RoutingTrace::host_rows(const Tensor& t) {
 RoutingTrace::Layer& RoutingTrace::layer_entry(int layer) {
   for (Layer& l : layers_)
     if (l.layer == layer) return l;
-  layers_.push_back(Layer{layer, 0, {}, {}, 0, {}});
+  layers_.push_back(Layer{layer, 0, {}, {}, 0, {}, 0.0});
   return layers_.back();
 }
 
@@ -96,6 +113,7 @@ void RoutingTrace::on(std::string_view name, int layer, const Tensor& t) {
     sum += std::isfinite(v) ? v : 0.0;
   }
   const double scale = total > 0 ? std::sqrt(sum / static_cast<double>(total)) : 0.0;
+  l.scale = scale;
   l.margin.resize(static_cast<size_t>(total));
   for (int64_t r = 0; r < total; ++r)
     l.margin[static_cast<size_t>(r)] =  // scale 0: every token's logits are flat, so every margin is 0 (or inf)

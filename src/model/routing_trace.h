@@ -33,6 +33,16 @@ namespace bunsen::model {
 // are clamped to 0); +infinity when top_k = n_experts (no other choice exists).
 double routing_margin(const float* logits, int64_t n_experts, const int32_t* ids, int64_t top_k, double scale = 0.0);
 
+// How far the router logits [n_experts] of one token are from choosing `b` [top_k] instead of `a` [top_k]
+// (either order): 0 when they are the same set, else the spread (max - min) of the logits of the experts in
+// exactly one of the two sets, divided by `scale` (the token's own sd when 0). When `a` is the token's own
+// top-k the spread is how far the logits must move for `b` to win, and it is >= routing_margin(a): a device
+// that swaps the k-th expert for the (k+1)-th gets the margin, one that picks an expert far below the cut gets
+// the larger gap. 0 for an exact tie; +infinity when the scale is 0 or a logit involved is not finite (never
+// "ambiguous").
+double routing_swap_gap(const float* logits, int64_t n_experts, const int32_t* a, const int32_t* b, int64_t top_k,
+                        double scale = 0.0);
+
 class RoutingTrace : public ActivationHook {
  public:
   struct Layer {
@@ -42,6 +52,7 @@ class RoutingTrace : public ActivationHook {
     std::vector<int32_t> ids;   // [n_tokens, top_k] the chosen experts, as moe_route ordered them
     int64_t n_experts = 0;
     std::vector<float> logits;  // [n_tokens, n_experts] the router logits
+    double scale = 0.0;         // the layer's logit scale: RMS over its tokens of each token's logit sd
     int64_t n_tokens() const { return static_cast<int64_t>(margin.size()); }
   };
 

@@ -1,19 +1,24 @@
 // Helpers shared by the CUDA whole-model tests over the golden fixtures (test_cuda_model.cpp,
-// test_cuda_golden_quant.cpp, test_cuda_layer_divergence.cpp; test_golden_routing.cpp checks the routing
-// filter on the CPU): loading a checkpoint on a device, runner options, teacher-forced decode logits, the
-// row metrics (cosine, argmax, margin) and the routing-ambiguous rows of MoE families (RoutingFilter).
+// test_cuda_golden_quant.cpp, test_cuda_layer_divergence.cpp; test_golden_routing.cpp and
+// test_golden_imposed_routing.cpp check the routing helpers on the CPU): loading a checkpoint on a device,
+// runner options, teacher-forced decode logits, the row metrics (cosine, argmax, margin), the CPU reference
+// routed as the device routed at near-ties (ImposedRouting: CUDA vs CPU comparisons) and the
+// routing-ambiguous rows of MoE families against fixed goldens (RoutingFilter: HF comparisons).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <gtest/gtest.h>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "engine/generator.h"
 #include "engine/runner.h"
+#include "model/moe.h"
 #include "model/registry.h"
 #include "model/routing_trace.h"
 
@@ -104,7 +109,9 @@ struct Tally {
   int64_t agree = 0, total = 0;
 };
 
-// ---- routing-ambiguous rows (MoE families) ----
+// ---- routing-ambiguous rows (MoE families, device vs fixed goldens) ----
+// For comparisons against goldens that cannot be re-routed (the HF logits: test_cuda_model). CUDA vs CPU
+// comparisons impose the device's routing on the CPU instead (ImposedRouting, below).
 // A token whose reference routing has its k-th and (k+1)-th expert nearly tied can route to the other
 // expert on CUDA (bf16 activations) than in the f32 reference: a discontinuity of the fixture, not a kernel
 // error, and that row's logits then differ by far more than rounding (qwen3_next on the H200: cosine 0.9925
@@ -232,6 +239,84 @@ inline RoutingFilter routing_filter(const std::string& dir, const std::vector<in
   if (!is_moe(model::load_config(dir))) return RoutingFilter();
   auto cpu = load(dir, Device::cpu());
   return routing_filter(*cpu, tokens);
+}
+
+// ---- the CPU reference routed as the device routed (MoE families, CUDA vs CPU) ----
+// Once CUDA picks other experts than the CPU for one token at a near-tie, the CPU reference describes another
+// computation for that token and, through its K/V (or linear-attention state), for every later token: an
+// unfair comparison (gemma4_moe q4 on the H200: row 9 routed differently at layer 2 moved a later row to
+// cosine 0.9972 through layer 3's attention although that row's own routing agreed). So the CPU reference is
+// run with the device's choice imposed (model::RoutingOverride) wherever the two differ by less than
+// kAmbiguousRoutingMargin (routing_swap_gap on the CPU's own logits at the device layer's scale: the device's
+// experts are within bf16 noise of the CPU's cut), decided token by token and layer by layer during the CPU
+// run itself, so every decision sees the CPU state that the earlier imposed choices produced. Every row is
+// then compared strictly (no exclusions). A difference at a clear gap is not imposed and fails in finish().
+struct ImposedRouting : model::RoutingOverride {
+  const model::RoutingTrace* device = nullptr;  // the device's routing of the same steps, token 0 first
+  int64_t asked = 0, forced = 0, clear = 0, missing = 0;  // (layer, token)s seen; imposed; clear; not on device
+  double widest_forced_gap = 0.0;
+  std::vector<std::pair<int, int64_t>> forced_at, clear_at;  // (decoder layer, token) of each
+  std::vector<double> clear_gap;                             // routing_swap_gap of each clear_at
+
+  explicit ImposedRouting(const model::RoutingTrace* d = nullptr) : device(d) {}
+
+  bool choose(int layer, int64_t token, std::span<const float> logits, std::span<int32_t> ids) override {
+    ++asked;
+    const model::RoutingTrace::Layer* d = nullptr;
+    for (const auto& l : device->layers()) d = l.layer == layer ? &l : d;
+    const auto k = static_cast<int64_t>(ids.size());
+    if (d == nullptr || token >= d->n_tokens() || d->top_k != k ||
+        d->n_experts != static_cast<int64_t>(logits.size())) {
+      ++missing;
+      return false;
+    }
+    const int32_t* want = d->ids.data() + token * k;
+    const double gap = model::routing_swap_gap(logits.data(), d->n_experts, ids.data(), want, k, d->scale);
+    if (gap == 0.0) {
+      bool same = true;  // an exact tie between different sets is still a difference to impose
+      for (int64_t j = 0; j < k; ++j) same = same && std::find(want, want + k, ids[j]) != want + k;
+      if (same) return false;
+    }
+    if (!(gap < kAmbiguousRoutingMargin)) {
+      ++clear;
+      clear_at.emplace_back(layer, token);
+      clear_gap.push_back(gap);
+      return false;
+    }
+    std::copy(want, want + k, ids.begin());
+    ++forced;
+    forced_at.emplace_back(layer, token);
+    widest_forced_gap = std::max(widest_forced_gap, gap);
+    return true;
+  }
+
+  // Fails on clear-gap differences and on tokens the device trace lacks; prints the tally.
+  void finish(const std::string& what) const {
+    int64_t want = 0;
+    for (const auto& l : device->layers()) want += l.n_tokens();
+    std::set<int64_t> tokens;
+    for (const auto& f : forced_at) tokens.insert(f.second);
+    std::printf("[ routing  ] %-28s %lld of %lld (layer, token)s routed as the device did (%zu tokens, widest gap "
+                "%.4f < %.3g), %lld clear differences\n",
+                what.c_str(), (long long)forced, (long long)asked, tokens.size(), widest_forced_gap,
+                kAmbiguousRoutingMargin, (long long)clear);
+    EXPECT_EQ(missing, 0) << what << ": the CPU routed (layer, token)s the device trace does not have";
+    EXPECT_EQ(asked, want) << what << ": the CPU and the device routed different numbers of (layer, token)s";
+    for (size_t i = 0; i < clear_at.size(); ++i)
+      ADD_FAILURE() << what << ": the device routes token " << clear_at[i].second << " at layer " << clear_at[i].first
+                    << " to other experts although the CPU's gap " << clear_gap[i] << " is clear (>= "
+                    << kAmbiguousRoutingMargin << ")";
+  }
+};
+
+// f() (a CPU run from token 0) with `imposed` installed and its numbering rewound; plain f() when it is null
+// (not an MoE model).
+template <typename F>
+auto with_routing(ImposedRouting* imposed, F&& f) {
+  if (imposed == nullptr) return f();
+  imposed->rewind();
+  model::RoutingOverrideScope scope(imposed);
+  return f();
 }
 
 }  // namespace bunsen::golden
