@@ -36,6 +36,10 @@ struct DecodeArgs : PagedArgs {
   // [n_tokens, n_kv_heads] arrivals of a row's slice blocks (fused combine: the last one merges and
   // resets it to 0); null: combine_kernel merges the partials in a second launch.
   unsigned* counters = nullptr;
+  // Tensor-core kernel, head_dim 256: the key stream with fewer tiles passes its named barrier again until
+  // both streams passed as many (see decode_mma_kernel; for compute-sanitizer racecheck, which pairs
+  // barriers by count). 0 only to reproduce racecheck's report (BUNSEN_DECODE_BARRIER_BALANCE=0).
+  int balance_barriers = 1;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below

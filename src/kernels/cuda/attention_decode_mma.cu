@@ -16,7 +16,10 @@
 // slice, so there is no cross-warp merge, no block barrier, and the block's warps read adjacent 256-byte
 // head rows of the same cache blocks (kPack x 256 contiguous bytes per key in the [block, slot, kv head,
 // dim] layout instead of 256 scattered ones); each writes its row or partial straight from registers.
-// Invariants: masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
+// Invariants: every warp of a (non-packed) block passes the same number of barriers before each block
+// barrier (head_dim 256 pads the stream with fewer tiles), so racecheck's count-paired barrier phases are
+// the real ones; `red` overlays the rings only after a __syncthreads that follows every ring read and
+// cp.async wait; masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
 // global memory); launched with programmatic dependent launch, nothing an earlier kernel of the step writes
 // is read before the wait: the split instances read nothing before it; the cluster instance reads before it
 // only the step metadata (positions, seq_index, block tables: copied from the host before the step's first
@@ -26,7 +29,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "kernels/cuda/attention_decode_common.cuh"
 #include "kernels/cuda/mma_sync.cuh"
@@ -89,6 +94,17 @@ __device__ __forceinline__ void split(float x, float y, uint32_t& hi, uint32_t& 
   lo = pack(__float2bfloat16_rn(x - __bfloat162float(hx)), __float2bfloat16_rn(y - __bfloat162float(hy)));
 }
 
+// The named barrier of key stream `stream` (its kParts warps): id 1 + stream, so the two streams of
+// head_dim 256 never wait for each other; head_dim 512 (one stream) uses id 1 over the whole block.
+template <class S>
+__device__ __forceinline__ void stream_barrier(int stream) {
+  static_assert(S::kStreams <= 2, "one named barrier per key stream");
+  if (S::kStreams == 1 || stream == 0)
+    named_barrier<1, 32 * S::kParts>();
+  else
+    named_barrier<2, 32 * S::kParts>();
+}
+
 // Adds the partial S of the kParts warps of this stream (this warp's own part included), in part order.
 // sc[nt][2r + e]: row half r, keys nt * 8 + 2tq + e.
 template <class S>
@@ -102,11 +118,7 @@ __device__ __forceinline__ void exchange_scores(unsigned char* smem, int it, int
         make_float4(sc[0][2 * r], sc[0][2 * r + 1], sc[1][2 * r], sc[1][2 * r + 1]);
   // Double-buffered: a warp writes this buffer again two tiles later, after the next barrier, which
   // every reader of this tile passes only after reading.
-  static_assert(S::kStreams <= 2, "one named barrier per key stream");
-  if (S::kStreams == 1 || stream == 0)
-    named_barrier<1, 32 * S::kParts>();
-  else
-    named_barrier<2, 32 * S::kParts>();
+  stream_barrier<S>(stream);
 #pragma unroll
   for (int r = 0; r < S::kR; ++r) {
     float4 sum = x[((buf * kWarps + stream * S::kParts) * S::kR + r) * 32 + lane];
@@ -357,6 +369,21 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 #pragma unroll
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
   }
+  if constexpr (S::kParts > 1 && S::kStreams > 1) {
+    // Barrier balance (head_dim 256: two streams of two warps). Stream 1 starts a tile later, so when the
+    // slice has an odd tile count it passes one exchange barrier fewer than stream 0. No real hazard comes
+    // of it (each stream waits on its own barrier id, and the __syncthreads below orders every warp's last
+    // ring read before `red`, which overlays warp 0's ring, is written), but compute-sanitizer racecheck
+    // evidently pairs a thread's barriers by their count, not their id: the two hazards it reported on
+    // MixedLengthsGqaAndHeadDims are exactly stream 1's `red` writes against stream 0's last V ldmatrix
+    // and stream 0's `red` writes against stream 1's merge_streams reads, each one barrier count apart. Stream 1 therefore passes its barrier again for
+    // each tile it lacks (0 or 1 times, no shared-memory access), so every warp reaches the block barriers
+    // after the same number of barriers. a.balance_barriers = 0 (BUNSEN_DECODE_BARRIER_BALANCE=0) skips
+    // it, to reproduce the report.
+    const int n_most = w.k0 < w.k1 ? (w.k1 - w.k0 + stride - 1) / stride : 0;  // stream 0's tiles
+    if (a.balance_barriers)
+      for (int it = n_it; it < n_most; ++it) stream_barrier<S>(stream);  // uniform over the stream
+  }
   cp_async_wait_group<0>();
   if constexpr (kPacked) {
     write_warp<S>(a, w, gq, tq, m, l, o);
@@ -414,8 +441,19 @@ constexpr size_t smem_of() {
   return kPack > 0 ? size_t{kPack} * S::kWarpBytes : S::kSmem;
 }
 
+// BUNSEN_DECODE_BARRIER_BALANCE=0 turns the head_dim-256 barrier balance off (read once; default on).
+bool barrier_balance() {
+  static const bool on = [] {
+    const char* e = std::getenv("BUNSEN_DECODE_BARRIER_BALANCE");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
+
 template <int kD, int kRows, bool kCluster, int kPack>
-void launch_shape(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
+void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
+  DecodeArgs a = args;
+  a.balance_barriers = barrier_balance() ? 1 : 0;
   constexpr size_t kSmem = smem_of<kD, kRows, kPack>();
   auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack>;
   prepare<kD, kRows, kCluster, kPack>(reinterpret_cast<const void*>(kernel), kSmem);
