@@ -5,8 +5,9 @@
 // (fused combine) lets the last slice block of a (row, kv head) to finish merge the partials into the row.
 // Not a public interface. Invariants: scores live in the log2 domain (q·k·scale·log2e); a state is
 // (max m, sum l, acc); NaN poisons l and acc but never m (fmaxf ignores NaN); arrival counters are zero
-// between launches (the last block resets its own); a slice kernel calls pdl_wait() before its first read
-// and only then pdl_launch_dependents(), so a dependent (the combine kernel) may read positions at once.
+// between launches (the last block resets its own); a slice kernel calls pdl_wait() before it reads
+// anything the step's kernels write and only then pdl_launch_dependents(), so a dependent (the combine
+// kernel) may read positions at once.
 // The cluster path (cluster_merge) instead merges a row's slices through distributed shared memory: the
 // slice blocks of one (row, kv head) form one thread-block cluster, so no partials and no second launch.
 #pragma once
@@ -40,6 +41,9 @@ struct DecodeArgs : PagedArgs {
   // both streams passed as many (see decode_mma_kernel; for compute-sanitizer racecheck, which pairs
   // barriers by count). 0 only to reproduce racecheck's report (BUNSEN_DECODE_BARRIER_BALANCE=0).
   int balance_barriers = 1;
+  // Tensor-core split instance: copy the row's keys below its newest block before the PDL wait (as the
+  // cluster instance does), Q and the newest block after it. BUNSEN_DECODE_EARLY=0 turns it off.
+  int early_kv = 0;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below

@@ -21,8 +21,8 @@
 // the real ones; `red` overlays the rings only after a __syncthreads that follows every ring read and
 // cp.async wait; masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
 // global memory); launched with programmatic dependent launch, nothing an earlier kernel of the step writes
-// is read before the wait: the split instances read nothing before it; the cluster instance reads before it
-// only the step metadata (positions, seq_index, block tables: copied from the host before the step's first
+// is read before the wait: the packed instances (and the split ones with BUNSEN_DECODE_EARLY=0) read nothing
+// before it; the cluster and split instances read before it only the step metadata (positions, seq_index, block tables: copied from the host before the step's first
 // kernel) and cache rows of keys below the block holding the row's position (a decode step writes only
 // its rows' positions: one token per sequence, n_tokens <= n_seqs), Q and the newest block after it.
 #include <cuda_bf16.h>
@@ -203,7 +203,10 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   static_assert(!kPacked || (S::kParts == 1 && !kCluster), "packed: one warp covers the head, split slices");
   constexpr int kStreams = kPacked ? 1 : S::kStreams;  // key streams per (row, kv head)
   extern __shared__ __align__(128) unsigned char smem[];
-  if constexpr (!kCluster) slice_prologue();
+  // Early copies (the cluster instance; the split instance when a.early_kv): the row's older keys are
+  // copied before the PDL wait, Q and the newest block after it. The packed instance waits first.
+  const bool early = kCluster || (!kPacked && a.early_kv != 0);  // uniform over the grid
+  if (!early) slice_prologue();
   Where w = where_am_i(a);  // cluster: step metadata, before the wait
   if constexpr (!kCluster)
     if (!w.live) return;  // uniform over the block
@@ -214,7 +217,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   }
   const int stream = kPacked ? 0 : warp / S::kParts, part = warp % S::kParts, d_base = part * kPartD;
   uint32_t qa[kPartD / 16][4];
-  if constexpr (!kCluster) load_q<S>(a, w, d_base, gq, tq, qa);
+  if (!early) load_q<S>(a, w, d_base, gq, tq, qa);
   float o[kPartD / 8][4];  // O fragments: c0, c1 = head gq, dims 2tq (+1); c2, c3 = head gq + 8
 #pragma unroll
   for (int i = 0; i < kPartD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     if (which != 1) cp_async_commit_group();
   };
   int blk[S::kPerLane];
-  if constexpr (kCluster) {
+  if (early) {
     // The first kStages - 1 tiles' keys below the newest block before the wait (they join the first commit
     // group), that block's keys and Q after it; tile i's group is committed by issue(i, .., 2), so the
     // ring sees the same kStages - 1 groups as the split instance.
@@ -450,10 +453,21 @@ bool barrier_balance() {
   return on;
 }
 
+// BUNSEN_DECODE_EARLY=0: the split instance reads nothing before its PDL wait (read once; default: it copies
+// the row's keys below its newest block first, see decode_mma_kernel).
+bool early_kv() {
+  static const bool on = [] {
+    const char* e = std::getenv("BUNSEN_DECODE_EARLY");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
+
 template <int kD, int kRows, bool kCluster, int kPack>
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   DecodeArgs a = args;
   a.balance_barriers = barrier_balance() ? 1 : 0;
+  a.early_kv = !kCluster && kPack == 0 && early_kv() ? 1 : 0;
   constexpr size_t kSmem = smem_of<kD, kRows, kPack>();
   auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack>;
   prepare<kD, kRows, kCluster, kPack>(reinterpret_cast<const void*>(kernel), kSmem);
