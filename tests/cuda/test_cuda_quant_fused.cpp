@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/qmma_plan.h"
 #include "kernels/cuda/quant_ops.h"
 
 namespace bunsen::kernels::test {
@@ -153,7 +154,8 @@ TEST_F(CudaTest, FusedQuantOpsReplayFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
-// The tiled 4-bit group-64 kernel (weights staged through shared memory; set_linear_q_tiles_for_testing):
+// The tiled 4-bit group-64 kernel (weights staged through shared memory; set_linear_q_tiles_for_testing)
+// under every launch plan (qmma_plan.h: the tile kernel and the ring kernels):
 // linear_q at every m 1..8, k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales and every
 // forced k split; linear_q_multi (two parts) and linear_q_swiglu (gated rows) - against the CPU's unfused
 // ops on the same data.
@@ -163,6 +165,7 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
       if (cuda::device_count() > 0) {
         cuda::set_linear_q_tiles_for_testing(-1);
         cuda::set_linear_q_split_for_testing(0);
+        cuda::set_qmma_plan_for_testing(-1);
       }
     }
   } restore;
@@ -182,11 +185,15 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
             const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
             OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
             linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
-            DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
-            linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
-            expect_close(od.download().tensor, want.tensor, tol(ot),
-                         strfmt("tiled linear_q m %lld n %lld k %lld scales %s split %d out %s", (long long)m,
-                                (long long)n, (long long)k, dtype_name(sb), split, dtype_name(ot)));
+            for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+              cuda::set_qmma_plan_for_testing(plan);
+              DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
+              linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
+              expect_close(od.download().tensor, want.tensor, tol(ot),
+                           strfmt("tiled linear_q plan %s m %lld n %lld k %lld scales %s split %d out %s",
+                                  cuda::qmma_plan_name(plan), (long long)m, (long long)n, (long long)k,
+                                  dtype_name(sb), split, dtype_name(ot)));
+            }
           }
         }
       }
@@ -201,15 +208,19 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
     linear_q_swiglu(cpu, want.tensor, x.f32.tensor, wg.host, wu.host);
     linear_q(cpu, want_g.tensor, x.f32.tensor, wg.host);
     linear_q(cpu, want_v.tensor, x.f32.tensor, wv.host);
-    DeviceTensor od = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-    linear_q_swiglu(ctx_, od.tensor, xd.tensor, wg.dev, wu.dev);
-    expect_close(od.download().tensor, want.tensor, 1e-4f, strfmt("tiled linear_q_swiglu m %lld", (long long)m));
-    DeviceTensor og = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-    DeviceTensor ov = DeviceTensor::upload(random_tensor(DType::kF32, {m, 24}, rng).tensor);
-    const QuantLinearPart parts[] = {{og.tensor, wg.dev, {}}, {ov.tensor, wv.dev, {}}};
-    linear_q_multi(ctx_, xd.tensor, parts);
-    expect_close(og.download().tensor, want_g.tensor, 1e-4f, strfmt("tiled linear_q_multi part 0 m %lld", (long long)m));
-    expect_close(ov.download().tensor, want_v.tensor, 1e-4f, strfmt("tiled linear_q_multi part 1 m %lld", (long long)m));
+    for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+      cuda::set_qmma_plan_for_testing(plan);
+      const std::string what = strfmt("plan %s m %lld", cuda::qmma_plan_name(plan), (long long)m);
+      DeviceTensor od = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+      linear_q_swiglu(ctx_, od.tensor, xd.tensor, wg.dev, wu.dev);
+      expect_close(od.download().tensor, want.tensor, 1e-4f, "tiled linear_q_swiglu " + what);
+      DeviceTensor og = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+      DeviceTensor ov = DeviceTensor::upload(random_tensor(DType::kF32, {m, 24}, rng).tensor);
+      const QuantLinearPart parts[] = {{og.tensor, wg.dev, {}}, {ov.tensor, wv.dev, {}}};
+      linear_q_multi(ctx_, xd.tensor, parts);
+      expect_close(og.download().tensor, want_g.tensor, 1e-4f, "tiled linear_q_multi part 0 " + what);
+      expect_close(ov.download().tensor, want_v.tensor, 1e-4f, "tiled linear_q_multi part 1 " + what);
+    }
   }
 }
 

@@ -4,8 +4,8 @@
 // pipeline stages in flight, the first issued before the programmatic-dependent-launch wait), turns the
 // codes into exact bf16 integers and feeds mma.m16n8k16 (rows x tokens, f32 accumulate); per group and row
 // acc += scale * sum(q * x) + bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU (or
-// tanh-GELU) gating and the output conversion are fused into the store. Three kernels:
-// - gemv_qmma_tile_kernel (the default at 4 bits, group 64, bf16 x, k % 512 == 0): as the next one, but each
+// tanh-GELU) gating and the output conversion are fused into the store. Four kernels:
+// - gemv_qmma_tile_kernel (plain launches at 4 bits, group 64, bf16 x, k % 512 == 0): as the next one, but each
 //   warp's weights arrive as 16-row x 256-byte tiles copied with cp.async into its shared memory (long
 //   contiguous row reads instead of 32 bytes of 8 rows per load; scales and biases in the same copies).
 // - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the order the MMAs
@@ -15,6 +15,10 @@
 //   loop. x rows that do not fit one block's shared memory run as several launches.
 // - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an all-ones
 //   MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
+// - gemv_qmma_ring_kernel (multi-part and gated launches at 4 bits with plan 4 = 8 warps x 2 stages, or
+//   any BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8 bits; group 64, bf16 x, k % 512 == 0;
+//   qmma_plan.h): the tile kernel with W warps per block and an S-stage cp.async ring per warp whose first
+//   S stages are issued before the PDL wait, split from the real residency (smem-limited blocks per SM).
 // Not a general GEMM (m > 8 goes to dequant_q.cu) and not for 2/3/5/6 bits (gemv_q.cu).
 // Invariants: every output element is written by exactly one lane; the k split, the lane's k order and
 // the summation order depend on (rows, k, bits, group) only, so a token's bits do not depend on m.
@@ -414,14 +418,15 @@ __device__ __forceinline__ void store_x(uint4* row, int col, uint4 v) {
 }
 
 // Copies x into shared memory (see above; f32 x: hi parts at xs, lo parts at xs + m * row_chunks) and
-// computes the group sums of the values the MMAs see; ends with a block barrier.
-template <int kBits, int kGroup, typename XT>
+// computes the group sums of the values the MMAs see; ends with a block barrier. kNThreads: the block's
+// threads (a multiple of 32).
+template <int kBits, int kGroup, typename XT, int kNThreads = kThreads>
 __device__ __forceinline__ void stage_x(const QMmaArgs& a, uint4* xs, float* gsum) {
   constexpr int kG8 = kGroup / 8;  // chunks per group: consecutive threads, one warp
   const int k8 = static_cast<int>(a.k / 8), row_chunks = k8 * x_words(kBits) + 1, ng = static_cast<int>(a.k / kGroup);
   const int total = static_cast<int>(a.m) * k8;
   uint4* xs_lo = xs + a.m * row_chunks;
-  for (int base = 0; base < total; base += kThreads) {
+  for (int base = 0; base < total; base += kNThreads) {
     const int c = base + static_cast<int>(threadIdx.x);
     const bool ok = c < total;
     const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
@@ -642,6 +647,146 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
+// ---- the ring kernel (BUNSEN_QMMA_PLAN 1..4): the tiled kernel with kW warps and a kS-stage ring ----
+// As gemv_qmma_tile_kernel (the same tiles, copies, per-group math and reduction), but every warp owns a
+// ring of kS tiles and issues its first kS stages (all of them when a warp has <= kS stages, as in the
+// small q/k/v and o launches) before the programmatic-dependent-launch wait, so a launch's weights stream
+// while the previous kernel finishes. One commit group per ring slot and iteration (empty ones too), so
+// wait_group<kS - 1> always means "the oldest slot has landed".
+// Launch analysis, m = 1, H200 (132 SMs, 228 KB shared memory per SM). A stage is 16 rows x 256 B of
+// codes + 512 B of scales/biases = 4,608 B (WTile 4,864 B with padding); x + group sums of one row take
+// 8.5 KB at k = 4,096 (29.6 KB at 14,336). Registers (ptxas): tile kernel 72, 4-bit ring kernels 84-92,
+// 8-bit 94-112, no spills, so shared memory sets residency: plan 0 and 4: 2 blocks (16 warps)/SM, plan 1:
+// 1 (8 warps), plan 2: 2 (8 warps), plan 3: 3 (12 warps; 2 at k = 14,336). 8 bits (9,728 B tiles, x 16.6
+// KB at k = 4,096): plan8 1 (8 x 2): 1 block, 8 warps; 2 (4 x 2): 2 blocks, 8 warps; 3 (4 x 3): 1 block,
+// 4 warps; 4 (2 x 4): 2 blocks, 4 warps - 75-150 KB of ring per SM either way. Per launch: split, blocks, warps on the
+// busiest SM, stages per warp, ring bytes in flight per busy SM (all a warp's ring at once):
+//   shape (MB, tiles x stages)   plan 0 (tile kernel)         plan 2 (4 x 4 ring)          plan 3 (4 x 3)
+//   8B q/k/v (14.2, 384 x 8)     s8 384 blk 16 w 1 st 72 KB   s2 192 blk 8 w 4 st 144 KB   s4 384 blk 12 w 108 KB
+//   8B o (9.4, 256 x 8)          s8 256 blk 16 w 1 st 72 KB   s2 128 blk 4 w 4 st 72 KB    s4 256 blk 8 w 72 KB
+//   8B gate/up (66.1, 1792 x 8)  s1 224 blk 16 w 8 st 144 KB  s1 448 blk 8 w 8 st 144 KB   s1 448 blk 12 w 162 KB
+//   8B down (33.0, 256 x 28)     s8 256 blk 16 w 4 st 144 KB  s4 256 blk 8 w 7 st 144 KB   s4 256 blk 8 w 108 KB
+//   8B lm_head (295, 8016 x 8)   s1 1002 blk (3.8 waves)      s1 2004 blk (3.8 waves)      s1 2004 blk (2.5 waves)
+//   1B q/k/v (3.5, 192 x 4)      s4 96 blk 8 w 1 st 36 KB     s2 96 blk 4 w 2 st 36 KB     (as plan 2)
+//   1B o (2.4, 128 x 4)          s4 64 blk 8 w 1 st 36 KB     s4 128 blk 4 w 1 st 18 KB    (as plan 2)
+//   1B gate/up (18.9, 1024 x 4)  s2 256 blk 16 w 2 st 144 KB  s1 256 blk 8 w 4 st 144 KB   s1 256 blk 8 w 108 KB
+//   1B down (9.4, 128 x 16)      s8 128 blk 8 w 2 st 72 KB    s4 128 blk 4 w 4 st 72 KB    s4 128 blk 4 w 54 KB
+// Plan 0's choose_split counts residency by registers only (3 blocks/SM) while shared memory allows 2, so
+// 8B q/k/v gets split 8 = 384 blocks for 264 slots: two waves of one-stage warps, whose second stage (for
+// the launches with more) is issued only after the PDL wait and the x staging. The ring plans size the
+// split from the real residency (with one row of x, so never from m) and put a warp's first kS stages -
+// every stage of the small launches - in flight before the wait. Plan 1 (8 x 4: 1 block/SM, 8 warps) and
+// plan 4 (8 x 2 with the ring's prologue and split model) isolate the two changes.
+// The ring's tile of kBits codes: 16 rows x 8 groups (256 B a row at 4 bits, 512 B at 8) + scales and
+// biases. Rows are padded so that a quarter-warp's 16-byte reads (8-bit: rows g, g + 1 x 4 quads) and a
+// half-warp's 8-byte reads (4-bit, as WTile) spread over the banks.
+template <int kBits>
+struct RingTile {
+  static constexpr int kRowBytes = kTileGroups * 64 * kBits / 8;
+  static constexpr int kRowStride = kRowBytes + (kBits == 8 ? 64 : 16);
+  static constexpr int kChunksPerRow = kRowBytes / 16;  // 16-byte copies
+  static constexpr int kCopies = kTileRows * kChunksPerRow / 32;  // per lane: 8 (4 bits) or 16 (8 bits)
+  unsigned char codes[kTileRows][kRowStride];
+  unsigned short sc[kTileRows][kTileGroups];  // bf16 / f16 bits
+  unsigned short bi[kTileRows][kTileGroups];
+};
+static_assert(sizeof(RingTile<4>) == sizeof(WTile), "the 4-bit ring tile is the tile kernel's");
+static_assert(sizeof(RingTile<8>) % 16 == 0, "tiles stay 16-byte aligned");
+
+template <int kBits, typename SBT, bool kGlu, int kW, int kS>
+__global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 warps/SM by registers
+    gemv_qmma_ring_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  using G = Geom<kBits, 64>;
+  using T = RingTile<kBits>;
+  extern __shared__ uint4 xs[];
+  __shared__ float4 partial[kW][32];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int slice = warp % split;
+  int part = 0;
+  int64_t n0 = 0;
+  const bool active = locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kW / split) + warp / split, part, n0);
+  const int ng = static_cast<int>(a.k / 64), n_st = ng / kTileGroups;
+  const int row_chunks = static_cast<int>(a.k / 8) * x_words(kBits) + 1;
+  const size_t x_uint4 = (static_cast<size_t>(a.m) * row_chunks * 16 + static_cast<size_t>(a.m) * ng * 4 + 15) / 16;
+  T* ring = reinterpret_cast<T*>(xs + x_uint4) + warp * kS;
+  // Copy i of a stage: the lane's 16-byte chunk c = 32 i + lane of the tile, row c / kChunksPerRow, column
+  // c % kChunksPerRow (4 bits: rows 2 i + (lane >> 4), 8 bits: row i); lanes < 16 copy the scales and the
+  // others the biases of tile row lane & 15.
+  const unsigned char* src[T::kCopies];
+#pragma unroll
+  for (int i = 0; i < T::kCopies; ++i) {
+    const int c = 32 * i + lane, r = c / T::kChunksPerRow;
+    const QuantView& w = tile_view(a, part, r, kGlu);
+    src[i] = reinterpret_cast<const unsigned char*>(w.packed + tile_row<kGlu>(a, part, n0, r) * w.packed_stride) +
+             (c % T::kChunksPerRow) * 16;
+  }
+  const unsigned short* sb_src;
+  {
+    const int r = lane & 15;
+    const QuantView& w = tile_view(a, part, r, kGlu);
+    sb_src = static_cast<const unsigned short*>(lane < 16 ? w.scales : w.biases) +
+             tile_row<kGlu>(a, part, n0, r) * w.sb_stride;
+  }
+  auto issue = [&](int st, T& wt) {
+    const int64_t off = static_cast<int64_t>(st) * T::kRowBytes;
+#pragma unroll
+    for (int i = 0; i < T::kCopies; ++i) {
+      const int c = 32 * i + lane;
+      cp_async_16(&wt.codes[c / T::kChunksPerRow][(c % T::kChunksPerRow) * 16], src[i] + off);
+    }
+    cp_async_16(lane < 16 ? wt.sc[lane & 15] : wt.bi[lane & 15], sb_src + st * kTileGroups);
+  };
+  // This warp's stages: slice, slice + split, ... (warp-uniform count).
+  const int mine = active && slice < n_st ? (n_st - slice + split - 1) / split : 0;
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {  // weights depend on no earlier kernel
+    if (s < mine) issue(slice + s * split, ring[s]);
+    cp_async_commit_group();
+  }
+  pdl_wait();
+  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
+  stage_x<kBits, 64, Bf16, kW * 32>(a, xs, gsum);
+  const bool x_ok = g < a.m;
+  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8 * x_words(kBits));
+  const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
+  const float* gs1 = 2 * t + 1 < a.m ? gsum + (2 * t + 1) * ng : nullptr;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int slot = 0;
+  for (int j = 0; j < mine; ++j) {
+    cp_async_wait_group<kS - 1>();
+    __syncwarp();
+    const T& wt = ring[slot];
+    const int it = slice + j * split;
+#pragma unroll
+    for (int u = 0; u < kTileGroups; ++u) {
+      Stage<kBits, 64, SBT, 1> st;  // the lane's G::kWpg words of rows g and g + 8 in group u
+      const unsigned char* ca = &wt.codes[g][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+      const unsigned char* cb = &wt.codes[g + 8][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+      if constexpr (kBits == 8) {
+        const uint4 wa = *reinterpret_cast<const uint4*>(ca), wb = *reinterpret_cast<const uint4*>(cb);
+        st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y, st.w[0][0][2] = wa.z, st.w[0][0][3] = wa.w;
+        st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y, st.w[0][1][2] = wb.z, st.w[0][1][3] = wb.w;
+      } else {
+        const uint2 wa = *reinterpret_cast<const uint2*>(ca), wb = *reinterpret_cast<const uint2*>(cb);
+        st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y;
+        st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y;
+      }
+      st.s[0][0] = wt.sc[g][u];
+      st.s[0][1] = wt.sc[g + 8][u];
+      st.b[0][0] = wt.bi[g][u];
+      st.b[0][1] = wt.bi[g + 8][u];
+      compute_stage_smem<kBits, 64, SBT, 1, false>(st, it * kTileGroups + u, ng, xrow, 0, x_ok, gs0, gs1, acc);
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (j + kS < mine) issue(slice + (j + kS) * split, ring[slot]);
+    cp_async_commit_group();
+    slot = slot + 1 == kS ? 0 : slot + 1;
+  }
+  cp_async_wait_group<0>();  // no copy outlives the block (only empty groups can be pending here)
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+}
+
 int64_t total_tiles(const QMmaArgs& a) {
   if (a.glu) return (a.part[0].w.rows + kTileRows / 2 - 1) / (kTileRows / 2);
   int64_t tiles = 0;
@@ -686,20 +831,26 @@ int qmma_variant() {
   return v;
 }
 
+size_t x_budget(const QMmaArgs& a);
+
 // Rows of x one shared-memory launch takes (0: not even one row fits).
 int64_t smem_rows(const QMmaArgs& a) {
+  const size_t budget = x_budget(a);
   QMmaArgs r = a;
   for (r.m = a.m; r.m > 0; --r.m)
-    if (smem_bytes(r) <= kSmemMax) break;
+    if (smem_bytes(r) <= budget) break;
   return r.m;
 }
 
 // Whether the launch takes the shared-memory kernel (the bit width's default or BUNSEN_QMMA, bf16/f16
 // scales, one row of x fits; more rows than fit run as several launches of the same kernel, so a token's
 // bits never depend on m).
+bool tiles_fit(const QMmaArgs& a);
+
 bool smem_fits(const QMmaArgs& a) {
   const int v = qmma_variant();
-  const bool wanted = v < 0 ? a.bits == 4 : v != 0;
+  const bool ring8 = a.bits == 8 && a.group_size == 64 && qmma_plan8() != 0 && tiles_fit(a);
+  const bool wanted = v < 0 ? a.bits == 4 || ring8 : v != 0;
   return wanted && a.part[0].w.sb_dtype != DType::kF32 && smem_rows(a) >= 1;
 }
 
@@ -744,7 +895,8 @@ bool tiles_wanted() {
 }
 
 bool tiles_fit(const QMmaArgs& a) {
-  if (a.bits != 4 || a.group_size != 64 || a.x_dtype != DType::kBF16 || a.k % (64 * kTileGroups) != 0 ||
+  const bool bits_ok = a.bits == 4 || (a.bits == 8 && qmma_plan8() != 0);  // 8 bits: the ring kernel only
+  if (!bits_ok || a.group_size != 64 || a.x_dtype != DType::kBF16 || a.k % (64 * kTileGroups) != 0 ||
       !tiles_wanted())
     return false;
   for (int p = 0; p < a.n_parts; ++p) {
@@ -754,6 +906,137 @@ bool tiles_fit(const QMmaArgs& a) {
       return false;
   }
   return true;
+}
+
+// ---- launch plans (qmma_plan.h) ----
+std::atomic<int> g_plan{-1}, g_plan8{-1};
+
+struct PlanShape {
+  int warps, stages;
+};
+// Warps x ring stages per plan (index 0: the tile kernel at 4 bits, the register kernel at 8). An 8-bit
+// stage is twice as large (8,960 B), so its rings are shorter.
+constexpr PlanShape kPlanShape[kQMmaPlans] = {{8, 2}, {8, 4}, {4, 4}, {4, 3}, {8, 2}};
+constexpr PlanShape kPlanShape8[kQMmaPlans] = {{0, 0}, {8, 2}, {4, 2}, {4, 3}, {2, 4}};
+constexpr size_t kBlockSmemMax = 232448;  // sm_90: shared memory of one block (dynamic + static) at most
+
+constexpr size_t ring_tile_bytes(int bits, int warps, int stages) {
+  return (bits == 8 ? sizeof(RingTile<8>) : sizeof(RingTile<4>)) * static_cast<size_t>(warps) *
+         static_cast<size_t>(stages);
+}
+// Shared x (+ group sums) one block of a ring plan may take beside its tiles and the static reduction
+// buffer (4-bit plan 1 at m = 8, k = 4096: 67.7 KB of 71 KB; larger m*k runs as several launches).
+constexpr size_t ring_x_budget(int bits, int warps, int stages) {
+  return std::min(kSmemMax, kBlockSmemMax - ring_tile_bytes(bits, warps, stages) - sizeof(float4) * 32 * warps - 64);
+}
+
+// The 4-bit plan of launch a: the hook's or BUNSEN_QMMA_PLAN's when set, else by the launch's kind, never
+// by m: multi-part (q/k/v) and gated (gate/up) launches take plan 4 (ring, 8 warps x 2 stages), plain ones
+// plan 0 (the tile kernel). H200, QMmaPlanBench.Shapes in a graph, plan 0 -> 4: 8B q/k/v 10.72 -> 9.04 us,
+// gate/up 30.34 -> 27.25, 1B q/k/v 4.89 -> 4.59, gate/up 11.02 -> 10.87; plain launches the other way:
+// 8B o 6.97 vs 7.80, down 16.69 vs 17.02, lm_head 97.8 vs 99.9.
+int qmma_plan_for(const QMmaArgs& a) {
+  const int plan = qmma_plan();
+  return plan >= 0 ? plan : a.n_parts > 1 || a.glu ? 4 : 0;
+}
+
+int plan_of(const QMmaArgs& a) {
+  return a.bits == 8 ? qmma_plan8() : qmma_plan_for(a);
+}
+PlanShape shape_of(int bits, int plan) {
+  return bits == 8 ? kPlanShape8[plan] : kPlanShape[plan];
+}
+
+// Shared x budget of a launch: the ring plans' when the launch takes the ring kernel, else kSmemMax.
+// Depends on the launch's shapes and the plan, never on m.
+size_t x_budget(const QMmaArgs& a) {
+  const int plan = plan_of(a);
+  if (plan == 0 || !tiles_fit(a)) return kSmemMax;
+  const PlanShape ps = shape_of(a.bits, plan);
+  return ring_x_budget(a.bits, ps.warps, ps.stages);
+}
+
+// The ring plans' k split (1, 2, 4, ... warps per row tile): the least modelled time of
+//   waves * (round trips of a warp's ring * ~1 us + ~0.7 us per wave: launch, x staging, reduction)
+//   + the stages of the busier of (an even share, half the busiest SM) at an SM's share of the copy rate
+// (a stage of 4,608 B at 4.3 TB/s / 132 SMs: 0.14 us; 8 bits: 8,704 B, 0.27 us). A warp has
+// ceil(iters / split) stages and keeps `stages` of them in flight, so ceil(iters / split / stages) round
+// trips; blocks of `warps / split` tiles fill sms * bps slots per wave. Ties go to the smaller split.
+// Depends on (tiles, k, bits, GPU), never on m.
+int ring_split(int64_t tiles, int64_t iters, int64_t sms, int64_t bps, int warps, int stages, int bits) {
+  constexpr double kTripUs = 1.0, kWaveUs = 0.7;
+  const double kStageUs = (bits == 8 ? 8704.0 : 4608.0) / 32.6e3;
+  int best = 1;
+  double best_cost = 0.0;
+  for (int split = 1; split <= warps && (split == 1 || iters >= split); split *= 2) {
+    const int64_t tpb = warps / split, blocks = (tiles + tpb - 1) / tpb;
+    const int64_t waves = (blocks + sms * bps - 1) / (sms * bps);
+    const int64_t warp_stages = (iters + split - 1) / split, trips = (warp_stages + stages - 1) / stages;
+    const double busiest = static_cast<double>((blocks + sms - 1) / sms * tpb * iters);
+    const double even = static_cast<double>(tiles * iters) / static_cast<double>(sms);
+    const double cost = static_cast<double>(waves) * (static_cast<double>(trips) * kTripUs + kWaveUs) +
+                        std::max(even, 0.5 * busiest) * kStageUs;
+    if (split == 1 || cost < best_cost) {
+      best = split;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+template <int kBits, typename SBT, bool kGlu, int kW, int kS>
+cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
+  auto kernel = gemv_qmma_ring_kernel<kBits, SBT, kGlu, kW, kS>;
+  constexpr size_t tiles_bytes = ring_tile_bytes(kBits, kW, kS);
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), ring_x_budget(kBits, kW, kS) + 16 + tiles_bytes,
+                     "linear_q (ring tensor-core GEMV)");
+  static const bool carveout = [&] {  // as many blocks as shared memory allows (a preference; first device)
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+  }();
+  (void)carveout;
+  const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + tiles_bytes;
+  // Residency for the plan from one row of x (the plan must not depend on m; more rows only lower it).
+  QMmaArgs one = a;
+  one.m = 1;
+  const size_t smem_one = (smem_bytes(one) + 15) / 16 * 16 + tiles_bytes;
+  int bps = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kW * 32, smem_one) != cudaSuccess) bps = 1;
+  bps = std::max(bps, 1);
+  const int64_t tiles = total_tiles(a), iters = a.k / (64 * kTileGroups);
+  const int forced = g_split.load();
+  const int split = forced == 1 || forced == 2 || forced == 4 || forced == 8
+                        ? std::min(forced, kW)  // slices past the last stage add zeros
+                        : ring_split(tiles, iters, sm_count(), bps, kW, kS, kBits);
+  const int64_t tpb = kW / split;
+  const unsigned blocks = static_cast<unsigned>((tiles + tpb - 1) / tpb);
+  return launch_pdl(kernel, dim3(blocks), dim3(kW * 32), smem, stream, a, split);
+}
+
+template <int kBits, typename SBT, bool kGlu, int kPlan>
+cudaError_t launch_ring_as(cudaStream_t stream, const QMmaArgs& a) {
+  constexpr PlanShape ps = kBits == 8 ? kPlanShape8[kPlan] : kPlanShape[kPlan];
+  return launch_ring<kBits, SBT, kGlu, ps.warps, ps.stages>(stream, a);
+}
+
+template <int kBits, typename SBT, bool kGlu>
+cudaError_t launch_ring_plan(cudaStream_t stream, const QMmaArgs& a, int plan) {
+  switch (plan) {
+    case 1: return launch_ring_as<kBits, SBT, kGlu, 1>(stream, a);
+    case 2: return launch_ring_as<kBits, SBT, kGlu, 2>(stream, a);
+    case 3: return launch_ring_as<kBits, SBT, kGlu, 3>(stream, a);
+    default: return launch_ring_as<kBits, SBT, kGlu, 4>(stream, a);
+  }
+}
+
+// A tile-fitting launch on the ring plan in force (plan != 0) for kBits.
+template <int kBits>
+cudaError_t launch_ring_any(cudaStream_t stream, const QMmaArgs& a, int plan) {
+  if (a.part[0].w.sb_dtype == DType::kF16)
+    return a.glu ? launch_ring_plan<kBits, Half, true>(stream, a, plan)
+                 : launch_ring_plan<kBits, Half, false>(stream, a, plan);
+  return a.glu ? launch_ring_plan<kBits, Bf16, true>(stream, a, plan)
+               : launch_ring_plan<kBits, Bf16, false>(stream, a, plan);
 }
 
 template <typename SBT, bool kGlu>
@@ -771,9 +1054,13 @@ template <int kBits, int kGroup>
 cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a) {
   if constexpr (kBits == 4 && kGroup == 64) {
     if (tiles_fit(a) && smem_fits(a)) {
+      if (const int plan = qmma_plan_for(a); plan != 0) return launch_ring_any<4>(stream, a, plan);
       if (a.part[0].w.sb_dtype == DType::kF16) return a.glu ? launch_tiles<Half, true>(stream, a) : launch_tiles<Half, false>(stream, a);
       return a.glu ? launch_tiles<Bf16, true>(stream, a) : launch_tiles<Bf16, false>(stream, a);
     }
+  }
+  if constexpr (kBits == 8 && kGroup == 64) {
+    if (qmma_plan8() != 0 && tiles_fit(a) && smem_fits(a)) return launch_ring_any<8>(stream, a, qmma_plan8());
   }
   if (smem_fits(a))
     return a.part[0].w.sb_dtype == DType::kF16 ? launch_smem_x<kBits, kGroup, Half>(stream, a)
@@ -840,6 +1127,46 @@ void set_qmma_split(int split) {
 
 void set_linear_q_tiles_for_testing(int mode) {
   g_tiles.store(mode);
+}
+
+int qmma_plan() {
+  const int forced = g_plan.load();
+  if (forced >= 0 && forced < kQMmaPlans) return forced;
+  static const int env = [] {
+    const char* e = std::getenv("BUNSEN_QMMA_PLAN");
+    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : -1;
+    return v >= 0 && v < kQMmaPlans ? v : -1;
+  }();
+  return env;
+}
+
+void set_qmma_plan_for_testing(int plan) {
+  g_plan.store(plan);
+}
+
+int qmma_plan8() {
+  const int forced = g_plan8.load();
+  if (forced >= 0 && forced < kQMmaPlans) return forced;
+  static const int env = [] {
+    const char* e = std::getenv("BUNSEN_QMMA_PLAN8");
+    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : 0;
+    return v >= 0 && v < kQMmaPlans ? v : 0;
+  }();
+  return env;
+}
+
+void set_qmma_plan8_for_testing(int plan) {
+  g_plan8.store(plan);
+}
+
+const char* qmma_plan8_name(int plan) {
+  static const char* const names[kQMmaPlans] = {"w8-regs", "w8s2-ring", "w4s2-ring", "w4s3-ring", "w2s4-ring"};
+  return plan >= 0 && plan < kQMmaPlans ? names[plan] : "?";
+}
+
+const char* qmma_plan_name(int plan) {
+  static const char* const names[kQMmaPlans] = {"w8s2-tile", "w8s4-ring", "w4s4-ring", "w4s3-ring", "w8s2-ring"};
+  return plan >= 0 && plan < kQMmaPlans ? names[plan] : "?";
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -7,6 +7,7 @@
 // (sum_g scale_g * sum(q * x) + bias_g * sum(x)); the k split depends on (rows, k, bits, group) only, never
 // on m, and a token's result does not depend on the other rows of x (batch invariant).
 #pragma once
+#include "kernels/cuda/qmma_plan.h"
 #include "kernels/cuda/quant_common.cuh"
 
 namespace bunsen::kernels::cuda {

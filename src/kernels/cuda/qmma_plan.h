@@ -1,0 +1,32 @@
+// Launch plans of the tiled 4-bit tensor-core quantized GEMV (gemv_qmma.cu), for A/B runs in one binary:
+// which kernel (the 8-warp 2-stage tile kernel, or the ring kernel with W warps per block and an S-stage
+// cp.async ring whose stages are all issued before the programmatic-dependent-launch wait) and which
+// k-split model. Host-only (tests include it). Not the plan itself (gemv_qmma.cu owns that).
+// Invariants: a plan depends on (rows, k, bits, group, GPU) only, never on m, so every plan is batch
+// invariant; the plan in force is read by each launch, so a test may switch it between launches.
+#pragma once
+
+namespace bunsen::kernels::cuda {
+
+// 0: gemv_qmma_tile_kernel, 8 warps, 2 stages, choose_split (the default of plain launches).
+// 1: ring kernel, 8 warps x 4 stages, the ring cost model.   2: ring, 4 warps x 4 stages, ring model.
+// 3: ring, 4 warps x 3 stages, ring model.                   4: ring, 8 warps x 2 stages, ring model
+// (the default of multi-part and gated launches).
+constexpr int kQMmaPlans = 5;
+
+// The plan forced on every launch: the test hook's, else BUNSEN_QMMA_PLAN (read once); -1 when neither
+// sets one (unset or out of range): then each launch takes its kind's default (gemv_qmma.cu qmma_plan_for).
+int qmma_plan();
+// Test/bench hook (process-wide): 0 .. kQMmaPlans - 1, or -1 to return to BUNSEN_QMMA_PLAN.
+void set_qmma_plan_for_testing(int plan);
+// "w8s2-tile", "w8s4-ring", ...: for bench output.
+const char* qmma_plan_name(int plan);
+
+// 8 bits, group 64 (bf16 x, k % 512 == 0): 0: gemv_qmma_kernel, the register kernel (the default);
+// 1: ring 8 warps x 2 stages; 2: 4 x 2; 3: 4 x 3; 4: 2 x 4 (an 8-bit stage is 8,960 B: 512 B rows), each
+// with the ring cost model. BUNSEN_QMMA_PLAN8 (read once) / the hook, as for 4 bits.
+int qmma_plan8();
+void set_qmma_plan8_for_testing(int plan);
+const char* qmma_plan8_name(int plan);
+
+}  // namespace bunsen::kernels::cuda

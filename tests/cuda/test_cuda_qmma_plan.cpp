@@ -1,0 +1,260 @@
+// The launch plans of the tiled 4/8-bit tensor-core GEMV (qmma_plan.h, gemv_qmma.cu) on CUDA: the 8-bit
+// ring plans match the CPU at every m, k split and scale dtype (the 4-bit ones: TiledQuantGemvMatchesTheCpu
+// in test_cuda_quant_fused.cpp); every plan is batch invariant (a token's bits at m = 8 equal those at m = 1,
+// plain, multi-part and gated launches, at k = 1,536 and 4,096 and k = 14,336 where the ring plans' x budget
+// splits m = 8 into several launches) and matches the CPU. BUNSEN_BENCH_GEMV=1 adds QMmaPlanBench.Shapes:
+// every Llama-3.1-8B and Llama-3.2-1B decode launch (4 and 8 bits, group 64, m = 1) under every plan and k
+// split, in one run. Skips without a GPU. Invariant: the tests restore the plan / split / tiles hooks
+// whatever happens.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "graph_bench_util.h"
+#include "kernels/cuda/qmma_plan.h"
+#include "kernels/cuda/quant_ops.h"
+
+namespace bunsen::kernels::test {
+namespace {
+
+struct RestoreQMma {
+  ~RestoreQMma() {
+    if (cuda::device_count() == 0) return;
+    cuda::set_qmma_plan_for_testing(-1);
+    cuda::set_qmma_plan8_for_testing(-1);
+    cuda::set_linear_q_split_for_testing(0);
+    cuda::set_linear_q_tiles_for_testing(-1);
+  }
+};
+
+// A random 4/8-bit group-64 matrix on the host and the device (random words: every code pattern).
+struct Qw {
+  OwnedTensor packed, scales, biases;
+  DeviceTensor d_packed, d_scales, d_biases;
+  QuantWeight host, dev;
+  Qw(int64_t n, int64_t k, int bits, std::mt19937& rng, DType sb = DType::kBF16) {
+    packed = OwnedTensor::make(DType::kU32, {n, k * bits / 32});
+    for (int64_t i = 0; i < packed.tensor.numel(); ++i)
+      packed.tensor.ptr<uint32_t>()[i] = static_cast<uint32_t>(rng());
+    const float unit = 0.05f / static_cast<float>(1 << bits);
+    scales = random_tensor(sb, {n, k / 64}, rng, -unit, unit);
+    biases = random_tensor(sb, {n, k / 64}, rng, -0.05f, 0.05f);
+    d_packed = DeviceTensor::upload(packed.tensor);
+    d_scales = DeviceTensor::upload(scales.tensor);
+    d_biases = DeviceTensor::upload(biases.tensor);
+    host = QuantWeight{packed.tensor, scales.tensor, biases.tensor, bits, 64};
+    dev = QuantWeight{d_packed.tensor, d_scales.tensor, d_biases.tensor, bits, 64};
+  }
+};
+
+// Sets the plan of `bits` (the other width's hook back to its environment default).
+void set_plan(int bits, int plan) {
+  cuda::set_qmma_plan_for_testing(bits == 4 ? plan : -1);
+  cuda::set_qmma_plan8_for_testing(bits == 8 ? plan : -1);
+}
+const char* plan_name(int bits, int plan) {
+  return bits == 4 ? cuda::qmma_plan_name(plan) : cuda::qmma_plan8_name(plan);
+}
+
+// The 8-bit ring plans (BUNSEN_QMMA_PLAN8 1..4; 0 = the register kernel) against the CPU: every m 1..8,
+// k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales, every forced k split, bf16/f32 out.
+TEST_F(CudaTest, RingQuantGemv8MatchesTheCpu) {
+  RestoreQMma restore;
+  std::mt19937 rng(852);
+  Context cpu;
+  int variant = 0;
+  for (int64_t k : {512, 1536, 4096})
+    for (int64_t n : {16, 67, 300})
+      for (DType sb : {DType::kBF16, DType::kF16}) {
+        Qw w(n, k, 8, rng, sb);
+        HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+        DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+        for (int split : {0, 1, 2, 8}) {
+          cuda::set_linear_q_split_for_testing(split);
+          for (int64_t m = 1; m <= 8; ++m) {
+            const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
+            OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
+            linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
+            for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+              set_plan(8, plan);
+              DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
+              linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
+              expect_close(od.download().tensor, want.tensor, ot == DType::kBF16 ? 1e-2f : 1e-4f,
+                           strfmt("8-bit linear_q plan %s m %lld n %lld k %lld scales %s split %d out %s",
+                                  cuda::qmma_plan8_name(plan), (long long)m, (long long)n, (long long)k,
+                                  dtype_name(sb), split, dtype_name(ot)));
+            }
+          }
+        }
+      }
+}
+
+// Row 5 of an m = 8 launch equals the m = 1 launch of that row bit for bit, for every plan of both bit
+// widths, and every plan's m = 8 output matches the CPU (linear_q, linear_q_multi, linear_q_swiglu).
+TEST_F(CudaTest, QMmaPlansAreBatchInvariant) {
+  RestoreQMma restore;
+  cuda::set_linear_q_tiles_for_testing(1);
+  std::mt19937 rng(851);
+  Context cpu;
+  for (int bits : {4, 8})
+    for (int64_t k : {1536, 4096, 14336}) {
+      const int64_t n = 300, f = 77;
+      Qw w(n, k, bits, rng), wg(f, k, bits, rng), wu(f, k, bits, rng);
+      HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+      DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+      OwnedTensor want = OwnedTensor::make(DType::kF32, {8, n}),
+                  want_glu = OwnedTensor::make(DType::kF32, {8, f});
+      linear_q(cpu, want.tensor, x.f32.tensor, w.host);
+      linear_q_swiglu(cpu, want_glu.tensor, x.f32.tensor, wg.host, wu.host);
+      for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+        set_plan(bits, plan);
+        const std::string what = strfmt("%d-bit plan %s k %lld", bits, plan_name(bits, plan), (long long)k);
+        // plain
+        DeviceTensor o8 = DeviceTensor::upload(random_tensor(DType::kF32, {8, n}, rng).tensor);
+        DeviceTensor o1 = DeviceTensor::upload(random_tensor(DType::kF32, {1, n}, rng).tensor);
+        linear_q(ctx_, o8.tensor, xd.tensor, w.dev);
+        linear_q(ctx_, o1.tensor, xd.tensor.slice(0, 5, 6), w.dev);
+        const std::vector<float> all = values(o8.download().tensor), one = values(o1.download().tensor);
+        EXPECT_EQ(std::memcmp(all.data() + 5 * n, one.data(), static_cast<size_t>(n) * 4), 0)
+            << "linear_q " << what;
+        expect_close(o8.download().tensor, want.tensor, 1e-4f, "linear_q " + what);
+        // two parts in one launch (its own split: the tiles of both parts), m = 8 against m = 1
+        DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {8, n}, rng).tensor);
+        DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {8, f}, rng).tensor);
+        DeviceTensor q0 = DeviceTensor::upload(random_tensor(DType::kF32, {1, n}, rng).tensor);
+        DeviceTensor q1 = DeviceTensor::upload(random_tensor(DType::kF32, {1, f}, rng).tensor);
+        const QuantLinearPart parts8[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
+        const QuantLinearPart parts1[] = {{q0.tensor, w.dev, {}}, {q1.tensor, wg.dev, {}}};
+        linear_q_multi(ctx_, xd.tensor, parts8);
+        linear_q_multi(ctx_, xd.tensor.slice(0, 5, 6), parts1);
+        const std::vector<float> m8 = values(p0.download().tensor), m1 = values(q0.download().tensor);
+        EXPECT_EQ(std::memcmp(m8.data() + 5 * n, m1.data(), static_cast<size_t>(n) * 4), 0)
+            << "multi " << what;
+        expect_close(p0.download().tensor, want.tensor, 1e-4f, "linear_q_multi part 0 " + what);
+        // gated
+        DeviceTensor g8 = DeviceTensor::upload(random_tensor(DType::kF32, {8, f}, rng).tensor);
+        DeviceTensor g1 = DeviceTensor::upload(random_tensor(DType::kF32, {1, f}, rng).tensor);
+        linear_q_swiglu(ctx_, g8.tensor, xd.tensor, wg.dev, wu.dev);
+        linear_q_swiglu(ctx_, g1.tensor, xd.tensor.slice(0, 5, 6), wg.dev, wu.dev);
+        const std::vector<float> gall = values(g8.download().tensor), gone = values(g1.download().tensor);
+        EXPECT_EQ(std::memcmp(gall.data() + 5 * f, gone.data(), static_cast<size_t>(f) * 4), 0)
+            << "swiglu " << what;
+        expect_close(g8.download().tensor, want_glu.tensor, 1e-4f, "linear_q_swiglu " + what);
+      }
+    }
+}
+
+// ---------------------------------------------------------------- bench (BUNSEN_BENCH_GEMV=1)
+
+struct Dev {
+  cuda::DeviceBuffer buf;
+  Tensor t;
+  static Dev make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
+    Dev d;
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
+    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
+    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
+    return d;
+  }
+};
+
+struct DevQ {
+  Dev packed, scales, biases;
+  QuantWeight w;
+  static DevQ make(int64_t n, int64_t k, int bits) {
+    DevQ q;
+    q.packed = Dev::make(DType::kU32, {n, k * bits / 32}, 0x5a);
+    q.scales = Dev::make(DType::kBF16, {n, k / 64});
+    q.biases = Dev::make(DType::kBF16, {n, k / 64});
+    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
+    return q;
+  }
+  static double bytes(int64_t n, int64_t k, int bits) { return n * k * bits / 8.0 + 2.0 * n * (k / 64) * 2; }
+};
+
+// One decode launch shape: kind 0 plain linear_q (bf16 out; lm_head f32), 1 q/k/v linear_q_multi,
+// 2 gate/up linear_q_swiglu.
+struct LaunchShape {
+  const char* name;
+  int kind;
+  int64_t n, k, n2;  // multi: q rows n, k/v rows n2 each; gated: n = d_ff
+  bool f32_out;
+};
+
+class QMmaPlanBench : public GraphBench {};
+
+// Every 8B / 1B decode launch (m = 1) under every plan (BUNSEN_QMMA_PLAN at 4 bits, BUNSEN_QMMA_PLAN8 at
+// 8) and k split (auto, 1, 2, 4, 8): us and TB/s of weights + scales/biases; the best (plan, split) per
+// shape closes each block. Weight sets cycle past the 60 MB L2.
+TEST_F(QMmaPlanBench, Shapes) {
+  RestoreQMma restore;
+  const LaunchShape shapes[] = {
+      {"8B q/k/v", 1, 4096, 4096, 1024, false}, {"8B o", 0, 4096, 4096, 0, false},
+      {"8B gate/up", 2, 14336, 4096, 0, false}, {"8B down", 0, 4096, 14336, 0, false},
+      {"8B lm_head", 0, 128256, 4096, 0, true}, {"1B q/k/v", 1, 2048, 2048, 512, false},
+      {"1B o", 0, 2048, 2048, 0, false},        {"1B gate/up", 2, 8192, 2048, 0, false},
+      {"1B down", 0, 2048, 8192, 0, false},     {"1B lm_head", 0, 128256, 2048, 0, true}};
+  for (int bits : {4, 8})
+    for (const LaunchShape& s : shapes) {
+      double wbytes = 0.0;
+      if (s.kind == 1) wbytes = DevQ::bytes(s.n, s.k, bits) + 2 * DevQ::bytes(s.n2, s.k, bits);
+      if (s.kind == 0) wbytes = DevQ::bytes(s.n, s.k, bits);
+      if (s.kind == 2) wbytes = 2 * DevQ::bytes(s.n, s.k, bits);
+      const int copies = static_cast<int>(std::max<int64_t>(1, (512ll << 20) / static_cast<int64_t>(wbytes)));
+      std::vector<DevQ> a, b, c;  // plain: a; multi: q a, k b, v c; gated: gate a, up b
+      for (int i = 0; i < copies; ++i) {
+        a.push_back(DevQ::make(s.n, s.k, bits));
+        if (s.kind == 1) {
+          b.push_back(DevQ::make(s.n2, s.k, bits));
+          c.push_back(DevQ::make(s.n2, s.k, bits));
+        }
+        if (s.kind == 2) b.push_back(DevQ::make(s.n, s.k, bits));
+      }
+      Dev x = Dev::make(DType::kBF16, {1, s.k});
+      Dev out = Dev::make(s.f32_out ? DType::kF32 : DType::kBF16, {1, s.n});
+      Dev o2 = Dev::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)}),
+          o3 = Dev::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)});
+      auto run = [&](int i) {
+        const size_t j = static_cast<size_t>(i % copies);
+        if (s.kind == 0) linear_q(ctx_, out.t, x.t, a[j].w);
+        if (s.kind == 1) {
+          const QuantLinearPart parts[] = {{out.t, a[j].w, {}}, {o2.t, b[j].w, {}}, {o3.t, c[j].w, {}}};
+          linear_q_multi(ctx_, x.t, parts);
+        }
+        if (s.kind == 2) linear_q_swiglu(ctx_, out.t, x.t, a[j].w, b[j].w);
+      };
+      double best_us = 1e30;
+      std::string best;
+      for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+        set_plan(bits, plan);
+        for (int split : {0, 1, 2, 4, 8}) {
+          cuda::set_linear_q_split_for_testing(split);
+          const double us = time_us(run);
+          const std::string what =
+              strfmt("q%d %-10s plan %d %-9s split %s", bits, s.name, plan, plan_name(bits, plan),
+                     split == 0 ? "auto" : std::to_string(split).c_str());
+          std::printf("[bench] %-52s %9.2f us %6.2f TB/s\n", what.c_str(), us, wbytes / us / 1e6);
+          if (us < best_us) {
+            best_us = us;
+            best = what;
+          }
+        }
+      }
+      cuda::set_linear_q_split_for_testing(0);
+      set_plan(bits, -1);
+      std::printf("[bench] BEST %-47s %9.2f us %6.2f TB/s (%.1f MB)\n", best.c_str(), best_us,
+                  wbytes / best_us / 1e6, wbytes / 1e6);
+      OwnedTensor h = OwnedTensor::make(out.t.dtype, std::span<const int64_t>(out.t.shape, out.t.ndim));
+      cuda::copy_to_host(h.tensor.data, out.t.data, out.t.nbytes());
+      for (float v : values(h.tensor)) ASSERT_TRUE(std::isfinite(v)) << s.name;
+    }
+}
+
+}  // namespace
+}  // namespace bunsen::kernels::test
