@@ -1,10 +1,12 @@
 // ops.h entry points of the fused decode ops (linear_multi, linear_swiglu with silu or gelu_tanh gating,
-// rope_kv_write). On the CPU each is the unfused op sequence it replaces (those ops validate and compute,
+// rope_kv_write, linear_qkv_rope_kv). On the CPU each is the unfused op sequence it replaces (those ops validate and compute,
 // so results are bit-identical); on CUDA it checks dtypes, shapes and devices, then launches the fused
 // kernels (cuda/linear_fused.cu, cuda/rope_kv.cu), or runs the unfused ops where a fused kernel does not
 // apply. Not a kernel.
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
+#include <atomic>
+#include <cstdlib>
 #include <vector>
 
 #include "core/status.h"
@@ -155,19 +157,12 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
 #endif
 }
 
-void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& cache, Tensor positions,
-                   Tensor slot_mapping, const RopeParams& p) {
-  const char* op = "rope_kv_write";
-  const bool gpu = on_cuda(op, {&q, &k, &v, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &positions,
-                                &slot_mapping});
-  if (!gpu || q.dtype != k.dtype) {  // the unfused ops (they validate)
-    if (p.rotary_dim != 0) {
-      rope(ctx, q, positions, p);
-      rope(ctx, k, positions, p);
-    }
-    kv_write(ctx, cache, k, v, slot_mapping);
-    return;
-  }
+#ifdef BUNSEN_HAVE_CUDA
+namespace {
+
+// rope_kv_write's checks on CUDA tensors (q and k of one dtype) and its launch arguments.
+cuda::DevRopeKv rope_kv_args(const char* op, Tensor q, Tensor k, Tensor v, const PagedKv& cache, Tensor positions,
+                             Tensor slot_mapping, const RopeParams& p) {
   need_heads(op, "q", q);
   need_heads(op, "k", k);
   need_heads(op, "v", v);
@@ -190,7 +185,6 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
                                             p.rotary_dim <= q.shape[2]);
   need(rot_ok, op, strfmt("rotary_dim %d must be 0, or even and <= head_dim of ", p.rotary_dim) + desc("q", q) +
                        " with inv_freq set");
-#ifdef BUNSEN_HAVE_CUDA
   need(p.rotary_dim <= cuda::kMaxRotaryDim, op,
        strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
   cuda::DevRopeKv a;
@@ -203,8 +197,75 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
   a.inv_freq_host = p.inv_freq;
   a.rotary_dim = p.rotary_dim;
   a.attention_scaling = p.attention_scaling;
-  cuda::rope_kv_write(ctx.cuda_stream, a);
+  return a;
+}
+
+std::atomic<int> g_qkv_rope{-1};
+
+bool qkv_rope_fold() {
+  const int mode = g_qkv_rope.load();
+  if (mode >= 0) return mode == 1;
+  static const bool env_on = [] {
+    const char* e = std::getenv("BUNSEN_QKV_ROPE");
+    return e == nullptr || e[0] != '0';
+  }();
+  return env_on;
+}
+
+}  // namespace
 #endif
+
+void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& cache, Tensor positions,
+                   Tensor slot_mapping, const RopeParams& p) {
+  const char* op = "rope_kv_write";
+  const bool gpu = on_cuda(op, {&q, &k, &v, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &positions,
+                                &slot_mapping});
+  if (!gpu || q.dtype != k.dtype) {  // the unfused ops (they validate)
+    if (p.rotary_dim != 0) {
+      rope(ctx, q, positions, p);
+      rope(ctx, k, positions, p);
+    }
+    kv_write(ctx, cache, k, v, slot_mapping);
+    return;
+  }
+#ifdef BUNSEN_HAVE_CUDA
+  cuda::rope_kv_write(ctx.cuda_stream, rope_kv_args(op, q, k, v, cache, positions, slot_mapping, p));
+#endif
+}
+
+void set_qkv_rope_fold_for_testing(int mode) {
+#ifdef BUNSEN_HAVE_CUDA
+  g_qkv_rope.store(mode);
+#else
+  (void)mode;
+#endif
+}
+
+bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3, Tensor v3,
+                        const PagedKv& cache, Tensor positions, Tensor slot_mapping, const RopeParams& p) {
+  const char* op = "linear_qkv_rope_kv";
+  need(qkv.size() == 3, op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
+#ifdef BUNSEN_HAVE_CUDA
+  const bool gpu = on_cuda(op, {&x, &qkv[0].w, &qkv[1].w, &qkv[2].w, &q3, &k3, &v3, &cache.k, &cache.v,
+                                &positions, &slot_mapping});
+  if (gpu && qkv_rope_fold() && !cache.quantized() && cache.k.dtype == DType::kBF16 && q3.dtype == DType::kBF16 &&
+      k3.dtype == DType::kBF16 && x.dtype == DType::kBF16 && rows_ok(x) && as_rows(x).n_rows <= kFusedDecodeMaxTokens) {
+    cuda::DevLinearPart dev[3];
+    for (size_t i = 0; i < 3; ++i) {
+      need_linear_shapes(op, qkv[i].out, x, qkv[i].w, qkv[i].bias);
+      dev[i] = dev_part(qkv[i].out, qkv[i].w, qkv[i].bias);
+    }
+    const Tensor* outs[3] = {&q3, &k3, &v3};
+    for (size_t i = 0; i < 3; ++i)
+      need(outs[i]->data == qkv[i].out.data && outs[i]->nbytes() == qkv[i].out.nbytes(), op,
+           desc("part out", qkv[i].out) + " must be the memory of its heads view " + desc("heads", *outs[i]));
+    const cuda::DevRopeKv a = rope_kv_args(op, q3, k3, v3, cache, positions, slot_mapping, p);
+    if (cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a)) return true;
+  }
+#endif
+  linear_multi(ctx, x, qkv);
+  rope_kv_write(ctx, q3, k3, v3, cache, positions, slot_mapping, p);
+  return false;
 }
 
 }  // namespace bunsen::kernels

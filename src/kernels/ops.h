@@ -206,6 +206,17 @@ struct LinearPart {
 // linear() per part.
 void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
 
+// linear_multi(x, qkv) then rope_kv_write(q3, k3, v3, cache, positions, slot_mapping, p), with q3, k3, v3 the
+// three parts' outputs seen as [m, heads, head_dim]. CPU, and every case CUDA's fold does not take: exactly
+// those two ops. CUDA with bf16 weights, x, outputs and a plain bf16 cache, m <= kFusedDecodeMaxTokens and
+// the vectorised GEMV path: one launch whose store rounds q/k/v as stored, rotates q and k, rounds again and
+// writes k and v to the cache (the two ops' bits; BUNSEN_QKV_ROPE=0 or the test hook turns the fold off).
+// True when the one fused launch ran.
+bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3, Tensor v3,
+                        const PagedKv& cache, Tensor positions, Tensor slot_mapping, const RopeParams& p);
+// Test hook (process-wide): -1 = BUNSEN_QKV_ROPE (unset or 1: fold on CUDA where it applies; 0: never), 0 = never, 1 = fold.
+void set_qkv_rope_fold_for_testing(int mode);
+
 // The gating of the fused gate/up ops: kSilu = silu_mul (SwiGLU), kGeluTanh = gelu_tanh_mul (GeGLU).
 enum class GluAct : uint8_t { kSilu, kGeluTanh };
 

@@ -237,6 +237,11 @@ struct DevRopeKv {
   float attention_scaling = 1.0f;
 };
 void rope_kv_write(void* stream, const DevRopeKv& a);
+// linear_multi of parts q, k, v (r.q/k/v: their outputs as heads) with rope_kv_write(r) folded into the GEMV's
+// store: one launch instead of two, the same bits (q/k/v rounded as stored, rotated, rounded, written to the
+// cache). Only bf16 weights, x, outputs and cache, 1 <= m <= kGemvMaxM, on the vectorised GEMV path; false,
+// nothing launched, otherwise (the caller then runs linear_multi and rope_kv_write).
+bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r);
 // Test/bench hook (process-wide): the GEMV's k split (1, 2, 4 or 8 warps per row group; 0 = from the shapes).
 void set_gemv_split_for_testing(int split);
 // Test/bench hook: the GEMV's small-launch path. -1 = BUNSEN_GEMV_SMALL (unset/1: launches one wave covers,

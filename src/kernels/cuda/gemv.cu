@@ -19,6 +19,7 @@
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rope_math.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -179,6 +180,120 @@ __device__ __forceinline__ void store_outputs(const GemvMultiArgs& a, const floa
     }
 }
 
+// ---- q/k/v with rope_kv_write folded into the store (linear_qkv_rope_kv) ----
+// Launch parameters of the fold beside GemvMultiArgs (parts 0, 1, 2 = q, k, v; bf16 everywhere).
+struct RopeKvArgs {
+  const int32_t* positions = nullptr;  // [m] of this launch's rows
+  const int64_t* slots = nullptr;      // [m] cache slots (< 0 or past the cache: no write)
+  Bf16* k_cache = nullptr;
+  Bf16* v_cache = nullptr;
+  int64_t k_s[3] = {}, v_s[3] = {};  // cache strides (elements): block, slot, kv head
+  int64_t n_slots = 0, block_size = 0;
+  int head_dim = 0, half = 0;  // half = rotary_dim / 2 (0: no rotation, the write only)
+  float scaling = 1.0f;
+  float inv_freq[kMaxRotaryDim / 2] = {};
+};
+
+// Rows (first, second) of rotation pair q of a q or k part of n rows: pair j of a head is (j, j + half) for
+// j < half, else the neighbours (2 half + 2 (j - half), + 1). False past the part.
+__device__ __forceinline__ bool rope_pair(const RopeKvArgs& rk, int64_t q, int64_t n, int64_t& first,
+                                          int64_t& second) {
+  if (2 * q >= n) return false;
+  const int64_t hp = rk.head_dim / 2, head = q / hp, j = q - head * hp;
+  first = head * rk.head_dim + (j < rk.half ? j : 2 * rk.half + 2 * (j - rk.half));
+  second = j < rk.half ? first + rk.half : first + 1;
+  return true;
+}
+
+// Warp group g's rows in a fold launch: in q and k each group takes kRows / 2 rotation pairs (row j and
+// j + half of a head; past rotary_dim, two neighbours), rows[r] and rows[r + kRows / 2] being pair r; in v
+// kRows consecutive rows as locate() gives them. n0: the first pair (q, k) or row (v). Whole heads per
+// group need head_dim % kRows == 0 (checked by the launcher). A row's sum does not depend on its partner
+// (the lane's chunks and their order are the row's), so q/k/v are the bits of the plain launch.
+template <int kRows>
+__device__ __forceinline__ bool locate_rope(const GemvMultiArgs& a, const RopeKvArgs& rk, int64_t g, int& part,
+                                            int64_t& n0, const Bf16* (&rows)[kRows]) {
+  int p = 0;
+  for (; p < a.n_parts; ++p) {
+    const int64_t groups = (a.part[p].n + kRows - 1) / kRows;
+    if (g < groups) break;
+    g -= groups;
+  }
+  if (p >= a.n_parts) return false;
+  const GemvPart& w = a.part[p];
+  part = p;
+  const Bf16* base = static_cast<const Bf16*>(w.w);
+  if (p == 2) {
+    n0 = g * kRows;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = n0 + r < w.n ? base + (n0 + r) * w.w_stride : nullptr;
+    return true;
+  }
+  constexpr int kPairs = kRows / 2;
+  n0 = g * kPairs;
+#pragma unroll
+  for (int r = 0; r < kPairs; ++r) {
+    int64_t first = 0, second = 0;
+    const bool ok = rope_pair(rk, n0 + r, w.n, first, second);
+    rows[r] = ok ? base + first * w.w_stride : nullptr;
+    rows[kPairs + r] = ok ? base + second * w.w_stride : nullptr;
+  }
+  return true;
+}
+
+// The fold's store: q, k, v rounded to bf16 as linear_multi stores them; q and k pairs rotated as rope_kv.cu
+// rotates the stored values (sincosf of (float)pos * inv_freq, times scaling; rotate_values) and rounded
+// again; k and v also written to the cache slot of their row, as rope_kv_write does.
+template <int kM, int kRows>
+__device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvArgs& rk,
+                                           const float (&tot)[kM][kRows], int part, int64_t n0, int lane) {
+  const GemvPart& p = a.part[part];
+  auto cache_row = [&](Bf16* cache, const int64_t(&st)[3], int i, int64_t row) -> Bf16* {
+    const int64_t slot = rk.slots[i];
+    if (slot < 0 || slot >= rk.n_slots) return nullptr;
+    const int64_t block = slot / rk.block_size, off = slot - block * rk.block_size, head = row / rk.head_dim;
+    return cache + block * st[0] + off * st[1] + head * st[2] + (row - head * rk.head_dim);
+  };
+  if (part == 2) {
+#pragma unroll
+    for (int i = 0; i < kM; ++i)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (i >= a.m || n0 + r >= p.n || lane != (i * kRows + r) % 32) continue;
+        const Bf16 v = from_f32<Bf16>(tot[i][r] + bias_of(p, a.bias_dtype, n0 + r));
+        static_cast<Bf16*>(p.out)[i * p.out_stride + n0 + r] = v;
+        if (Bf16* c = cache_row(rk.v_cache, rk.v_s, i, n0 + r)) *c = v;
+      }
+    return;
+  }
+  constexpr int kPairs = kRows / 2;
+#pragma unroll
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int r = 0; r < kPairs; ++r) {
+      int64_t first = 0, second = 0;
+      if (i >= a.m || lane != (i * kPairs + r) % 32 || !rope_pair(rk, n0 + r, p.n, first, second)) continue;
+      float x1 = to_f32(from_f32<Bf16>(tot[i][r] + bias_of(p, a.bias_dtype, first)));
+      float x2 = to_f32(from_f32<Bf16>(tot[i][kPairs + r] + bias_of(p, a.bias_dtype, second)));
+      const int64_t j = (n0 + r) % (rk.head_dim / 2);
+      if (j < rk.half) {
+        float sn, cs;
+        sincosf(static_cast<float>(rk.positions[i]) * rk.inv_freq[j], &sn, &cs);
+        const float2 y = rotate_values(x1, x2, cs * rk.scaling, sn * rk.scaling);
+        x1 = y.x;
+        x2 = y.y;
+      }
+      const Bf16 b1 = from_f32<Bf16>(x1), b2 = from_f32<Bf16>(x2);
+      Bf16* out = static_cast<Bf16*>(p.out) + i * p.out_stride;
+      out[first] = b1;
+      out[second] = b2;
+      if (part == 1) {
+        if (Bf16* c = cache_row(rk.k_cache, rk.k_s, i, first)) *c = b1;
+        if (Bf16* c = cache_row(rk.k_cache, rk.k_s, i, second)) *c = b2;
+      }
+    }
+}
+
 // kU chunks of each of the kRows rows, starting at chunk c0 + lane (zeros past the row or for a null row).
 template <typename WT, int kRows, int kU>
 __device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* const (&rows)[kRows], int64_t c0,
@@ -225,8 +340,9 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
 // slice order. kEarly (small launches): both buffers are issued before pdl_wait(), so a warp with at most two
 // iterations has all its weights requested while the previous kernel finishes; the loads move, the
 // summation order does not.
-template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly>
-__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constant__ GemvMultiArgs a, int split) {
+// kRope (gemv_vec_rope_kernel): the q/k/v fold, rows from locate_rope and the store from store_rope.
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope>
+__device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk) {
   constexpr int kE = 16 / sizeof(WT);
   __shared__ float partial[kWarps][kM][kRows];
   pdl_launch_dependents();
@@ -235,8 +351,12 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constan
   const WT* rows[kRows];
   int part = 0;
   int64_t n0 = 0;
-  const bool active =
-      locate<WT, kRows, kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + group, part, n0, rows);
+  const int64_t g = blockIdx.x * static_cast<int64_t>(kWarps / split) + group;
+  bool active;
+  if constexpr (kRope)
+    active = locate_rope<kRows>(a, *rk, g, part, n0, rows);
+  else
+    active = locate<WT, kRows, kGlu>(a, g, part, n0, rows);
   const XT* x = static_cast<const XT*>(a.x);
   const int64_t n_chunks = a.k / kE, step = static_cast<int64_t>(split) * 32 * kU;
   float acc[kM][kRows] = {};
@@ -284,7 +404,23 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constan
         tot[i][r] = v;
       }
   }
-  if (active) store_outputs<kM, kRows, kGlu>(a, tot, part, n0, lane);
+  if constexpr (kRope) {
+    if (active) store_rope<kM, kRows>(a, *rk, tot, part, n0, lane);
+  } else {
+    if (active) store_outputs<kM, kRows, kGlu>(a, tot, part, n0, lane);
+  }
+}
+
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly>
+__global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constant__ GemvMultiArgs a, int split) {
+  gemv_vec_body<WT, XT, kM, kRows, kU, kGlu, kEarly, false>(a, split, nullptr);
+}
+
+// The q/k/v fold (bf16 weights, x and outputs; plain launches of three parts).
+template <int kM, int kRows, bool kEarly>
+__global__ void __launch_bounds__(kThreads)
+    gemv_vec_rope_kernel(const __grid_constant__ GemvMultiArgs a, int split, const __grid_constant__ RopeKvArgs rk) {
+  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, false, kEarly, true>(a, split, &rk);
 }
 
 // Any alignment: one weight row (gated: one gate and one up row) per warp, element loads strided by 32.
@@ -394,6 +530,37 @@ cudaError_t launch_gemv(cudaStream_t stream, const GemvMultiArgs& a) {
   return launch_vec<WT, XT, 8, kR2, kGlu, false>(stream, a, split);
 }
 
+// The fold's launch: the plain launch's path, rows per warp group and k split (so q/k/v keep its bits).
+// False (nothing launched) when that would not be the vectorised kernel or head_dim does not hold whole
+// groups of rows.
+bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& rk) {
+  bool vec = aligned16(a.x, a.x_stride * 2) && a.k % 8 == 0;
+  for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.part[p].w, a.part[p].w_stride * 2);
+  if (!vec || a.m < 1 || a.m > kGemvMaxM) return false;
+  const int small = small_split<Bf16, Bf16, false>(a);
+  const int rows = small > 0 ? kRowsSmall : a.m <= 2 ? kRowsFew : kRowsMany;
+  if (rk.head_dim % rows != 0 || a.part[0].n % rk.head_dim != 0 || a.part[1].n % rk.head_dim != 0) return false;
+  const int split = small > 0 ? small : launch_split<Bf16, Bf16, false>(a);
+  const int64_t per = kWarps / split;
+  const dim3 grid(static_cast<unsigned>((total_groups(a, rows) + per - 1) / per));
+  auto go = [&](auto kernel) { return launch_pdl(kernel, grid, dim3(kThreads), 0, stream, a, split, rk); };
+  cudaError_t e;
+  if (small > 0) {
+    constexpr int kR = kRowsSmall;
+    e = a.m == 1   ? go(gemv_vec_rope_kernel<1, kR, true>)
+        : a.m == 2 ? go(gemv_vec_rope_kernel<2, kR, true>)
+        : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kR, true>)
+                   : go(gemv_vec_rope_kernel<8, kR, true>);
+  } else {
+    e = a.m == 1   ? go(gemv_vec_rope_kernel<1, kRowsFew, false>)
+        : a.m == 2 ? go(gemv_vec_rope_kernel<2, kRowsFew, false>)
+        : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kRowsMany, false>)
+                   : go(gemv_vec_rope_kernel<8, kRowsMany, false>);
+  }
+  check_cuda(e, "linear_qkv_rope_kv", [&] { return strfmt("m %lld k %lld", (long long)a.m, (long long)a.k); });
+  return true;
+}
+
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
   return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("w", w);
 }
@@ -420,6 +587,34 @@ void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
       });
     });
   }
+}
+
+bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r) {
+  const DevCache& c = r.cache;
+  const int64_t hd = r.k.head_dim;
+  const bool ok = a.n_parts == 3 && !a.glu && a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 &&
+                  a.out_dtype == DType::kBF16 && c.bits == 0 && c.dtype == DType::kBF16 && c.head_dim == hd &&
+                  r.q.head_dim == hd && r.v.head_dim == hd && hd > 0 && hd % 2 == 0 && r.rotary_dim % 2 == 0 &&
+                  r.rotary_dim >= 0 && r.rotary_dim <= hd && r.rotary_dim <= kMaxRotaryDim &&
+                  a.part[0].n == r.q.n_heads * hd && a.part[1].n == r.k.n_heads * hd &&
+                  a.part[2].n == r.v.n_heads * hd && r.k.n_heads == c.n_kv_heads && hd <= INT32_MAX;
+  if (!ok) return false;
+  RopeKvArgs rk;
+  rk.positions = r.positions;
+  rk.slots = r.slot_mapping;
+  rk.k_cache = static_cast<Bf16*>(c.k);
+  rk.v_cache = static_cast<Bf16*>(c.v);
+  for (int i = 0; i < 3; ++i) {
+    rk.k_s[i] = c.k_strides[i];
+    rk.v_s[i] = c.v_strides[i];
+  }
+  rk.n_slots = c.n_blocks * c.block_size;
+  rk.block_size = c.block_size;
+  rk.head_dim = static_cast<int>(hd);
+  rk.half = r.rotary_dim / 2;
+  rk.scaling = r.attention_scaling;
+  for (int i = 0; i < rk.half; ++i) rk.inv_freq[i] = r.inv_freq_host[i];
+  return launch_rope(stream, a, rk);
 }
 
 void set_gemv_split_for_testing(int split) {

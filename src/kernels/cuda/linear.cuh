@@ -115,6 +115,12 @@ struct GemvMultiArgs {
 // Runs one launch per kGemvMaxM rows of x.
 void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a);
 
+// a = q, k, v (3 parts, bf16 weights, x and outputs, 1 <= m <= kGemvMaxM) with r's rope_kv_write folded into
+// the store (r: plain bf16 cache; r.q/k/v describe the parts' outputs): one launch whose q/k/v, rotated q
+// and k and cache rows are those of gemv_multi + rope_kv_write bit for bit. False, nothing launched, when
+// the shapes or the launch's path (not the vectorised kernel) do not allow it.
+bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r);
+
 // The path set by set_linear_path_for_testing (kAuto unless a test forces one).
 LinearPath linear_path();
 

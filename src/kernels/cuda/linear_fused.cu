@@ -1,5 +1,5 @@
 // Host entry points of the fused decode projections: linear_multi (q/k/v or any matrices sharing x in one
-// GEMV launch) and linear_swiglu (gate/up GEMV with silu(gate) * up or gelu_tanh(gate) * up in the store).
+// GEMV launch), linear_qkv_rope_kv (q/k/v with the rope and cache write in the store) and linear_swiglu (gate/up GEMV with silu(gate) * up or gelu_tanh(gate) * up in the store).
 // Not kernels (gemv.cu) and not validation (dispatch_fused.cpp). Invariants: linear_multi runs the GEMV
 // kernel linear() runs (f32 accumulation, batch invariant) and falls back to one linear() per part
 // whenever the parts cannot share a launch or m is GEMM-sized; linear_swiglu never rounds gate or up
@@ -58,6 +58,24 @@ void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_par
   a.n_parts = n_parts;
   gemv_multi(as_stream(stream), a);
   check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
+}
+
+bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r) {
+  if (x.n_rows < 1 || x.n_rows > kGemvMaxM || x.n_cols <= 0 || linear_path() == LinearPath::kGemm) return false;
+  for (int p = 0; p < 3; ++p) {
+    const DevLinearPart& q = parts[p];
+    if (q.w.dtype != DType::kBF16 || q.out.dtype != DType::kBF16 || q.w.n_cols != x.n_cols ||
+        q.out.n_rows != x.n_rows || q.out.n_cols != q.w.n_rows ||
+        (q.bias != nullptr && parts[0].bias != nullptr && q.bias_dtype != parts[0].bias_dtype))
+      return false;
+  }
+  GemvMultiArgs a = multi_args(x, DType::kBF16, DType::kBF16,
+                               parts[0].bias ? parts[0].bias_dtype : parts[1].bias ? parts[1].bias_dtype : parts[2].bias_dtype);
+  for (int p = 0; p < 3; ++p) a.part[p] = gemv_part(parts[p]);
+  a.n_parts = 3;
+  if (!gemv_rope_kv(as_stream(stream), a, r)) return false;
+  check_launch("linear_qkv_rope_kv", [&] { return parts_desc(x, parts, 3); });
+  return true;
 }
 
 void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rope_math.cuh"
 #include "kernels/cuda/vec8.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -19,12 +20,6 @@ namespace {
 struct RopeTable {
   float inv_freq[kMaxRotaryDim / 2];
 };
-
-// The rotated pair (x1 c - x2 s, x2 c + x1 s) with explicit fmas, so every rope kernel (scalar or
-// vectorised) rounds the same way; c and s already carry attention_scaling.
-__device__ __forceinline__ float2 rotate_values(float x1, float x2, float c, float s) {
-  return make_float2(fmaf(x1, c, -(x2 * s)), fmaf(x2, c, x1 * s));
-}
 
 template <typename XT>
 __global__ void rope_kernel(XT* x, int64_t token_stride, int64_t head_stride, int64_t n_heads,

@@ -154,15 +154,22 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
-  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
-  if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
-    Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
-    kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
-    kernels::rms_norm(ctx, kh, kh, l.k_norm, static_cast<float>(cfg_.rms_norm_eps));
-  }
   Tensor q3 = q_.reshape({n, cfg_.n_heads, hd}), k3 = k_.reshape({n, cfg_.n_kv_heads, hd});
   Tensor v3 = v_.reshape({n, cfg_.n_kv_heads, hd}), o3 = attn_.reshape({n, cfg_.n_heads, hd});
-  kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, b.slots_for(l.attn.sliding_window), l.rope);  // rotary_dim 0: write only
+  const Tensor slots = b.slots_for(l.attn.sliding_window);
+  if (l.q_norm.empty() && !l.q.quantized() && !l.k.quantized() && !l.v.quantized()) {
+    // One GEMV launch with the rope and the cache write in its store on CUDA decode steps (the same bits).
+    const kernels::LinearPart parts[3] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
+    kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope);
+  } else {
+    project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
+    if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
+      Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
+      kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
+      kernels::rms_norm(ctx, kh, kh, l.k_norm, static_cast<float>(cfg_.rms_norm_eps));
+    }
+    kernels::rope_kv_write(ctx, q3, k3, v3, kv, b.positions, slots, l.rope);  // rotary_dim 0: write only
+  }
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {
     // A mixed step on CUDA: decode rows and prefill chunks take different kernels (flash-decoding and
