@@ -178,8 +178,8 @@ class Backend {
 struct EngineOptions {
   int64_t max_batch = 8;                 // sequences per step (<= the runner's max_seqs and max_logit_rows)
   int64_t max_num_batched_tokens = 512;  // tokens per step (<= the runner's max_tokens_per_step)
-  std::vector<int32_t> default_eos;      // used when a request gives no eos_ids
-  std::vector<int32_t> xtc_exempt;       // ids XTC never removes (EOS + newline tokens)
+  std::vector<int32_t> default_eos{};    // used when a request gives no eos_ids
+  std::vector<int32_t> xtc_exempt{};     // ids XTC never removes (EOS + newline tokens)
   int sampling_threads = 0;              // threads that sample a step's rows; 0: min(cores, 8)
   bool prefix_cache = true;              // automatic prefix caching of full KV blocks (device tier)
   // Prefix-cache namespace: blocks are reused only under the same value. 0: cache_namespace_of(the
@@ -191,12 +191,12 @@ struct EngineOptions {
   // snapshotted to this directory by a background thread; prompts the device cache misses are restored
   // from it by restore worker threads while the request waits and other sequences keep stepping (see
   // engine_ssd.cpp for the cost). Survives restarts.
-  std::string ssd_cache_dir;
+  std::string ssd_cache_dir{};
   uint64_t ssd_cache_max_bytes = 32ull << 30;
   bool ssd_cache_verify = false;  // verify payload checksums on every restore (header + tokens always are)
   int ssd_restore_threads = 0;    // restore workers; 0: min(8, hardware threads)
   // Tests: runs on a restore worker as each restore job starts (it may block, to hold a restore in flight).
-  std::function<void()> ssd_restore_hook;
+  std::function<void()> ssd_restore_hook{};
   // RAM tier of the prefix cache (needs prefix_cache): bytes of host memory (pinned for CUDA runners) that
   // blocks evicted from the device cache are copied into, and restored from on a later hit. 0: off.
   // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already). With a sliding-window block

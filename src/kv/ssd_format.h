@@ -82,9 +82,9 @@ struct SsdLayout {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   DType dtype = DType::kBF16;
-  std::vector<uint64_t> tensor_bytes;
-  SsdSlidingPart sliding;
-  SsdStatePart state;
+  std::vector<uint64_t> tensor_bytes{};
+  SsdSlidingPart sliding{};
+  SsdStatePart state{};
   bool operator==(const SsdLayout&) const = default;
 };
 

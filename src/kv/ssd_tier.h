@@ -35,9 +35,9 @@ struct SsdSnapshot {
     // Sliding space only: its blocks [swa_first_block, n_blocks) of this prefix, one buffer per sliding
     // tensor ([n_blocks - swa_first_block] blocks each, layout order).
     int64_t swa_first_block = 0;
-    std::vector<std::vector<std::byte>> swa_tensors;
+    std::vector<std::vector<std::byte>> swa_tensors{};
     // Hybrids only: the linear-attention state at the end of this prefix, one buffer per state tensor.
-    std::vector<std::vector<std::byte>> state_tensors;
+    std::vector<std::vector<std::byte>> state_tensors{};
   };
   std::vector<Target> targets;
   int64_t n_blocks = 0;

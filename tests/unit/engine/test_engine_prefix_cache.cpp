@@ -204,7 +204,9 @@ TEST(EnginePrefixCache, BatchedSharedPrefixesUnderPressureMatchNoCache) {
         expect_bitwise_equal(got, refs[i]);
         cached += cs[i]->last().usage.cached_tokens;
       }
-      if (round == 1) EXPECT_GT(cached, 0);
+      if (round == 1) {
+        EXPECT_GT(cached, 0);
+      }
     }
     const EngineStats st = e.stats();
     EXPECT_GT(st.prefix_cache_hits, 0);

@@ -133,7 +133,9 @@ void batched_equals_alone(model::Model& m, int32_t n_sliding) {
   EXPECT_EQ(st.kv_sliding_blocks_free, st.kv_sliding_blocks_total) << "every sliding block free or evictable";
   EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
   // A sliding pool smaller than 4 decoding sequences need (3 blocks each between steps) must preempt.
-  if (n_sliding > 0) EXPECT_GT(st.preemptions, 0);
+  if (n_sliding > 0) {
+    EXPECT_GT(st.preemptions, 0);
+  }
   engine.shutdown();
 }
 
