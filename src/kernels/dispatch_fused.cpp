@@ -1,8 +1,8 @@
 // ops.h entry points of the fused decode ops (linear_multi, linear_swiglu with silu or gelu_tanh gating,
-// rope_kv_write, linear_qkv_rope_kv). On the CPU each is the unfused op sequence it replaces (those ops validate and compute,
-// so results are bit-identical); on CUDA it checks dtypes, shapes and devices, then launches the fused
-// kernels (cuda/linear_fused.cu, cuda/rope_kv.cu), or runs the unfused ops where a fused kernel does not
-// apply. Not a kernel.
+// rope_kv_write, linear_qkv_rope_kv). On the CPU each is the unfused op sequence it replaces (those ops
+// validate and compute, so results are bit-identical); on CUDA it checks dtypes, shapes and devices, then
+// launches the fused kernels (cuda/linear_fused.cu, cuda/rope_kv.cu), or runs the unfused ops where a fused
+// kernel does not apply. Not a kernel.
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <atomic>
