@@ -647,7 +647,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
-// ---- the ring kernel (BUNSEN_QMMA_PLAN 1..4): the tiled kernel with kW warps and a kS-stage ring ----
+// ---- the ring kernel (plan 4 for multi-part and gated 4-bit launches; BUNSEN_QMMA_PLAN 1..4): the tiled kernel
+// with kW warps and a kS-stage ring ----
 // As gemv_qmma_tile_kernel (the same tiles, copies, per-group math and reduction), but every warp owns a
 // ring of kS tiles and issues its first kS stages (all of them when a warp has <= kS stages, as in the
 // small q/k/v and o launches) before the programmatic-dependent-launch wait, so a launch's weights stream
