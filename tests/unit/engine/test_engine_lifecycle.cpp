@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "core/status.h"
 #include "engine_test_util.h"
@@ -205,10 +207,24 @@ TEST(EngineLifecycle, ShutdownCancelsEverythingAndRefusesNewWork) {
   Runner runner(*m, runner_opts(1, 8), cpu_ctx());
   auto engine = std::make_unique<Engine>(runner, EngineOptions{1, 8, {}, {}});
   std::vector<std::unique_ptr<Collector>> cs;
+  // Request 0's first event holds the engine thread until shutdown() is on its way (at most 2 s), so a main
+  // thread descheduled on a loaded machine cannot let request 1 finish before it: at most request 0 may.
+  std::atomic<bool> shutting_down{false};
   for (int i = 0; i < 4; ++i) {
     cs.push_back(std::make_unique<Collector>());
-    engine->submit(request(make_prompt(i, 60), 60), cs.back()->sink());
+    EventSink sink = cs.back()->sink();
+    if (i == 0)
+      sink = [inner = sink, &shutting_down, held = false](EngineEvent&& ev) mutable {
+        if (!held) {
+          held = true;
+          for (int t = 0; t < 2000 && !shutting_down.load(); ++t) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        inner(std::move(ev));
+      };
+    engine->submit(request(make_prompt(i, 60), 60), sink);
   }
+  shutting_down.store(true);
   engine->shutdown();
   int cancelled = 0;
   for (auto& c : cs) {
