@@ -1,14 +1,35 @@
 // Shared by the model tests: the logits of every token of one sequence run through Model::forward as a
 // single prefill step on the CPU, with fresh f32 KV caches (one per layer, `block` tokens per block) and, for
 // linear-attention layers, a fresh state slot 0. Not the Runner (no graphs, no scheduler): the plain forward.
+// Also a CPU model of a golden fixture's config with synthetic weights, and a fixed prompt over its vocabulary.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/buffer.h"
+#include "model/config.h"
 #include "model/model.h"
+#include "model/registry.h"
+#include "model/synthetic.h"
 
 namespace bunsen::model::testutil {
+
+// The config of golden fixture `name` (tests/golden/data/<name>) with synthetic f32 weights (seed 7), on the CPU.
+inline std::unique_ptr<Model> fixture_model(const std::string& name) {
+  const ModelConfig cfg = load_config(std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + name);
+  WeightStore ws;
+  for (const TensorSpec& s : expected_tensors(cfg)) ws.add(s.name, synthetic_tensor(s.name, s.shape, DType::kF32, 7));
+  return create_model(cfg, std::move(ws));
+}
+
+// n token ids spread over a vocabulary of `vocab` (the same prompt every call).
+inline std::vector<int32_t> spread_tokens(int32_t n, int64_t vocab) {
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < n; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(vocab));
+  return tokens;
+}
 
 inline std::vector<float> prefill_logits(Model& m, const std::vector<int32_t>& tokens, int64_t block = 16,
                                          ActivationHook* hook = nullptr) {

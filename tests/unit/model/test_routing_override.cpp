@@ -210,12 +210,9 @@ struct Capture : ActivationHook {
 class RoutingOverrideModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RoutingOverrideModel, ForcingChangesNothingBeforeTheForcedLayerAndToken) {
-  const ModelConfig cfg = load_config(std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + GetParam());
-  WeightStore ws;
-  for (const TensorSpec& s : expected_tensors(cfg)) ws.add(s.name, synthetic_tensor(s.name, s.shape, DType::kF32, 7));
-  auto m = create_model(cfg, std::move(ws));
-  std::vector<int32_t> tokens;
-  for (int32_t i = 0; i < 21; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(cfg.vocab_size));
+  auto m = testutil::fixture_model(GetParam());
+  const ModelConfig& cfg = m->config();
+  const std::vector<int32_t> tokens = testutil::spread_tokens(21, cfg.vocab_size);
   const auto n = static_cast<int64_t>(tokens.size()), vocab = cfg.vocab_size, d = cfg.d_model;
   Capture base;
   const std::vector<float> want = testutil::prefill_logits(*m, tokens, 16, &base);

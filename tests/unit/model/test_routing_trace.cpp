@@ -96,12 +96,9 @@ int64_t moe_layers(const ModelConfig& cfg) {
 class RoutingTraceFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RoutingTraceFixture, OneMarginPerTokenAndMoeLayer) {
-  const ModelConfig cfg = load_config(std::string(BUNSEN_SOURCE_DIR) + "/tests/golden/data/" + GetParam());
-  WeightStore ws;
-  for (const TensorSpec& s : expected_tensors(cfg)) ws.add(s.name, synthetic_tensor(s.name, s.shape, DType::kF32, 7));
-  auto m = create_model(cfg, std::move(ws));
-  std::vector<int32_t> tokens;
-  for (int32_t i = 0; i < 21; ++i) tokens.push_back((i * 37 + 5) % static_cast<int32_t>(cfg.vocab_size));
+  auto m = testutil::fixture_model(GetParam());
+  const ModelConfig& cfg = m->config();
+  const std::vector<int32_t> tokens = testutil::spread_tokens(21, cfg.vocab_size);
   RoutingTrace trace;
   testutil::prefill_logits(*m, tokens, 16, &trace);
   const int64_t want_layers = moe_layers(cfg);
