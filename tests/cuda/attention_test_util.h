@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/attention_decode.cuh"
 
 namespace bunsen::kernels::test {
 
@@ -127,6 +128,23 @@ inline DeviceBatch upload(const Batch& b, DType out_dtype, std::mt19937& rng) {
   const Tensor& q = b.q.data.tensor;
   d.out = DeviceTensor::upload(random_tensor(out_dtype, {q.shape[0], q.shape[1], q.shape[2]}, rng).tensor);
   return d;
+}
+
+// The decode-attention testing switches a test fixture sets (flash decoding off; kernel variant, slice path,
+// combine mode and packed-kernel mode as the cuda:: hooks take them) and puts back to the environment's choice.
+inline void set_decode_switches(int variant, int path, int combine, int batched) {
+  cuda::set_attention_flash_decode_for_testing(false);
+  cuda::set_attention_decode_variant_for_testing(variant);
+  cuda::set_attention_decode_path_for_testing(path);
+  cuda::set_attention_decode_combine_for_testing(combine);
+  cuda::set_attention_decode_batched_for_testing(batched);
+}
+inline void reset_decode_switches() {
+  if (cuda::device_count() == 0) return;
+  cuda::set_attention_decode_batched_for_testing(0);
+  cuda::set_attention_decode_variant_for_testing(0);
+  cuda::set_attention_decode_path_for_testing(0);
+  cuda::set_attention_decode_combine_for_testing(0);
 }
 
 inline void check_attention(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 301) {

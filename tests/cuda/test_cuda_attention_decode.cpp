@@ -34,19 +34,11 @@ class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    cuda::set_attention_flash_decode_for_testing(false);
-    cuda::set_attention_decode_variant_for_testing(GetParam() == 1 ? 1 : 0);
-    cuda::set_attention_decode_path_for_testing(GetParam() == 2 ? 2 : 1);
-    cuda::set_attention_decode_combine_for_testing(0);
-    cuda::set_attention_decode_batched_for_testing(GetParam() == 3 ? 2 : GetParam() == 4 ? 3 : 1);
+    set_decode_switches(GetParam() == 1 ? 1 : 0, GetParam() == 2 ? 2 : 1, 0,
+                        GetParam() == 3 ? 2 : GetParam() == 4 ? 3 : 1);
   }
   void TearDown() override {
-    if (cuda::device_count() > 0) {
-      cuda::set_attention_decode_batched_for_testing(0);
-      cuda::set_attention_decode_variant_for_testing(0);
-      cuda::set_attention_decode_path_for_testing(0);
-      cuda::set_attention_decode_combine_for_testing(0);
-    }
+    reset_decode_switches();
     CudaTest::TearDown();
   }
 };

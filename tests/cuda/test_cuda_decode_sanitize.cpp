@@ -22,19 +22,10 @@ class CudaDecodeSanitize : public CudaTest, public ::testing::WithParamInterface
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    cuda::set_attention_flash_decode_for_testing(false);
-    cuda::set_attention_decode_variant_for_testing(0);
-    cuda::set_attention_decode_path_for_testing(GetParam() == 2 ? 2 : 1);
-    cuda::set_attention_decode_combine_for_testing(GetParam() == 1 ? 1 : 2);
-    cuda::set_attention_decode_batched_for_testing(1);
+    set_decode_switches(0, GetParam() == 2 ? 2 : 1, GetParam() == 1 ? 1 : 2, 1);
   }
   void TearDown() override {
-    if (cuda::device_count() > 0) {
-      cuda::set_attention_decode_batched_for_testing(0);
-      cuda::set_attention_decode_variant_for_testing(0);
-      cuda::set_attention_decode_path_for_testing(0);
-      cuda::set_attention_decode_combine_for_testing(0);
-    }
+    reset_decode_switches();
     CudaTest::TearDown();
   }
 };
