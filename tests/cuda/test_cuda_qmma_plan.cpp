@@ -28,6 +28,7 @@ struct RestoreQMma {
     cuda::set_qmma_plan8_for_testing(-1);
     cuda::set_linear_q_split_for_testing(0);
     cuda::set_linear_q_tiles_for_testing(-1);
+    cuda::set_qmma_lean_for_testing(-1);
   }
 };
 
@@ -146,6 +147,53 @@ TEST_F(CudaTest, QMmaPlansAreBatchInvariant) {
         expect_close(g8.download().tensor, want_glu.tensor, 1e-4f, "linear_q_swiglu " + what);
       }
     }
+}
+
+// The lean stage math (compute_tile: vector scale/bias/sum loads per stage, no per-group guards, token 0's x
+// in the MMA columns past m) gives the per-group path's bits: the 4-bit tile kernel (plan 0) and ring plan 4,
+// every 8-bit ring plan, plain, multi-part and gated launches, m 1..8, k of 1, 3, 8 and 28 tiles, bf16/f16
+// scales, every forced split.
+TEST_F(CudaTest, QMmaLeanStageMathIsBitIdentical) {
+  RestoreQMma restore;
+  cuda::set_linear_q_tiles_for_testing(1);
+  std::mt19937 rng(853);
+  for (int bits : {4, 8})
+    for (int64_t k : {512, 1536, 4096, 14336})
+      for (DType sb : {DType::kBF16, DType::kF16}) {
+        const int64_t n = 67, f = 40;
+        Qw w(n, k, bits, rng, sb), wg(f, k, bits, rng, sb), wu(f, k, bits, rng, sb);
+        HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+        DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+        const std::vector<int> plans = bits == 4 ? std::vector<int>{0, 4} : std::vector<int>{1, 2, 3, 4};
+        for (int plan : plans)
+          for (int split : {0, 1, 2, 8})
+            for (int64_t m = 1; m <= 8; ++m) {
+              set_plan(bits, plan);
+              cuda::set_linear_q_split_for_testing(split);
+              std::vector<float> got[2][3];
+              for (int lean = 0; lean < 2; ++lean) {
+                cuda::set_qmma_lean_for_testing(lean);
+                DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+                linear_q(ctx_, o.tensor, xd.tensor.slice(0, 0, m), w.dev);
+                DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+                DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+                const QuantLinearPart parts[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
+                linear_q_multi(ctx_, xd.tensor.slice(0, 0, m), parts);
+                DeviceTensor gl = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+                linear_q_swiglu(ctx_, gl.tensor, xd.tensor.slice(0, 0, m), wg.dev, wu.dev);
+                got[lean][0] = values(o.download().tensor);
+                std::vector<float> multi = values(p0.download().tensor), tail = values(p1.download().tensor);
+                multi.insert(multi.end(), tail.begin(), tail.end());
+                got[lean][1] = multi;
+                got[lean][2] = values(gl.download().tensor);
+              }
+              const char* kinds[3] = {"linear_q", "linear_q_multi", "linear_q_swiglu"};
+              for (int kind = 0; kind < 3; ++kind)
+                EXPECT_EQ(std::memcmp(got[0][kind].data(), got[1][kind].data(), got[0][kind].size() * 4), 0)
+                    << kinds[kind] << " " << bits << "-bit plan " << plan_name(bits, plan) << " split " << split
+                    << " m " << m << " k " << k << " scales " << dtype_name(sb);
+            }
+      }
 }
 
 // ---------------------------------------------------------------- bench (BUNSEN_BENCH_GEMV=1)

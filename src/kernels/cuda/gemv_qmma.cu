@@ -15,8 +15,8 @@
 //   loop. x rows that do not fit one block's shared memory run as several launches.
 // - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an all-ones
 //   MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
-// - gemv_qmma_ring_kernel (multi-part and gated launches at 4 bits with plan 4 = 8 warps x 2 stages, or
-//   any BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8 bits; group 64, bf16 x, k % 512 == 0;
+// - gemv_qmma_ring_kernel (BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8 bits; group 64, bf16 x,
+//   k % 512 == 0;
 //   qmma_plan.h): the tile kernel with W warps per block and an S-stage cp.async ring per warp whose first
 //   S stages are issued before the PDL wait, split from the real residency (smem-limited blocks per SM).
 // Not a general GEMM (m > 8 goes to dequant_q.cu) and not for 2/3/5/6 bits (gemv_q.cu).
@@ -91,10 +91,19 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// (v & 0x000F000F) | 0x43004300: the 4-bit codes at bits [0, 4) and [16, 20) of v OR'ed under the exponent
+// of 128, a bf16x2 pair reading 128 + q (ulp 1). One LOP3: written in C++, ptxas emits one LOP3 per
+// immediate (an AND and an OR), ~16 extra instructions per 16-row group in the tiled kernels.
+__device__ __forceinline__ uint32_t nibbles_under_128(uint32_t v) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(0x000F000F), "r"(0x43004300u));
+  return r;
+}
+
 // The 4-bit codes at bits [0, 4) and [16, 20) of v as a bf16x2 pair of exact integers: OR'ed under the
 // exponent of 128 they read 128 + q (ulp 1); one bf16x2 FMA (x * 1 - 128) leaves q exactly.
 __device__ __forceinline__ uint32_t pair4(uint32_t v) {
-  const uint32_t biased = (v & 0x000F000Fu) | 0x43004300u;
+  const uint32_t biased = nibbles_under_128(v);
   uint32_t r;
   asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(biased), "r"(kOnes), "r"(0xC300C300u));
   return r;
@@ -338,7 +347,7 @@ struct SmemStage {
 
 // The 4-bit codes at bits [0, 4) and [16, 20) of v as bf16x2 (128 + q0, 128 + q1): exact integers.
 __device__ __forceinline__ uint32_t pair4_biased(uint32_t v) {
-  return (v & 0x000F000Fu) | 0x43004300u;
+  return nibbles_under_128(v);
 }
 
 // 8 consecutive activations as 4 bf16x2 words (element 2i in the low half of word i); f32 x as hi + lo,
@@ -567,7 +576,67 @@ __device__ __forceinline__ int64_t tile_row(const QMmaArgs& a, int part, int64_t
   return row > 0 ? row : 0;
 }
 
-template <typename SBT, bool kGlu>
+// The lean stage math of the tile and ring kernels (BUNSEN_QMMA_LEAN, default on): compute_stage_smem over the
+// kTileGroups groups of one staged tile, bit for bit (the same MMAs, sums and FMAs in the same order), but
+// the tile's 8 scales and 8 biases of rows g and g + 8 and the stage's group sums are read as 16-byte vectors
+// once per stage, and nothing is guarded per group: stages are whole (tiles_fit wants k % 512 == 0), and a
+// lane whose token (g for x, 2t / 2t + 1 for the sums) is past m reads token 0's values instead of zeros: MMA
+// column n and the sums of token n only reach outputs of token n, which store_tile never stores for n >= m.
+// With the one-LOP3 nibble unpacking, Nsight Compute: 8B gate/up 109 -> ~60 instructions per 16-row group.
+// xg: the lane's shared x at the stage's first group; gs0 / gs1: the group sums of tokens 2t / 2t + 1 (token
+// 0's when past m) at the stage's first group. Tile: WTile or RingTile<kBits> (same member layout).
+template <int kBits, typename SBT, typename Tile>
+__device__ __forceinline__ void compute_tile(const Tile& wt, const uint4* xg, const float* gs0, const float* gs1,
+                                             int g, int t, float (&acc)[4]) {
+  using G = Geom<kBits, 64>;
+  constexpr int kXw = 8 * x_words(kBits);  // shared x words per group
+  constexpr float kOffset = kBits == 8 ? -128.0f * 17.0f : -128.0f;  // as compute_stage_smem
+  const uint4 sa = *reinterpret_cast<const uint4*>(wt.sc[g]), sb = *reinterpret_cast<const uint4*>(wt.sc[g + 8]);
+  const uint4 ba = *reinterpret_cast<const uint4*>(wt.bi[g]), bb = *reinterpret_cast<const uint4*>(wt.bi[g + 8]);
+  const float4 c0l = *reinterpret_cast<const float4*>(gs0), c0h = *reinterpret_cast<const float4*>(gs0 + 4);
+  const float4 c1l = *reinterpret_cast<const float4*>(gs1), c1h = *reinterpret_cast<const float4*>(gs1 + 4);
+  const uint32_t s0w[4] = {sa.x, sa.y, sa.z, sa.w}, s1w[4] = {sb.x, sb.y, sb.z, sb.w};
+  const uint32_t b0w[4] = {ba.x, ba.y, ba.z, ba.w}, b1w[4] = {bb.x, bb.y, bb.z, bb.w};
+  const float co0s[8] = {c0l.x, c0l.y, c0l.z, c0l.w, c0h.x, c0h.y, c0h.z, c0h.w};
+  const float co1s[8] = {c1l.x, c1l.y, c1l.z, c1l.w, c1h.x, c1h.y, c1h.z, c1h.w};
+  auto half_of = [](uint32_t w, int u) { return static_cast<unsigned short>(u & 1 ? w >> 16 : w & 0xffffu); };
+#pragma unroll
+  for (int u = 0; u < kTileGroups; ++u) {
+    uint32_t w0[G::kWpg], w1[G::kWpg];  // the lane's words of rows g and g + 8 in group u
+    const unsigned char* ca = &wt.codes[g][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+    const unsigned char* cb = &wt.codes[g + 8][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+    if constexpr (kBits == 8) {
+      const uint4 va = *reinterpret_cast<const uint4*>(ca), vb = *reinterpret_cast<const uint4*>(cb);
+      w0[0] = va.x, w0[1] = va.y, w0[2] = va.z, w0[3] = va.w;
+      w1[0] = vb.x, w1[1] = vb.y, w1[2] = vb.z, w1[3] = vb.w;
+    } else {
+      const uint2 va = *reinterpret_cast<const uint2*>(ca), vb = *reinterpret_cast<const uint2*>(cb);
+      w0[0] = va.x, w0[1] = va.y;
+      w1[0] = vb.x, w1[1] = vb.y;
+    }
+    const uint4* x = xg + u * kXw;
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < G::kWpg; ++j) {  // as compute_stage_smem: word j of rows g and g + 8
+      const uint4 xv = x[j];
+      mma_bf16(cq, pair4_biased(w0[j]), pair4_biased(w1[j]), pair4_biased(w0[j] >> 4), pair4_biased(w1[j] >> 4),
+               xv.x, xv.y);
+      mma_bf16(cq, pair4_biased(w0[j] >> 8), pair4_biased(w1[j] >> 8), pair4_biased(w0[j] >> 12),
+               pair4_biased(w1[j] >> 12), xv.z, xv.w);
+    }
+    const float s0 = sb_f32(half_of(s0w[u / 2], u), SBT{}), s1 = sb_f32(half_of(s1w[u / 2], u), SBT{});
+    float b0 = sb_f32(half_of(b0w[u / 2], u), SBT{}), b1 = sb_f32(half_of(b1w[u / 2], u), SBT{});
+    b0 = fmaf(kOffset, s0, b0);
+    b1 = fmaf(kOffset, s1, b1);
+    const float co0 = co0s[u], co1 = co1s[u];
+    acc[0] = fmaf(s0, cq[0], fmaf(b0, co0, acc[0]));
+    acc[1] = fmaf(s0, cq[1], fmaf(b0, co1, acc[1]));
+    acc[2] = fmaf(s1, cq[2], fmaf(b1, co0, acc[2]));
+    acc[3] = fmaf(s1, cq[3], fmaf(b1, co1, acc[3]));
+  }
+}
+
+template <typename SBT, bool kGlu, bool kLean>
 __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __grid_constant__ QMmaArgs a, int split) {
   using G = Geom<4, 64>;
   extern __shared__ uint4 xs[];
@@ -614,6 +683,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
   const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
   const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
   const float* gs1 = 2 * t + 1 < a.m ? gsum + (2 * t + 1) * ng : nullptr;
+  const float* gl0 = gsum + (2 * t < a.m ? 2 * t : 0) * ng;  // compute_tile's: token 0's past m
+  const float* gl1 = gsum + (2 * t + 1 < a.m ? 2 * t + 1 : 0) * ng;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int b = 0;
   for (int it = slice; active && it < n_st; it += split, b ^= 1) {
@@ -626,6 +697,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
     }
     __syncwarp();
     const WTile& wt = tiles[b];
+    if constexpr (kLean) {
+      compute_tile<4, SBT>(wt, xrow + it * kTileGroups * 8, gl0 + it * kTileGroups, gl1 + it * kTileGroups, g, t, acc);
+    } else {
 #pragma unroll
     for (int u = 0; u < kTileGroups; ++u) {
       const int grp = it * kTileGroups + u;
@@ -642,12 +716,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
       st.b[0][1] = wt.bi[g + 8][u];
       compute_stage_smem<4, 64, SBT, 1, false>(st, grp, ng, xrow, 0, x_ok, gs0, gs1, acc);
     }
+    }
     __syncwarp();
   }
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
-// ---- the ring kernel (plan 4 for multi-part and gated 4-bit launches; BUNSEN_QMMA_PLAN 1..4): the tiled kernel
+// ---- the ring kernel (BUNSEN_QMMA_PLAN 1..4, BUNSEN_QMMA_PLAN8 1..4): the tiled kernel
 // with kW warps and a kS-stage ring ----
 // As gemv_qmma_tile_kernel (the same tiles, copies, per-group math and reduction), but every warp owns a
 // ring of kS tiles and issues its first kS stages (all of them when a warp has <= kS stages, as in the
@@ -694,7 +769,7 @@ struct RingTile {
 static_assert(sizeof(RingTile<4>) == sizeof(WTile), "the 4-bit ring tile is the tile kernel's");
 static_assert(sizeof(RingTile<8>) % 16 == 0, "tiles stay 16-byte aligned");
 
-template <int kBits, typename SBT, bool kGlu, int kW, int kS>
+template <int kBits, typename SBT, bool kGlu, int kW, int kS, bool kLean>
 __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 warps/SM by registers
     gemv_qmma_ring_kernel(const __grid_constant__ QMmaArgs a, int split) {
   using G = Geom<kBits, 64>;
@@ -752,6 +827,8 @@ __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 
   const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8 * x_words(kBits));
   const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
   const float* gs1 = 2 * t + 1 < a.m ? gsum + (2 * t + 1) * ng : nullptr;
+  const float* gl0 = gsum + (2 * t < a.m ? 2 * t : 0) * ng;  // compute_tile's: token 0's past m
+  const float* gl1 = gsum + (2 * t + 1 < a.m ? 2 * t + 1 : 0) * ng;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int j = 0; j < mine; ++j) {
@@ -759,6 +836,10 @@ __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 
     __syncwarp();
     const T& wt = ring[slot];
     const int it = slice + j * split;
+    if constexpr (kLean) {
+      compute_tile<kBits, SBT>(wt, xrow + it * kTileGroups * 8 * x_words(kBits), gl0 + it * kTileGroups,
+                               gl1 + it * kTileGroups, g, t, acc);
+    } else {
 #pragma unroll
     for (int u = 0; u < kTileGroups; ++u) {
       Stage<kBits, 64, SBT, 1> st;  // the lane's G::kWpg words of rows g and g + 8 in group u
@@ -778,6 +859,7 @@ __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 
       st.b[0][0] = wt.bi[g][u];
       st.b[0][1] = wt.bi[g + 8][u];
       compute_stage_smem<kBits, 64, SBT, 1, false>(st, it * kTileGroups + u, ng, xrow, 0, x_ok, gs0, gs1, acc);
+    }
     }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (j + kS < mine) issue(slice + (j + kS) * split, ring[slot]);
@@ -910,7 +992,7 @@ bool tiles_fit(const QMmaArgs& a) {
 }
 
 // ---- launch plans (qmma_plan.h) ----
-std::atomic<int> g_plan{-1}, g_plan8{-1};
+std::atomic<int> g_plan{-1}, g_plan8{-1}, g_lean{-1};
 
 struct PlanShape {
   int warps, stages;
@@ -931,14 +1013,15 @@ constexpr size_t ring_x_budget(int bits, int warps, int stages) {
   return std::min(kSmemMax, kBlockSmemMax - ring_tile_bytes(bits, warps, stages) - sizeof(float4) * 32 * warps - 64);
 }
 
-// The 4-bit plan of launch a: the hook's or BUNSEN_QMMA_PLAN's when set, else by the launch's kind, never
-// by m: multi-part (q/k/v) and gated (gate/up) launches take plan 4 (ring, 8 warps x 2 stages), plain ones
-// plan 0 (the tile kernel). H200, QMmaPlanBench.Shapes in a graph, plan 0 -> 4: 8B q/k/v 10.72 -> 9.04 us,
-// gate/up 30.34 -> 27.25, 1B q/k/v 4.89 -> 4.59, gate/up 11.02 -> 10.87; plain launches the other way:
-// 8B o 6.97 vs 7.80, down 16.69 vs 17.02, lm_head 97.8 vs 99.9.
+// The 4-bit plan of launch a: the hook's or BUNSEN_QMMA_PLAN's when set, else plan 0 (the tile kernel) for
+// every launch kind, never by m. H200, QMmaPlanBench.Shapes in a graph, m 1, both with the lean stage math
+// (compute_tile), plan 0 vs 4 (ring, 8 warps x 2 stages): 8B q/k/v 7.18 vs 7.97 us, o 6.15 vs 6.93, gate/up
+// 20.82 vs 21.95, down 13.79 vs 15.82, lm_head 80.1 vs 83.5; whole 8B 4-bit model 346.6 / 339.6 tok/s vs
+// 335.2 / 333.5 with plan 4 for q/k/v and gate/up (before the lean math the ring had won those two).
 int qmma_plan_for(const QMmaArgs& a) {
+  (void)a;
   const int plan = qmma_plan();
-  return plan >= 0 ? plan : a.n_parts > 1 || a.glu ? 4 : 0;
+  return plan >= 0 ? plan : 0;
 }
 
 int plan_of(const QMmaArgs& a) {
@@ -985,9 +1068,9 @@ int ring_split(int64_t tiles, int64_t iters, int64_t sms, int64_t bps, int warps
   return best;
 }
 
-template <int kBits, typename SBT, bool kGlu, int kW, int kS>
+template <int kBits, typename SBT, bool kGlu, int kW, int kS, bool kLean>
 cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
-  auto kernel = gemv_qmma_ring_kernel<kBits, SBT, kGlu, kW, kS>;
+  auto kernel = gemv_qmma_ring_kernel<kBits, SBT, kGlu, kW, kS, kLean>;
   constexpr size_t tiles_bytes = ring_tile_bytes(kBits, kW, kS);
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), ring_x_budget(kBits, kW, kS) + 16 + tiles_bytes,
                      "linear_q (ring tensor-core GEMV)");
@@ -1017,7 +1100,11 @@ cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
 template <int kBits, typename SBT, bool kGlu, int kPlan>
 cudaError_t launch_ring_as(cudaStream_t stream, const QMmaArgs& a) {
   constexpr PlanShape ps = kBits == 8 ? kPlanShape8[kPlan] : kPlanShape[kPlan];
-  return launch_ring<kBits, SBT, kGlu, ps.warps, ps.stages>(stream, a);
+  // The lean stage math at 8 bits and at 4 bits on plan 4 (the other 4-bit ring plans keep the per-group path).
+  if constexpr (kBits == 8 || kPlan == 4) {
+    if (qmma_lean()) return launch_ring<kBits, SBT, kGlu, ps.warps, ps.stages, true>(stream, a);
+  }
+  return launch_ring<kBits, SBT, kGlu, ps.warps, ps.stages, false>(stream, a);
 }
 
 template <int kBits, typename SBT, bool kGlu>
@@ -1040,15 +1127,20 @@ cudaError_t launch_ring_any(cudaStream_t stream, const QMmaArgs& a, int plan) {
                : launch_ring_plan<kBits, Bf16, false>(stream, a, plan);
 }
 
-template <typename SBT, bool kGlu>
-cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
-  auto kernel = gemv_qmma_tile_kernel<SBT, kGlu>;
+template <typename SBT, bool kGlu, bool kLean>
+cudaError_t launch_tiles_as(cudaStream_t stream, const QMmaArgs& a) {
+  auto kernel = gemv_qmma_tile_kernel<SBT, kGlu, kLean>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16, "linear_q (tiled tensor-core GEMV)");
   static const int by_regs = occupancy(kernel, kThreads);
   const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + kTileBytes;
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
   const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
   return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split);
+}
+
+template <typename SBT, bool kGlu>
+cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
+  return qmma_lean() ? launch_tiles_as<SBT, kGlu, true>(stream, a) : launch_tiles_as<SBT, kGlu, false>(stream, a);
 }
 
 template <int kBits, int kGroup>
@@ -1158,6 +1250,20 @@ int qmma_plan8() {
 
 void set_qmma_plan8_for_testing(int plan) {
   g_plan8.store(plan);
+}
+
+bool qmma_lean() {
+  const int forced = g_lean.load();
+  if (forced >= 0) return forced != 0;
+  static const bool env = [] {
+    const char* e = std::getenv("BUNSEN_QMMA_LEAN");
+    return e == nullptr || e[0] != '0';
+  }();
+  return env;
+}
+
+void set_qmma_lean_for_testing(int mode) {
+  g_lean.store(mode);
 }
 
 const char* qmma_plan8_name(int plan) {

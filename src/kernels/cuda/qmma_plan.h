@@ -8,10 +8,9 @@
 
 namespace bunsen::kernels::cuda {
 
-// 0: gemv_qmma_tile_kernel, 8 warps, 2 stages, choose_split (the default of plain launches).
+// 0: gemv_qmma_tile_kernel, 8 warps, 2 stages, choose_split (the default of every launch).
 // 1: ring kernel, 8 warps x 4 stages, the ring cost model.   2: ring, 4 warps x 4 stages, ring model.
-// 3: ring, 4 warps x 3 stages, ring model.                   4: ring, 8 warps x 2 stages, ring model
-// (the default of multi-part and gated launches).
+// 3: ring, 4 warps x 3 stages, ring model.                   4: ring, 8 warps x 2 stages, ring model.
 constexpr int kQMmaPlans = 5;
 
 // The plan forced on every launch: the test hook's, else BUNSEN_QMMA_PLAN (read once); -1 when neither
@@ -28,5 +27,12 @@ const char* qmma_plan_name(int plan);
 int qmma_plan8();
 void set_qmma_plan8_for_testing(int plan);
 const char* qmma_plan8_name(int plan);
+
+// The lean stage math of the 4-bit tile kernel, 4-bit ring plan 4 and the 8-bit ring plans (gemv_qmma.cu
+// compute_tile): on unless the test hook says 0 or BUNSEN_QMMA_LEAN=0 (read once). Either way a launch's
+// outputs are the same bits.
+bool qmma_lean();
+// Test/bench hook (process-wide): 1 on, 0 off, -1 back to BUNSEN_QMMA_LEAN.
+void set_qmma_lean_for_testing(int mode);
 
 }  // namespace bunsen::kernels::cuda
