@@ -486,7 +486,8 @@ __device__ __forceinline__ int64_t tile_row(const QMmaArgs& a, int part, int64_t
 // once per stage, and nothing is guarded per group: stages are whole (tiles_fit wants k % 512 == 0), and a
 // lane whose token (g for x, 2t / 2t + 1 for the sums) is past m reads token 0's values instead of zeros: MMA
 // column n and the sums of token n only reach outputs of token n, which store_tile never stores for n >= m.
-// With the one-LOP3 nibble unpacking, Nsight Compute: 8B gate/up 109 -> ~60 instructions per 16-row group.
+// 8B gate/up, Nsight Compute: 109 warp instructions per 16-row group on the per-group path, ~90 with this one;
+// the one-LOP3 unpacking (nibbles_under_128) takes 16 more per group out.
 // xg: the lane's shared x at the stage's first group; gs0 / gs1: the group sums of tokens 2t / 2t + 1 (token
 // 0's when past m) at the stage's first group. Tile: WTile or RingTile<kBits> (same member layout).
 template <int kBits, typename SBT, typename Tile>
