@@ -17,6 +17,7 @@
 #include "cuda_test_util.h"
 #include "graph_bench_util.h"
 #include "kernels/cuda/quant_ops.h"
+#include "quant_test_util.h"
 
 namespace bunsen::kernels::test {
 namespace {
@@ -26,26 +27,6 @@ constexpr GluAct kGelu = GluAct::kGeluTanh;
 float tol(DType out) {
   return out == DType::kBF16 ? 1e-2f : 1e-4f;
 }
-
-// A random MLX-affine matrix on the host and on the device (random words: every pattern is a code stream).
-struct QuantPair {
-  OwnedTensor packed, scales, biases;
-  DeviceTensor d_packed, d_scales, d_biases;
-  QuantWeight host, dev;
-  QuantPair(int64_t n, int64_t k, int bits, int group, DType sb, std::mt19937& rng) {
-    packed = OwnedTensor::make(DType::kU32, {n, k * bits / 32});
-    for (int64_t i = 0; i < packed.tensor.numel(); ++i)
-      packed.tensor.ptr<uint32_t>()[i] = static_cast<uint32_t>(rng());
-    const float unit = 0.05f / static_cast<float>(1 << bits);
-    scales = random_tensor(sb, {n, k / group}, rng, -unit, unit);
-    biases = random_tensor(sb, {n, k / group}, rng, -0.05f, 0.05f);
-    d_packed = DeviceTensor::upload(packed.tensor);
-    d_scales = DeviceTensor::upload(scales.tensor);
-    d_biases = DeviceTensor::upload(biases.tensor);
-    host = QuantWeight{packed.tensor, scales.tensor, biases.tensor, bits, group};
-    dev = QuantWeight{d_packed.tensor, d_scales.tensor, d_biases.tensor, bits, group};
-  }
-};
 
 // Restores the process-wide quantized GEMV hooks at scope exit.
 struct RestoreQuantHooks {
@@ -170,7 +151,7 @@ TEST_F(CudaTest, LinearQGegluMatchesLinearQLinearQGeluTanhMul) {
     cuda::set_linear_q_tiles_for_testing(c.tiles);
     for (int64_t f : {37, 300})
       for (DType sb : {DType::kBF16, DType::kF16}) {
-        QuantPair wg(f, c.k, c.bits, c.group, sb, rng), wu(f, c.k, c.bits, c.group, sb, rng);
+        RandomQuantWeight wg(f, c.k, c.bits, c.group, sb, rng), wu(f, c.k, c.bits, c.group, sb, rng);
         OwnedTensor bg = random_tensor(DType::kBF16, {f}, rng), bu = random_tensor(DType::kBF16, {f}, rng);
         DeviceTensor bgd = DeviceTensor::upload(bg.tensor), bud = DeviceTensor::upload(bu.tensor);
         HostPair x = random_pair(DType::kBF16, {8, c.k}, rng, -2.0f, 2.0f);
@@ -217,7 +198,7 @@ TEST_F(CudaTest, LinearQGegluFallbacksMatchTheCpu) {
     const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
     const bool bias = variant % 2 != 0;
     HostPair x = random_pair(c.xt, {c.m, c.k}, rng, -2.0f, 2.0f);
-    QuantPair wg(c.f, c.k, c.bits, c.group, c.sb, rng), wu(c.f, c.k, c.bits, c.group, c.sb, rng);
+    RandomQuantWeight wg(c.f, c.k, c.bits, c.group, c.sb, rng), wu(c.f, c.k, c.bits, c.group, c.sb, rng);
     OwnedTensor bg = random_tensor(DType::kF32, {c.f}, rng), bu = random_tensor(DType::kF32, {c.f}, rng);
     OwnedTensor want = OwnedTensor::make(DType::kF32, {c.m, c.f});
     linear_q_swiglu(cpu, want.tensor, x.f32.tensor, wg.host, wu.host, bias ? bg.tensor : Tensor{},
@@ -246,7 +227,7 @@ TEST_F(CudaTest, GegluRowsDoNotDependOnM) {
   DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
   OwnedTensor wg = random_tensor(DType::kBF16, {f, k}, rng), wu = random_tensor(DType::kBF16, {f, k}, rng);
   DeviceTensor wgd = DeviceTensor::upload(wg.tensor), wud = DeviceTensor::upload(wu.tensor);
-  QuantPair qg(f, k, 4, 64, DType::kBF16, rng), qu(f, k, 4, 64, DType::kBF16, rng);
+  RandomQuantWeight qg(f, k, 4, 64, DType::kBF16, rng), qu(f, k, 4, 64, DType::kBF16, rng);
   for (bool quant : {false, true}) {
     auto run = [&](const Tensor& out, int64_t m) {
       if (quant)
@@ -276,7 +257,7 @@ TEST_F(CudaTest, GegluLaunchesReplayFromAGraph) {
   const int64_t k = 512, f = 96;
   OwnedTensor wg = random_tensor(DType::kBF16, {f, k}, rng), wu = random_tensor(DType::kBF16, {f, k}, rng);
   DeviceTensor wgd = DeviceTensor::upload(wg.tensor), wud = DeviceTensor::upload(wu.tensor);
-  QuantPair qg(f, k, 4, 64, DType::kBF16, rng), qu(f, k, 4, 64, DType::kBF16, rng);
+  RandomQuantWeight qg(f, k, 4, 64, DType::kBF16, rng), qu(f, k, 4, 64, DType::kBF16, rng);
   DeviceTensor x = DeviceTensor::upload(random_tensor(DType::kBF16, {2, k}, rng).tensor);
   DeviceTensor a0 = DeviceTensor::upload(random_tensor(DType::kBF16, {2, f}, rng).tensor);
   DeviceTensor a1 = DeviceTensor::upload(random_tensor(DType::kBF16, {2, f}, rng).tensor);

@@ -17,6 +17,7 @@
 #include "graph_bench_util.h"
 #include "kernels/cuda/qmma_plan.h"
 #include "kernels/cuda/quant_ops.h"
+#include "quant_test_util.h"
 
 namespace bunsen::kernels::test {
 namespace {
@@ -29,26 +30,6 @@ struct RestoreQMma {
     cuda::set_linear_q_split_for_testing(0);
     cuda::set_linear_q_tiles_for_testing(-1);
     cuda::set_qmma_lean_for_testing(-1);
-  }
-};
-
-// A random 4/8-bit group-64 matrix on the host and the device (random words: every code pattern).
-struct Qw {
-  OwnedTensor packed, scales, biases;
-  DeviceTensor d_packed, d_scales, d_biases;
-  QuantWeight host, dev;
-  Qw(int64_t n, int64_t k, int bits, std::mt19937& rng, DType sb = DType::kBF16) {
-    packed = OwnedTensor::make(DType::kU32, {n, k * bits / 32});
-    for (int64_t i = 0; i < packed.tensor.numel(); ++i)
-      packed.tensor.ptr<uint32_t>()[i] = static_cast<uint32_t>(rng());
-    const float unit = 0.05f / static_cast<float>(1 << bits);
-    scales = random_tensor(sb, {n, k / 64}, rng, -unit, unit);
-    biases = random_tensor(sb, {n, k / 64}, rng, -0.05f, 0.05f);
-    d_packed = DeviceTensor::upload(packed.tensor);
-    d_scales = DeviceTensor::upload(scales.tensor);
-    d_biases = DeviceTensor::upload(biases.tensor);
-    host = QuantWeight{packed.tensor, scales.tensor, biases.tensor, bits, 64};
-    dev = QuantWeight{d_packed.tensor, d_scales.tensor, d_biases.tensor, bits, 64};
   }
 };
 
@@ -71,7 +52,7 @@ TEST_F(CudaTest, RingQuantGemv8MatchesTheCpu) {
   for (int64_t k : {512, 1536, 4096})
     for (int64_t n : {16, 67, 300})
       for (DType sb : {DType::kBF16, DType::kF16}) {
-        Qw w(n, k, 8, rng, sb);
+        RandomQuantWeight w(n, k, 8, 64, sb, rng);
         HostPair x = random_pair(DType::kBF16, {8, k}, rng);
         DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
         for (int split : {0, 1, 2, 8}) {
@@ -104,7 +85,8 @@ TEST_F(CudaTest, QMmaPlansAreBatchInvariant) {
   for (int bits : {4, 8})
     for (int64_t k : {1536, 4096, 14336}) {
       const int64_t n = 300, f = 77;
-      Qw w(n, k, bits, rng), wg(f, k, bits, rng), wu(f, k, bits, rng);
+      const DType sb = DType::kBF16;
+      RandomQuantWeight w(n, k, bits, 64, sb, rng), wg(f, k, bits, 64, sb, rng), wu(f, k, bits, 64, sb, rng);
       HostPair x = random_pair(DType::kBF16, {8, k}, rng);
       DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
       OwnedTensor want = OwnedTensor::make(DType::kF32, {8, n}),
@@ -161,7 +143,7 @@ TEST_F(CudaTest, QMmaLeanStageMathIsBitIdentical) {
     for (int64_t k : {512, 1536, 4096, 14336})
       for (DType sb : {DType::kBF16, DType::kF16}) {
         const int64_t n = 67, f = 40;
-        Qw w(n, k, bits, rng, sb), wg(f, k, bits, rng, sb), wu(f, k, bits, rng, sb);
+        RandomQuantWeight w(n, k, bits, 64, sb, rng), wg(f, k, bits, 64, sb, rng), wu(f, k, bits, 64, sb, rng);
         HostPair x = random_pair(DType::kBF16, {8, k}, rng);
         DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
         const std::vector<int> plans = bits == 4 ? std::vector<int>{0, 4} : std::vector<int>{1, 2, 3, 4};

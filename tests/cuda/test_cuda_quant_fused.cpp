@@ -8,28 +8,10 @@
 #include "cuda_test_util.h"
 #include "kernels/cuda/qmma_plan.h"
 #include "kernels/cuda/quant_ops.h"
+#include "quant_test_util.h"
 
 namespace bunsen::kernels::test {
 namespace {
-
-// A random MLX-affine matrix on the host and on the device (random words: every pattern is a code stream).
-struct QuantPair {
-  OwnedTensor packed, scales, biases;
-  DeviceTensor d_packed, d_scales, d_biases;
-  QuantWeight host, dev;
-  QuantPair(int64_t n, int64_t k, int bits, int group, DType sb, std::mt19937& rng) {
-    packed = OwnedTensor::make(DType::kU32, {n, k * bits / 32});
-    for (int64_t i = 0; i < packed.tensor.numel(); ++i) packed.tensor.ptr<uint32_t>()[i] = static_cast<uint32_t>(rng());
-    const float unit = 0.05f / static_cast<float>(1 << bits);
-    scales = random_tensor(sb, {n, k / group}, rng, -unit, unit);
-    biases = random_tensor(sb, {n, k / group}, rng, -0.05f, 0.05f);
-    d_packed = DeviceTensor::upload(packed.tensor);
-    d_scales = DeviceTensor::upload(scales.tensor);
-    d_biases = DeviceTensor::upload(biases.tensor);
-    host = QuantWeight{packed.tensor, scales.tensor, biases.tensor, bits, group};
-    dev = QuantWeight{d_packed.tensor, d_scales.tensor, d_biases.tensor, bits, group};
-  }
-};
 
 float tol(DType out) { return out == DType::kBF16 ? 1e-2f : 1e-4f; }
 
@@ -56,7 +38,7 @@ TEST_F(CudaTest, LinearQMultiMatchesLinearQPerPart) {
       const bool bias = variant % 3 != 0;
       HostPair x = random_pair(c.xt, {c.m, c.k}, rng);
       DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
-      std::vector<QuantPair> w;
+      std::vector<RandomQuantWeight> w;
       w.reserve(3);
       std::vector<OwnedTensor> b, want;
       std::vector<DeviceTensor> bd, od;
@@ -100,7 +82,7 @@ TEST_F(CudaTest, LinearQSwigluMatchesLinearQLinearQSiluMul) {
       const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
       const bool bias = variant % 3 != 0;
       HostPair x = random_pair(c.xt, {c.m, c.k}, rng);
-      QuantPair wg(c.f, c.k, c.bits, c.group, sb, rng), wu(c.f, c.k, c.bits, c.group, sb, rng);
+      RandomQuantWeight wg(c.f, c.k, c.bits, c.group, sb, rng), wu(c.f, c.k, c.bits, c.group, sb, rng);
       OwnedTensor bg = random_tensor(DType::kBF16, {c.f}, rng), bu = random_tensor(DType::kBF16, {c.f}, rng);
       OwnedTensor want = OwnedTensor::make(DType::kF32, {c.m, c.f});
       Context cpu;
@@ -125,8 +107,8 @@ TEST_F(CudaTest, FusedQuantOpsReplayFromAGraph) {
   Context ctx;
   ctx.cuda_stream = stream;
   const int64_t k = 512, f = 96;
-  QuantPair wq(64, k, 4, 64, DType::kBF16, rng), wk(16, k, 4, 64, DType::kBF16, rng);
-  QuantPair wg(f, k, 4, 64, DType::kBF16, rng), wu(f, k, 4, 64, DType::kBF16, rng);
+  RandomQuantWeight wq(64, k, 4, 64, DType::kBF16, rng), wk(16, k, 4, 64, DType::kBF16, rng);
+  RandomQuantWeight wg(f, k, 4, 64, DType::kBF16, rng), wu(f, k, 4, 64, DType::kBF16, rng);
   DeviceTensor x = DeviceTensor::upload(random_tensor(DType::kBF16, {2, k}, rng).tensor);
   DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {2, 64}, rng).tensor);
   DeviceTensor kk = DeviceTensor::upload(random_tensor(DType::kBF16, {2, 16}, rng).tensor);
@@ -176,7 +158,7 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
   for (int64_t k : {512, 1536, 4096})
     for (int64_t n : {16, 67, 300})
       for (DType sb : {DType::kBF16, DType::kF16}) {
-        QuantPair w(n, k, 4, 64, sb, rng);
+        RandomQuantWeight w(n, k, 4, 64, sb, rng);
         HostPair x = random_pair(DType::kBF16, {8, k}, rng);
         DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
         for (int split : {0, 1, 2, 8}) {
@@ -202,7 +184,8 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
     const int64_t k = 1024, f = 37;
     HostPair x = random_pair(DType::kBF16, {m, k}, rng);
     DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
-    QuantPair wg(f, k, 4, 64, DType::kBF16, rng), wu(f, k, 4, 64, DType::kBF16, rng), wv(24, k, 4, 64, DType::kBF16, rng);
+    RandomQuantWeight wg(f, k, 4, 64, DType::kBF16, rng), wu(f, k, 4, 64, DType::kBF16, rng),
+        wv(24, k, 4, 64, DType::kBF16, rng);
     OwnedTensor want = OwnedTensor::make(DType::kF32, {m, f}), want_g = OwnedTensor::make(DType::kF32, {m, f});
     OwnedTensor want_v = OwnedTensor::make(DType::kF32, {m, 24});
     linear_q_swiglu(cpu, want.tensor, x.f32.tensor, wg.host, wu.host);
