@@ -177,21 +177,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
       compute_tile<4, SBT>(wt, xrow + it * kTileGroups * 8, gl0 + it * kTileGroups, gl1 + it * kTileGroups, g, t, acc);
     } else {
 #pragma unroll
-    for (int u = 0; u < kTileGroups; ++u) {
-      const int grp = it * kTileGroups + u;
-      Stage<4, 64, SBT, 1> st;
-      const uint2 wa = *reinterpret_cast<const uint2*>(&wt.codes[g][u * 32 + t * 8]);
-      const uint2 wb = *reinterpret_cast<const uint2*>(&wt.codes[g + 8][u * 32 + t * 8]);
-      st.w[0][0][0] = wa.x;
-      st.w[0][0][1] = wa.y;
-      st.w[0][1][0] = wb.x;
-      st.w[0][1][1] = wb.y;
-      st.s[0][0] = wt.sc[g][u];
-      st.s[0][1] = wt.sc[g + 8][u];
-      st.b[0][0] = wt.bi[g][u];
-      st.b[0][1] = wt.bi[g + 8][u];
-      compute_stage_smem<4, 64, SBT, 1, false>(st, grp, ng, xrow, 0, x_ok, gs0, gs1, acc);
-    }
+      for (int u = 0; u < kTileGroups; ++u) {
+        const int grp = it * kTileGroups + u;
+        Stage<4, 64, SBT, 1> st;
+        const uint2 wa = *reinterpret_cast<const uint2*>(&wt.codes[g][u * 32 + t * 8]);
+        const uint2 wb = *reinterpret_cast<const uint2*>(&wt.codes[g + 8][u * 32 + t * 8]);
+        st.w[0][0][0] = wa.x;
+        st.w[0][0][1] = wa.y;
+        st.w[0][1][0] = wb.x;
+        st.w[0][1][1] = wb.y;
+        st.s[0][0] = wt.sc[g][u];
+        st.s[0][1] = wt.sc[g + 8][u];
+        st.b[0][0] = wt.bi[g][u];
+        st.b[0][1] = wt.bi[g + 8][u];
+        compute_stage_smem<4, 64, SBT, 1, false>(st, grp, ng, xrow, 0, x_ok, gs0, gs1, acc);
+      }
     }
     __syncwarp();
   }

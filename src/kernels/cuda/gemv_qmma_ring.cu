@@ -130,25 +130,25 @@ __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 
                                gl1 + it * kTileGroups, g, t, acc);
     } else {
 #pragma unroll
-    for (int u = 0; u < kTileGroups; ++u) {
-      Stage<kBits, 64, SBT, 1> st;  // the lane's G::kWpg words of rows g and g + 8 in group u
-      const unsigned char* ca = &wt.codes[g][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
-      const unsigned char* cb = &wt.codes[g + 8][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
-      if constexpr (kBits == 8) {
-        const uint4 wa = *reinterpret_cast<const uint4*>(ca), wb = *reinterpret_cast<const uint4*>(cb);
-        st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y, st.w[0][0][2] = wa.z, st.w[0][0][3] = wa.w;
-        st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y, st.w[0][1][2] = wb.z, st.w[0][1][3] = wb.w;
-      } else {
-        const uint2 wa = *reinterpret_cast<const uint2*>(ca), wb = *reinterpret_cast<const uint2*>(cb);
-        st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y;
-        st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y;
+      for (int u = 0; u < kTileGroups; ++u) {
+        Stage<kBits, 64, SBT, 1> st;  // the lane's G::kWpg words of rows g and g + 8 in group u
+        const unsigned char* ca = &wt.codes[g][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+        const unsigned char* cb = &wt.codes[g + 8][u * (64 * kBits / 8) + t * (G::kWpg * 4)];
+        if constexpr (kBits == 8) {
+          const uint4 wa = *reinterpret_cast<const uint4*>(ca), wb = *reinterpret_cast<const uint4*>(cb);
+          st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y, st.w[0][0][2] = wa.z, st.w[0][0][3] = wa.w;
+          st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y, st.w[0][1][2] = wb.z, st.w[0][1][3] = wb.w;
+        } else {
+          const uint2 wa = *reinterpret_cast<const uint2*>(ca), wb = *reinterpret_cast<const uint2*>(cb);
+          st.w[0][0][0] = wa.x, st.w[0][0][1] = wa.y;
+          st.w[0][1][0] = wb.x, st.w[0][1][1] = wb.y;
+        }
+        st.s[0][0] = wt.sc[g][u];
+        st.s[0][1] = wt.sc[g + 8][u];
+        st.b[0][0] = wt.bi[g][u];
+        st.b[0][1] = wt.bi[g + 8][u];
+        compute_stage_smem<kBits, 64, SBT, 1, false>(st, it * kTileGroups + u, ng, xrow, 0, x_ok, gs0, gs1, acc);
       }
-      st.s[0][0] = wt.sc[g][u];
-      st.s[0][1] = wt.sc[g + 8][u];
-      st.b[0][0] = wt.bi[g][u];
-      st.b[0][1] = wt.bi[g + 8][u];
-      compute_stage_smem<kBits, 64, SBT, 1, false>(st, it * kTileGroups + u, ng, xrow, 0, x_ok, gs0, gs1, acc);
-    }
     }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (j + kS < mine) issue(slice + (j + kS) * split, ring[slot]);
