@@ -1,7 +1,7 @@
-// Launch plans of the tiled 4-bit tensor-core quantized GEMV (gemv_qmma.cu), for A/B runs in one binary:
-// which kernel (the 8-warp 2-stage tile kernel, or the ring kernel with W warps per block and an S-stage
-// cp.async ring whose stages are all issued before the programmatic-dependent-launch wait) and which
-// k-split model. Host-only (tests include it). Not the plan itself (gemv_qmma.cu owns that).
+// Launch plans of the tiled 4-bit tensor-core quantized GEMV (gemv_qmma.cu, gemv_qmma_ring.cu), for A/B
+// runs in one binary: which kernel (the 8-warp 2-stage tile kernel, or the ring kernel with W warps per block
+// and an S-stage cp.async ring whose stages are all issued before the programmatic-dependent-launch wait)
+// and which k-split model. Host-only (tests include it). Not the plan itself (gemv_qmma.cu owns that).
 // Invariants: a plan depends on (rows, k, bits, group, GPU) only, never on m, so every plan is batch
 // invariant; the plan in force is read by each launch, so a test may switch it between launches.
 #pragma once
@@ -14,7 +14,7 @@ namespace bunsen::kernels::cuda {
 constexpr int kQMmaPlans = 5;
 
 // The plan forced on every launch: the test hook's, else BUNSEN_QMMA_PLAN (read once); -1 when neither
-// sets one (unset or out of range): then each launch takes its kind's default (gemv_qmma.cu qmma_plan_for).
+// sets one (unset or out of range): then each launch takes the default, plan 0 (gemv_qmma.cu qmma_plan_for).
 int qmma_plan();
 // Test/bench hook (process-wide): 0 .. kQMmaPlans - 1, or -1 to return to BUNSEN_QMMA_PLAN.
 void set_qmma_plan_for_testing(int plan);
@@ -28,9 +28,9 @@ int qmma_plan8();
 void set_qmma_plan8_for_testing(int plan);
 const char* qmma_plan8_name(int plan);
 
-// The lean stage math of the 4-bit tile kernel, 4-bit ring plan 4 and the 8-bit ring plans (gemv_qmma.cu
-// compute_tile): on unless the test hook says 0 or BUNSEN_QMMA_LEAN=0 (read once). Either way a launch's
-// outputs are the same bits.
+// The lean stage math of the 4-bit tile kernel, 4-bit ring plan 4 and the 8-bit ring plans
+// (gemv_qmma_tiles.cuh compute_tile): on unless the test hook says 0 or BUNSEN_QMMA_LEAN=0 (read once).
+// Either way a launch's outputs are the same bits.
 bool qmma_lean();
 // Test/bench hook (process-wide): 1 on, 0 off, -1 back to BUNSEN_QMMA_LEAN.
 void set_qmma_lean_for_testing(int mode);
