@@ -47,32 +47,7 @@ const char* plan_name(int bits, int plan) {
 TEST_F(CudaTest, RingQuantGemv8MatchesTheCpu) {
   RestoreQMma restore;
   std::mt19937 rng(852);
-  Context cpu;
-  int variant = 0;
-  for (int64_t k : {512, 1536, 4096})
-    for (int64_t n : {16, 67, 300})
-      for (DType sb : {DType::kBF16, DType::kF16}) {
-        RandomQuantWeight w(n, k, 8, 64, sb, rng);
-        HostPair x = random_pair(DType::kBF16, {8, k}, rng);
-        DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
-        for (int split : {0, 1, 2, 8}) {
-          cuda::set_linear_q_split_for_testing(split);
-          for (int64_t m = 1; m <= 8; ++m) {
-            const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
-            OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
-            linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
-            for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
-              set_plan(8, plan);
-              DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
-              linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
-              expect_close(od.download().tensor, want.tensor, ot == DType::kBF16 ? 1e-2f : 1e-4f,
-                           strfmt("8-bit linear_q plan %s m %lld n %lld k %lld scales %s split %d out %s",
-                                  cuda::qmma_plan8_name(plan), (long long)m, (long long)n, (long long)k,
-                                  dtype_name(sb), split, dtype_name(ot)));
-            }
-          }
-        }
-      }
+  expect_every_qmma_plan_matches_the_cpu(ctx_, 8, rng);
 }
 
 // Row 5 of an m = 8 launch equals the m = 1 launch of that row bit for bit, for every plan of both bit

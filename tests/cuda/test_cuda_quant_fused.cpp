@@ -154,32 +154,7 @@ TEST_F(CudaTest, TiledQuantGemvMatchesTheCpu) {
   cuda::set_linear_q_tiles_for_testing(1);
   std::mt19937 rng(835);
   Context cpu;
-  int variant = 0;
-  for (int64_t k : {512, 1536, 4096})
-    for (int64_t n : {16, 67, 300})
-      for (DType sb : {DType::kBF16, DType::kF16}) {
-        RandomQuantWeight w(n, k, 4, 64, sb, rng);
-        HostPair x = random_pair(DType::kBF16, {8, k}, rng);
-        DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
-        for (int split : {0, 1, 2, 8}) {
-          cuda::set_linear_q_split_for_testing(split);
-          for (int64_t m = 1; m <= 8; ++m) {
-            const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
-            OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
-            linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
-            for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
-              cuda::set_qmma_plan_for_testing(plan);
-              DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
-              linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), w.dev);
-              expect_close(od.download().tensor, want.tensor, tol(ot),
-                           strfmt("tiled linear_q plan %s m %lld n %lld k %lld scales %s split %d out %s",
-                                  cuda::qmma_plan_name(plan), (long long)m, (long long)n, (long long)k,
-                                  dtype_name(sb), split, dtype_name(ot)));
-            }
-          }
-        }
-      }
-  cuda::set_linear_q_split_for_testing(0);
+  expect_every_qmma_plan_matches_the_cpu(ctx_, 4, rng);
   for (int64_t m : {1, 3, 8}) {
     const int64_t k = 1024, f = 37;
     HostPair x = random_pair(DType::kBF16, {m, k}, rng);
