@@ -314,20 +314,15 @@ bool tiles_fit(const QMmaArgs& a) {
 // ---- launch plans (qmma_plan.h) ----
 std::atomic<int> g_plan{-1}, g_plan8{-1}, g_lean{-1};
 
-// The 4-bit plan of launch a: the hook's or BUNSEN_QMMA_PLAN's when set, else plan 0 (the tile kernel) for
-// every launch kind, never by m. H200, QMmaPlanBench.Shapes in a graph, m 1, both with the lean stage math
-// (compute_tile), plan 0 vs 4 (ring, 8 warps x 2 stages): 8B q/k/v 7.18 vs 7.97 us, o 6.15 vs 6.93, gate/up
-// 20.82 vs 21.95, down 13.79 vs 15.82, lm_head 80.1 vs 83.5; whole 8B 4-bit model 346.6 / 339.6 tok/s vs
-// 335.2 / 333.5 with plan 4 for q/k/v and gate/up (before the lean math the ring had won those two).
-int qmma_plan_for(const QMmaArgs& a) {
-  (void)a;
-  const int plan = qmma_plan();
-  return plan >= 0 ? plan : 0;
+// The plan of launch a: at 8 bits qmma_plan8(); at 4 bits the hook's or BUNSEN_QMMA_PLAN's when set, else plan 0
+// (the tile kernel) for every launch kind, never by m. H200, QMmaPlanBench.Shapes in a graph, m 1, both with
+// the lean stage math (compute_tile), plan 0 vs 4 (ring, 8 warps x 2 stages): 8B q/k/v 7.18 vs 7.97 us, o 6.15
+// vs 6.93, gate/up 20.82 vs 21.95, down 13.79 vs 15.82, lm_head 80.1 vs 83.5; whole 8B 4-bit model 346.6 / 339.6
+// tok/s vs 335.2 / 333.5 with plan 4 for q/k/v and gate/up (before the lean math the ring had won those two).
+int plan_of(const QMmaArgs& a) {
+  return a.bits == 8 ? qmma_plan8() : std::max(qmma_plan(), 0);
 }
 
-int plan_of(const QMmaArgs& a) {
-  return a.bits == 8 ? qmma_plan8() : qmma_plan_for(a);
-}
 // Shared x budget of a launch: the ring plans' when the launch takes the ring kernel, else kSmemMax.
 // Depends on the launch's shapes and the plan, never on m.
 size_t x_budget(const QMmaArgs& a) {
@@ -356,7 +351,7 @@ template <int kBits, int kGroup>
 cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a) {
   if constexpr (kBits == 4 && kGroup == 64) {
     if (tiles_fit(a) && smem_fits(a)) {
-      if (const int plan = qmma_plan_for(a); plan != 0) return launch_ring_kernel(stream, a, plan);
+      if (const int plan = plan_of(a); plan != 0) return launch_ring_kernel(stream, a, plan);
       if (a.part[0].w.sb_dtype == DType::kF16) return a.glu ? launch_tiles<Half, true>(stream, a) : launch_tiles<Half, false>(stream, a);
       return a.glu ? launch_tiles<Bf16, true>(stream, a) : launch_tiles<Bf16, false>(stream, a);
     }

@@ -14,7 +14,7 @@ namespace bunsen::kernels::cuda {
 constexpr int kQMmaPlans = 5;
 
 // The plan forced on every launch: the test hook's, else BUNSEN_QMMA_PLAN (read once); -1 when neither
-// sets one (unset or out of range): then each launch takes the default, plan 0 (gemv_qmma.cu qmma_plan_for).
+// sets one (unset or out of range): then each launch takes the default, plan 0 (gemv_qmma.cu plan_of).
 int qmma_plan();
 // Test/bench hook (process-wide): 0 .. kQMmaPlans - 1, or -1 to return to BUNSEN_QMMA_PLAN.
 void set_qmma_plan_for_testing(int plan);
