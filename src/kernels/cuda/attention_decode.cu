@@ -421,8 +421,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row / a.n_heads), h = static_cast<int>(row % a.n_heads), D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
-  if (sl.n_act <= 1) return;
+  // Every block waits, rows with one slice too: the next kernel's wait covers this grid only, so this grid
+  // completes after the slice kernel (whose single-slice rows it reads) has.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
+  if (sl.n_act <= 1) return;
   const float* part = a.partials + row * a.n_splits * (D + 2);
   if (threadIdx.x < 32) {
     float mx = -INFINITY;
@@ -521,6 +523,17 @@ bool use_mma(const DevAttention& at) {
          mma_decode_ok(at.q.head_dim, at.q.n_heads / n_kv);
 }
 
+// BUNSEN_DECODE_SPLITS=N (read once, N > 0): at most N key slices per row instead of the count that fills the
+// GPU (A/B runs; the test hook's count wins).
+int env_splits() {
+  static const int n = [] {
+    const char* e = std::getenv("BUNSEN_DECODE_SPLITS");
+    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : 0;
+    return v > 0 ? v : 0;
+  }();
+  return n;
+}
+
 }  // namespace
 
 void set_attention_decode_variant_for_testing(int variant) {
@@ -562,6 +575,7 @@ bool decode_attention_ok(const DevAttention& at) {
 }
 
 void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
+  if (forced_splits <= 0) forced_splits = env_splits();
   const char* op = "paged_attention";
   auto detail = [&] { return heads_desc("q", at.q) + " (flash-decoding)"; };
   DecodeArgs a;
