@@ -185,6 +185,23 @@ bool fused_glu_enabled() {
 }
 }  // namespace
 
+Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor bf16_buf, Tensor w, float eps,
+                  float w_offset) {
+  const int64_t n_out = xo.dim(0);
+  static const bool f32_head = [] {  // BUNSEN_HEAD_F32=1 (read once): keep f32 x (A/B runs)
+    const char* e = std::getenv("BUNSEN_HEAD_F32");
+    return e != nullptr && e[0] == '1';
+  }();
+  if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 && bf16_buf.dim(0) >= n_out &&
+      bf16_buf.dim(1) == xo.dim(1)) {
+    Tensor ho = bf16_buf.slice(0, 0, n_out);
+    kernels::rms_norm(ctx, ho, xo, w, eps, w_offset);
+    return ho;
+  }
+  kernels::rms_norm(ctx, xo, xo, w, eps, w_offset);
+  return xo;
+}
+
 void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf, kernels::GluAct kind) {
   const bool decode = h.device.is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fused_glu_enabled();

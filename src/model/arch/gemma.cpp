@@ -232,9 +232,9 @@ void Gemma::forward(const ForwardArgs& a) {
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
   kernels::gather_rows(ctx, xo, x, b.logit_rows);
-  kernels::rms_norm(ctx, xo, xo, final_norm_, eps, kNormOffset);
-  if (a.hook) a.hook->on("final_norm", -1, xo);
-  lm_head_(ctx, a.logits, xo);
+  const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps, kNormOffset);
+  if (a.hook) a.hook->on("final_norm", -1, ho);
+  lm_head_(ctx, a.logits, ho);
   if (cfg_.final_logit_softcap > 0) kernels::softcap(ctx, a.logits, static_cast<float>(cfg_.final_logit_softcap));
   if (a.hook) a.hook->on("logits", -1, a.logits);
 }

@@ -308,9 +308,9 @@ void Gemma4::forward(const ForwardArgs& a) {
     if (a.hook) a.hook->on("layer", static_cast<int>(i), s.x);
   }
   kernels::gather_rows(ctx, s.xo, s.x, b.logit_rows);
-  kernels::rms_norm(ctx, s.xo, s.xo, w_.final_norm, eps);
-  if (a.hook) a.hook->on("final_norm", -1, s.xo);
-  w_.lm_head(ctx, a.logits, s.xo);
+  const Tensor ho = final_norm(ctx, w_.lm_head, s.xo, s.h, w_.final_norm, eps);
+  if (a.hook) a.hook->on("final_norm", -1, ho);
+  w_.lm_head(ctx, a.logits, ho);
   if (p_.final_softcap > 0.0f) kernels::softcap(ctx, a.logits, p_.final_softcap);
   if (a.hook) a.hook->on("logits", -1, a.logits);
 }

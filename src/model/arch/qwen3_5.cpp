@@ -239,9 +239,9 @@ void Hybrid::forward(const ForwardArgs& a) {
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
   kernels::gather_rows(ctx, xo, x, b.logit_rows);
-  kernels::rms_norm(ctx, xo, xo, w_.final_norm, eps, off);
-  if (a.hook) a.hook->on("final_norm", -1, xo);
-  w_.lm_head(ctx, a.logits, xo);
+  const Tensor ho = final_norm(ctx, w_.lm_head, xo, h, w_.final_norm, eps, off);
+  if (a.hook) a.hook->on("final_norm", -1, ho);
+  w_.lm_head(ctx, a.logits, ho);
   if (a.hook) a.hook->on("logits", -1, a.logits);
 }
 
