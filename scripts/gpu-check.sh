@@ -17,6 +17,11 @@ pack() {
   for so in libpcre2-8.so.0 libutf8proc.so.2; do
     cp "$(ldd "$build/bunsen" | awk -v s="$so" '$1 == s {print $3}')" "$G/lib/" || exit 1
   done
+  # The kernel timeline library (tools/kernel_trace) and its CUPTI, when built.
+  if [ -f "$build/libbunsen_kernel_trace.so" ]; then
+    cp "$build/libbunsen_kernel_trace.so" "$G/lib/" &&
+      cp "$(ldd "$build/libbunsen_kernel_trace.so" | awk '$1 == "libcupti.so.13" {print $3}')" "$G/lib/" || exit 1
+  fi
   # The sm_90a binaries are ~75 MB together; the device tool carries at most 64 MiB: strip and xz them
   # (run() unpacks them there).
   strip "$G/bunsen" "$G/test_cuda" && xz -T0 -6 "$G/bunsen" "$G/test_cuda" || exit 1
