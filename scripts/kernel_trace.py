@@ -3,6 +3,7 @@
 
   LD_PRELOAD=build/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE=t.csv bunsen benchmark --device cuda ...
   scripts/kernel_trace.py t.csv [--graph auto|ID] [--skip 2] [--gap-us 20] [--by-shape] [--json]
+  scripts/kernel_trace.py new.csv --baseline old.csv      # the same breakdown side by side, with deltas
 
 Steps are the launches of one CUDA graph (default: the graph with the most kernel launches, i.e. the decode
 step), split where the GPU was idle for more than --gap-us. Within a step, kernels are ordered by start;
@@ -10,7 +11,8 @@ a kernel's *marginal* time is how far it pushed the step's end: end - max(earlie
 marginals sum to the step's span, so they say where the wall time of a step goes even when programmatic
 dependent launch overlaps neighbouring kernels (duration - marginal is the part hidden under others).
 --by-shape keys kernels by name, grid and shared memory (one template serving several launches of a layer
-shows as one row per launch shape); --json prints the same table as JSON.
+shows as one row per launch shape); --json prints the same table as JSON; --baseline compares two traces
+(an A/B run: per kernel, marginal µs per step in each and the difference).
 """
 import argparse
 import collections
@@ -28,53 +30,47 @@ def short(name):
     return name
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", help="the trace (.csv or .csv.gz)")
-    ap.add_argument("--graph", default="auto", help="graph id of the steps (auto: the one with the most kernels)")
-    ap.add_argument("--skip", type=int, default=2, help="steps skipped at the start (warm-up)")
-    ap.add_argument("--gap-us", type=float, default=20.0, help="idle time that separates two steps")
-    ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--by-shape", action="store_true", help="key kernels by name, grid and shared memory")
-    ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
-    args = ap.parse_args()
-
+def load(path, by_shape):
     rows = []
-    opener = gzip.open if args.csv.endswith(".gz") else open
-    with opener(args.csv, "rt", newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
             name = short(r["name"])
-            if args.by_shape:
+            if by_shape:
                 name += f" [grid {r['grid']} x {r['block']}, smem {r['smem']}]"
-            rows.append((int(r["start_ns"]), int(r["end_ns"]), int(r["graph"]), int(r["grid"]), name))
+            rows.append((int(r["start_ns"]), int(r["end_ns"]), int(r["graph"]), name))
     if not rows:
-        sys.exit("no kernels in " + args.csv)
-    counts = collections.Counter(g for _, _, g, _, _ in rows if g != 0)
-    if args.graph == "auto":
+        sys.exit("no kernels in " + path)
+    return rows
+
+
+def breakdown(rows, graph, skip, gap_us):
+    """{graph, steps, kernels_per_step, span_us, kernels: {name: (per_step, duration_us, marginal_us)}}."""
+    if graph == "auto":
+        counts = collections.Counter(g for _, _, g, _ in rows if g != 0)
         if not counts:
             sys.exit("no kernel ran inside a CUDA graph")
         graph = counts.most_common(1)[0][0]
     else:
-        graph = int(args.graph)
+        graph = int(graph)
     ks = sorted((r for r in rows if r[2] == graph), key=lambda r: r[0])
     steps, cur, last_end = [], [], None
     for k in ks:
-        if cur and k[0] - last_end > args.gap_us * 1000:
+        if cur and k[0] - last_end > gap_us * 1000:
             steps.append(cur)
             cur, last_end = [], None
         cur.append(k)
         last_end = k[1] if last_end is None else max(last_end, k[1])
     if cur:
         steps.append(cur)
-    steps = steps[args.skip:]
+    steps = steps[skip:]
     if not steps:
-        sys.exit(f"graph {graph}: no steps left after skipping {args.skip}")
-
+        sys.exit(f"graph {graph}: no steps left after skipping {skip}")
     per = collections.defaultdict(lambda: [0, 0.0, 0.0])  # name -> [count, duration, marginal] (ns, all steps)
     spans = []
     for st in steps:
         end = st[0][0]
-        for s, e, _, _, name in st:
+        for s, e, _, name in st:
             m = max(0, e - end)  # an idle gap before the kernel is charged to it
             end = max(end, e)
             p = per[name]
@@ -83,23 +79,69 @@ def main():
             p[2] += m
         spans.append(end - st[0][0])
     n = len(steps)
-    span = sum(spans) / n
-    items = sorted(per.items(), key=lambda kv: -kv[1][2])
-    if args.json:
-        print(json.dumps({"graph": graph, "steps": n, "kernels_per_step": len(steps[0]), "span_us": span / 1000,
-                          "kernels": [{"name": k, "per_step": c / n, "duration_us": d / n / 1000,
-                                       "marginal_us": m / n / 1000} for k, (c, d, m) in items]}, indent=1))
-        return
-    print(f"graph {graph}: {n} steps of {len(steps[0])} kernels, span {span / 1000:.1f} us per step "
-          f"({1e9 / span:.1f} steps/s)")
-    w = 100 if args.by_shape else 70
-    print(f"{'kernel':{w}s} {'per step':>8s} {'dur us':>9s} {'marg us':>9s} {'% span':>7s}")
-    for name, (c, d, m) in items[: args.top]:
-        print(f"{name[:w]:{w}s} {c / n:8.1f} {d / n / 1000:9.1f} {m / n / 1000:9.1f} {100 * m / n / span:6.1f}%")
-    rest = items[args.top:]
+    return {"graph": graph, "steps": n, "kernels_per_step": len(steps[0]), "span_us": sum(spans) / n / 1000,
+            "kernels": {k: (c / n, d / n / 1000, m / n / 1000) for k, (c, d, m) in per.items()}}
+
+
+def print_table(b, top, width):
+    span = b["span_us"]
+    print(f"graph {b['graph']}: {b['steps']} steps of {b['kernels_per_step']} kernels, span {span:.1f} us per step "
+          f"({1e6 / span:.1f} steps/s)")
+    print(f"{'kernel':{width}s} {'per step':>8s} {'dur us':>9s} {'marg us':>9s} {'% span':>7s}")
+    items = sorted(b["kernels"].items(), key=lambda kv: -kv[1][2])
+    for name, (c, d, m) in items[:top]:
+        print(f"{name[:width]:{width}s} {c:8.1f} {d:9.1f} {m:9.1f} {100 * m / span:6.1f}%")
+    rest = items[top:]
     if rest:
-        print(f"{'(' + str(len(rest)) + ' more)':{w}s} {'':8s} {sum(v[1] for _, v in rest) / n / 1000:9.1f} "
-              f"{sum(v[2] for _, v in rest) / n / 1000:9.1f}")
+        print(f"{'(' + str(len(rest)) + ' more)':{width}s} {'':8s} {sum(v[1] for _, v in rest):9.1f} "
+              f"{sum(v[2] for _, v in rest):9.1f}")
+
+
+def print_comparison(b, base, top, width):
+    print(f"span per step: {base['span_us']:.1f} us (baseline) -> {b['span_us']:.1f} us "
+          f"({b['span_us'] - base['span_us']:+.1f}); kernels per step {base['kernels_per_step']} -> "
+          f"{b['kernels_per_step']}")
+    print(f"{'kernel':{width}s} {'base marg':>9s} {'marg us':>9s} {'delta':>8s}")
+    names = set(b["kernels"]) | set(base["kernels"])
+    zero = (0.0, 0.0, 0.0)
+    rows = [(n, base["kernels"].get(n, zero)[2], b["kernels"].get(n, zero)[2]) for n in names]
+    rows.sort(key=lambda r: -abs(r[2] - r[1]))
+    for name, m0, m1 in rows[:top]:
+        print(f"{name[:width]:{width}s} {m0:9.1f} {m1:9.1f} {m1 - m0:+8.1f}")
+
+
+def as_json(b):
+    items = sorted(b["kernels"].items(), key=lambda kv: -kv[1][2])
+    return {"graph": b["graph"], "steps": b["steps"], "kernels_per_step": b["kernels_per_step"],
+            "span_us": b["span_us"], "kernels": [{"name": k, "per_step": c, "duration_us": d, "marginal_us": m}
+                                                 for k, (c, d, m) in items]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="the trace (.csv or .csv.gz)")
+    ap.add_argument("--baseline", help="a second trace to compare against (same options)")
+    ap.add_argument("--graph", default="auto", help="graph id of the steps (auto: the one with the most kernels)")
+    ap.add_argument("--skip", type=int, default=2, help="steps skipped at the start (warm-up)")
+    ap.add_argument("--gap-us", type=float, default=20.0, help="idle time that separates two steps")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--by-shape", action="store_true", help="key kernels by name, grid and shared memory")
+    ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
+    args = ap.parse_args()
+
+    b = breakdown(load(args.csv, args.by_shape), args.graph, args.skip, args.gap_us)
+    base = breakdown(load(args.baseline, args.by_shape), args.graph, args.skip, args.gap_us) if args.baseline else None
+    if args.json:
+        out = as_json(b)
+        if base:
+            out["baseline"] = as_json(base)
+        print(json.dumps(out, indent=1))
+        return
+    width = 100 if args.by_shape else 70
+    if base:
+        print_comparison(b, base, args.top, width)
+    else:
+        print_table(b, args.top, width)
 
 
 if __name__ == "__main__":

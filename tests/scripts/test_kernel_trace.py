@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/kernel_trace.py on hand-made timelines: step splitting, graph choice, marginal times (the part of a
-step's span each kernel adds, idle gaps charged to the kernel after them), --skip, --by-shape and errors."""
+step's span each kernel adds, idle gaps charged to the kernel after them), --skip, --by-shape, --baseline and
+errors."""
 import json
 import os
 import subprocess
@@ -89,6 +90,21 @@ class KernelTrace(unittest.TestCase):
         self.assertAlmostEqual(k["gemv [grid 256 x 256, smem 0]"]["marginal_us"], 5.0)
         _, k = self.table(rows)
         self.assertAlmostEqual(k["gemv"]["per_step"], 2.0)
+
+    def test_baseline_compares_two_traces(self):
+        base = os.path.join(self.dir.name, "base.csv")
+        write(steps(5), base)
+        # The new trace: attention 1 us shorter (7-9 us), so the span is 9 us and attention's marginal 3.
+        new = [(s, e - 1000 if name == "attn" else e, g, grid, name) for s, e, g, grid, name in steps(5)]
+        d, k = self.table(new, "--baseline", base)
+        self.assertAlmostEqual(d["span_us"], 9.0)
+        self.assertAlmostEqual(d["baseline"]["span_us"], 10.0)
+        self.assertAlmostEqual(k["attn"]["marginal_us"], 3.0)
+        r = run(self.path, "--baseline", base)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("10.0 us (baseline) -> 9.0 us (-1.0)", r.stdout)
+        first = r.stdout.splitlines()[2]  # the largest change comes first
+        self.assertTrue(first.startswith("attn") and first.rstrip().endswith("-1.0"), first)
 
     def test_errors(self):
         write([], self.path)
