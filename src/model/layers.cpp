@@ -192,8 +192,8 @@ Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor b
     const char* e = std::getenv("BUNSEN_HEAD_F32");
     return e != nullptr && e[0] == '1';
   }();
-  if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 && bf16_buf.dim(0) >= n_out &&
-      bf16_buf.dim(1) == xo.dim(1)) {
+  if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 &&
+      bf16_buf.dim(0) >= n_out && bf16_buf.dim(1) == xo.dim(1)) {
     Tensor ho = bf16_buf.slice(0, 0, n_out);
     kernels::rms_norm(ctx, ho, xo, w, eps, w_offset);
     return ho;

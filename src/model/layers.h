@@ -80,8 +80,8 @@ void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, cons
                kernels::GluAct kind = kernels::GluAct::kSilu);
 
 // The output head's input: rows xo ([n_out, d] f32) through the final RMSNorm, in place; for a quantized head
-// on CUDA, into the first n_out rows of bf16_buf instead ([>= n_out, d] bf16 and free by then, e.g. the step's
-// h): the tensor-core GEMV runs f32 x as bf16 hi + lo halves, twice the MMAs of a launch that is
+// on CUDA, into the first n_out rows of bf16_buf instead ([>= n_out, d] bf16 and free by then, e.g. the
+// step's h): the tensor-core GEMV runs f32 x as bf16 hi + lo halves, twice the MMAs of a launch that is
 // instruction-bound (H200, Llama-3.1-8B 4-bit head: 168 us with f32 x, ~80 with bf16). The rounding of x is
 // far below the 4-bit or 8-bit weights' own error; bf16 heads and the CPU keep f32.
 Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor bf16_buf, Tensor w, float eps,

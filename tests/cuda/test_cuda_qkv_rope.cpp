@@ -137,7 +137,7 @@ TEST_F(CudaTest, QkvRopeFoldFallsBackWhereItDoesNotApply) {
 TEST_F(CudaTest, QkvRopeFoldDecodesBitForBitLikeTheTwoOps) {
   int fixtures = 0;
   const std::vector<std::string> all = fixture_names();
-  for (const std::string& name : {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3"}) {
+  for (const std::string name : {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3"}) {
     if (std::find(all.begin(), all.end(), name) == all.end()) continue;
     SCOPED_TRACE(name);
     ++fixtures;

@@ -1,11 +1,12 @@
 // libbunsen_kernel_trace.so: a kernel timeline of any CUDA process, for the GPU machine, where Nsight Systems
 // cannot import its own captures. Preload it and name the output:
 //   LD_PRELOAD=libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE=trace.csv bunsen benchmark ...
-// At load it asks CUPTI for concurrent-kernel activity records (kernels inside CUDA graphs included, with their
-// graph ids, so programmatic-dependent-launch overlap is visible); at exit it flushes them and writes one CSV
-// row per kernel: start and end (ns, GPU clock), graph id, grid and block size, registers, shared memory, name.
-// scripts/kernel_trace.py turns the rows into a per-step breakdown. Not linked into bunsen: nothing changes
-// unless it is preloaded. Invariant: the buffers CUPTI fills are parsed only in its completion callback.
+// At load it asks CUPTI for concurrent-kernel activity records (kernels inside CUDA graphs included, with
+// their graph ids, so programmatic-dependent-launch overlap is visible); at exit it flushes them and writes
+// one CSV row per kernel: start and end (ns, GPU clock), graph id, grid and block size, registers, shared
+// memory, name. scripts/kernel_trace.py turns the rows into a per-step breakdown. Not linked into bunsen:
+// nothing changes unless it is preloaded. Invariant: the buffers CUPTI fills are parsed only in its
+// completion callback.
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -59,7 +60,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::vector<Row> got;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+      continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     got.push_back({k->start, k->end, k->graphId, k->streamId, k->gridX * k->gridY * k->gridZ,
                    k->blockX * k->blockY * k->blockZ, k->staticSharedMemory + k->dynamicSharedMemory,
@@ -73,7 +75,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 void write_rows() {
   if (!g_on) return;
   cuptiActivityFlushAll(1);
-  // A process that ran no kernel (a wrapper such as `timeout` that inherited LD_PRELOAD) leaves the file alone.
+  // A process that ran no kernel (a wrapper such as `timeout` that inherited LD_PRELOAD) leaves the file
+  // alone.
   if (g_rows->empty()) return;
   const char* path = std::getenv("BUNSEN_KERNEL_TRACE");
   std::FILE* f = std::fopen(path, "w");
