@@ -4,7 +4,8 @@
 #                                       non-system shared libraries they need (PCRE2, utf8proc) into .gpu/
 #                                       (git-ignored)
 #   scripts/gpu-check.sh run            there (device tool: carry [".gpu"]): CUDA tests, generate on the demo
-#                                       on cuda and cpu (same greedy ids expected), benchmarks; results in $OUT
+#                                       on cuda and cpu (same greedy ids expected), benchmarks and the 8B
+#                                       decode step's kernel breakdown (scripts/kernel_trace.py); results in $OUT
 # cuBLASLt is linked dynamically and found in the GPU machine's /usr/local/cuda/lib64.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,14 @@ PY
     timeout 150 "$G/bunsen" benchmark --device cuda --synthetic $shape --json >"$out/bench_$shape.json" 2>"$out/bench_$shape.err"
     echo "benchmark $shape rc=$?"; cat "$out/bench_$shape.json"
   done
+  # Where the 8B decode step's time goes, kernel by kernel (tools/kernel_trace; tracing slows it 5-18 %).
+  if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
+    timeout 150 env LD_PRELOAD="$PWD/$G/lib/libbunsen_kernel_trace.so" BUNSEN_KERNEL_TRACE="$out/trace_8b.csv" \
+      "$G/bunsen" benchmark --device cuda --synthetic llama3.1-8b --prompt-len 1024 --gen 48 --no-probe --json \
+      >/dev/null 2>"$out/trace_8b.err"
+    echo "kernel trace rc=$?"
+    python3 scripts/kernel_trace.py "$out/trace_8b.csv" --by-shape --top 12
+  fi
 }
 
 case "${1:-}" in

@@ -19,6 +19,7 @@ import collections
 import csv
 import gzip
 import json
+import os
 import re
 import sys
 
@@ -32,6 +33,8 @@ def short(name):
 
 def load(path, by_shape):
     rows = []
+    if not os.path.exists(path):
+        sys.exit(f"{path}: no such trace (was the library preloaded and did the process run kernels?)")
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
         for r in csv.DictReader(f):

@@ -107,6 +107,9 @@ class KernelTrace(unittest.TestCase):
         self.assertTrue(first.startswith("attn") and first.rstrip().endswith("-1.0"), first)
 
     def test_errors(self):
+        r = run(os.path.join(self.dir.name, "missing.csv"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no such trace", r.stderr)
         write([], self.path)
         self.assertNotEqual(run(self.path).returncode, 0)
         write([(1, 2, 0, 1, "eager")], self.path)
