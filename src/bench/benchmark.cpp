@@ -10,6 +10,7 @@
 
 #include "bench/bandwidth.h"
 #include "bench/synthetic_shapes.h"
+#include "core/env.h"
 #include "core/status.h"
 #include "engine/generator.h"
 #include "kernels/device.h"
@@ -115,8 +116,8 @@ DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64
   };
   for (int64_t s = 0; s < batch; ++s) tokens[s] = prompt[static_cast<size_t>(s) % prompt.size()];
   for (int64_t i = 0; i < warm; ++i) step(i);
-  // BUNSEN_PROFILE_RANGE set: only the timed steps are in the profiler's range (ncu --profile-from-start off).
-  const bool profile = std::getenv("BUNSEN_PROFILE_RANGE") != nullptr && o.device.is_cuda();
+  // BUNSEN_PROFILE_RANGE=1: only the timed steps are in the profiler's range (ncu --profile-from-start off).
+  const bool profile = env_flag("BUNSEN_PROFILE_RANGE", false) && o.device.is_cuda();
   if (profile) kernels::profiler_range(true);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) step(warm + i);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "hub/demo_model.h"
 
@@ -20,8 +21,7 @@ std::string lower(std::string s) {
 }
 
 std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
+  return std::string(env_str(name));
 }
 
 bool looks_like_path(const std::string& s) {

@@ -7,15 +7,16 @@
 #include <cstring>
 #include <string>
 
+#include "core/env.h"
+
 namespace bunsen::log {
 namespace {
 
 Level level_from_env() {
-  const char* v = std::getenv("BUNSEN_LOG");
-  if (!v) return Level::kWarn;
-  if (!std::strcmp(v, "error")) return Level::kError;
-  if (!std::strcmp(v, "info")) return Level::kInfo;
-  if (!std::strcmp(v, "debug")) return Level::kDebug;
+  const std::string_view v = env_str("BUNSEN_LOG");
+  if (v == "error") return Level::kError;
+  if (v == "info") return Level::kInfo;
+  if (v == "debug") return Level::kDebug;
   return Level::kWarn;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <immintrin.h>
 
+#include "core/env.h"
+
 namespace bunsen {
 namespace {
 constexpr int kSpinIters = 20000;
@@ -28,10 +30,7 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool([] {
-    const char* v = std::getenv("BUNSEN_THREADS");
-    return v ? std::atoi(v) : 0;
-  }());
+  static ThreadPool pool(env_int("BUNSEN_THREADS", 0));
   return pool;
 }
 

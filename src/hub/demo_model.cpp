@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "model/config.h"
 #include "model/registry.h"
@@ -59,9 +60,9 @@ void build(const fs::path& dir) {
 }  // namespace
 
 std::string cache_dir() {
-  if (const char* v = std::getenv("BUNSEN_CACHE"); v && *v) return v;
-  if (const char* v = std::getenv("XDG_CACHE_HOME"); v && *v) return std::string(v) + "/bunsen";
-  if (const char* v = std::getenv("HOME"); v && *v) return std::string(v) + "/.cache/bunsen";
+  if (const std::string_view v = env_str("BUNSEN_CACHE"); !v.empty()) return std::string(v);
+  if (const std::string_view v = env_str("XDG_CACHE_HOME"); !v.empty()) return std::string(v) + "/bunsen";
+  if (const std::string_view v = env_str("HOME"); !v.empty()) return std::string(v) + "/.cache/bunsen";
   return "/tmp/bunsen-cache";
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "kernels/dispatch_cuda.h"
 #include "kernels/dispatch_util.h"
@@ -205,10 +206,7 @@ std::atomic<int> g_qkv_rope{-1};
 bool qkv_rope_fold() {
   const int mode = g_qkv_rope.load();
   if (mode >= 0) return mode == 1;
-  static const bool env_on = [] {
-    const char* e = std::getenv("BUNSEN_QKV_ROPE");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool env_on = env_flag("BUNSEN_QKV_ROPE", true);
   return env_on;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "kernels/cpu/linear_attn_ops.h"
 #include "kernels/dispatch_util.h"
@@ -212,10 +213,7 @@ constexpr int64_t kFusedMaxTokens = 2;
 bool fused_enabled(int64_t n) {
   const int mode = g_fused.load(std::memory_order_relaxed);
   if (mode >= 0) return mode == 1;
-  static const bool env_on = [] {
-    const char* e = std::getenv("BUNSEN_DELTANET_FUSED");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool env_on = env_flag("BUNSEN_DELTANET_FUSED", true);
   return env_on && n <= kFusedMaxTokens;
 }
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -15,10 +16,7 @@
 namespace bunsen::kernels::detail {
 
 inline bool use_ref() {
-  static const bool ref = [] {
-    const char* v = std::getenv("BUNSEN_KERNELS");
-    return v != nullptr && std::string_view(v) == "ref";
-  }();
+  static const bool ref = env_str("BUNSEN_KERNELS") == "ref";
   return ref;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace bunsen::model {
@@ -177,10 +178,7 @@ bool fusable_q_swiglu(const Linear& gate, const Linear& up) {
 
 namespace {
 bool fused_glu_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("BUNSEN_FUSED_GLU");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = env_flag("BUNSEN_FUSED_GLU", true);
   return on;
 }
 }  // namespace
@@ -188,10 +186,7 @@ bool fused_glu_enabled() {
 Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor bf16_buf, Tensor w, float eps,
                   float w_offset) {
   const int64_t n_out = xo.dim(0);
-  static const bool f32_head = [] {  // BUNSEN_HEAD_F32=1 (read once): keep f32 x (A/B runs)
-    const char* e = std::getenv("BUNSEN_HEAD_F32");
-    return e != nullptr && e[0] == '1';
-  }();
+  static const bool f32_head = env_flag("BUNSEN_HEAD_F32", false);  // 1: keep f32 x (A/B runs)
   if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 &&
       bf16_buf.dim(0) >= n_out && bf16_buf.dim(1) == xo.dim(1)) {
     Tensor ho = bf16_buf.slice(0, 0, n_out);

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -35,8 +36,7 @@ std::atomic<int> g_flash_decode{-1};  // -1: read BUNSEN_FLASH_DECODE once
 bool flash_decode_enabled() {
   int v = g_flash_decode.load();
   if (v < 0) {
-    const char* e = std::getenv("BUNSEN_FLASH_DECODE");
-    v = e != nullptr && e[0] == '1' ? 1 : 0;
+    v = env_flag("BUNSEN_FLASH_DECODE", false) ? 1 : 0;
     g_flash_decode.store(v);
   }
   return v == 1;

@@ -35,6 +35,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
@@ -56,10 +57,7 @@ constexpr int64_t kBatchedMinRowHeads = 128;  // rows x kv heads from which the 
 bool cluster_path() {
   const int mode = g_path.load();
   if (mode != 0) return mode == 2;
-  static const bool env_on = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_ATTN");
-    return e != nullptr && std::string_view(e) == "cluster";
-  }();
+  static const bool env_on = env_str("BUNSEN_DECODE_ATTN") == "cluster";
   return env_on;
 }
 
@@ -67,8 +65,7 @@ bool cluster_path() {
 // (1..16; default 8, the portable cluster size; 16 needs the non-portable attribute, which it sets).
 int cluster_cap() {
   static const int cap = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_CLUSTER_MAX");
-    const int v = e != nullptr ? std::atoi(e) : 8;
+    const int v = env_int("BUNSEN_DECODE_CLUSTER_MAX", 8);
     return v >= 1 && v <= kMaxCluster ? v : 8;
   }();
   return cap;
@@ -82,9 +79,7 @@ int batched_warps(const DevAttention& at) {
   if (!mma_packed_ok(at.q.head_dim, at.q.n_heads / at.cache.n_kv_heads)) return 0;
   int mode = g_batched.load();
   static const int env_mode = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_BATCHED");
-    if (e == nullptr) return 0;
-    const std::string_view v(e);
+    const std::string_view v = env_str("BUNSEN_DECODE_BATCHED");
     return v == "1" ? 2 : v == "8" ? 3 : v == "0" ? 1 : 0;
   }();
   if (mode == 0) mode = env_mode;
@@ -109,10 +104,7 @@ int choose_batched_splits(const DevAttention& at, int warps, int slots, int forc
 bool fused_combine() {
   const int mode = g_combine.load();
   if (mode != 0) return mode == 1;
-  static const bool env_on = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_FUSED_COMBINE");
-    return e != nullptr && std::string_view(e) == "1";
-  }();
+  static const bool env_on = env_flag("BUNSEN_DECODE_FUSED_COMBINE", false);
   return env_on;
 }
 
@@ -527,8 +519,7 @@ bool use_mma(const DevAttention& at) {
 // GPU (A/B runs; the test hook's count wins).
 int env_splits() {
   static const int n = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_SPLITS");
-    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : 0;
+    const int v = env_int("BUNSEN_DECODE_SPLITS", 0);
     return v > 0 ? v : 0;
   }();
   return n;

@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_decode_common.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 
@@ -446,20 +447,14 @@ constexpr size_t smem_of() {
 
 // BUNSEN_DECODE_BARRIER_BALANCE=0 turns the head_dim-256 barrier balance off (read once; default on).
 bool barrier_balance() {
-  static const bool on = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_BARRIER_BALANCE");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = env_flag("BUNSEN_DECODE_BARRIER_BALANCE", true);
   return on;
 }
 
 // BUNSEN_DECODE_EARLY=0: the split instance reads nothing before its PDL wait (read once; default: it copies
 // the row's keys below its newest block first, see decode_mma_kernel).
 bool early_kv() {
-  static const bool on = [] {
-    const char* e = std::getenv("BUNSEN_DECODE_EARLY");
-    return e == nullptr || std::string_view(e) != "0";
-  }();
+  static const bool on = env_flag("BUNSEN_DECODE_EARLY", true);
   return on;
 }
 

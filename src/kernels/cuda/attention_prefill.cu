@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
@@ -273,9 +274,9 @@ int prefill_kernel() {
   const int forced = g_prefill_kernel.load();
   if (forced != kPrefillDefault) return forced;
   static const int from_env = [] {
-    const char* e = std::getenv("BUNSEN_FLASH_PREFILL");
-    if (e != nullptr && (std::strcmp(e, "wmma") == 0 || std::strcmp(e, "0") == 0)) return kPrefillWmma;
-    if (e != nullptr && std::strcmp(e, "mma") == 0) return kPrefillMma;
+    const std::string_view e = env_str("BUNSEN_FLASH_PREFILL");
+    if (e == "wmma" || e == "0") return kPrefillWmma;
+    if (e == "mma") return kPrefillMma;
     return kPrefillFa2b;
   }();
   return from_env;

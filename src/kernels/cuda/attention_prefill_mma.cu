@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
@@ -673,10 +674,8 @@ void set_prefill_splits_for_testing(int n_splits) {
 
 FlashSplit choose_prefill_splits(int64_t blocks, int64_t max_ctx, int align, bool decode_rows) {
   FlashSplit sp;
-  static const int env = [] {  // BUNSEN_PREFILL_SPLITS: unset/0 = from the shapes, 1 = never, n = n slices
-    const char* e = std::getenv("BUNSEN_PREFILL_SPLITS");
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
+  // BUNSEN_PREFILL_SPLITS: unset/0 = from the shapes, 1 = never, n = n slices
+  static const int env = env_int("BUNSEN_PREFILL_SPLITS", 0);
   const int forced = g_prefill_splits.load() != 0 ? g_prefill_splits.load() : env;
   int n = 1;
   if (forced > 1) {

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -48,8 +49,8 @@ std::atomic<int> g_small{-1};
 int small_mode() {
   int v = g_small.load();
   if (v < 0) {
-    const char* e = std::getenv("BUNSEN_GEMV_SMALL");
-    v = e != nullptr && e[0] == '0' ? 0 : e != nullptr && e[0] == '2' ? 2 : 1;
+    v = env_int("BUNSEN_GEMV_SMALL", 1);
+    v = v == 0 || v == 2 ? v : 1;
     g_small.store(v);
   }
   return v;

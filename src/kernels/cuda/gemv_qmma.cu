@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -227,10 +228,7 @@ cudaError_t launch(cudaStream_t stream, const QMmaArgs& a) {
 // Llama-3.1-8B shape, while 4 bits went from 248 to 266); 0: gemv_qmma_kernel for both; 2: the
 // shared-memory kernel for both; 3: as 2 with 3 blocks per SM at 4 bits.
 int qmma_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("BUNSEN_QMMA");
-    return e != nullptr && *e != '\0' ? std::atoi(e) : -1;
-  }();
+  static const int v = env_int("BUNSEN_QMMA", -1);
   return v;
 }
 
@@ -290,10 +288,7 @@ std::atomic<int> g_tiles{-1};
 bool tiles_wanted() {
   const int forced = g_tiles.load();
   if (forced >= 0) return forced != 0;
-  static const bool env = [] {
-    const char* e = std::getenv("BUNSEN_QMMA_TILES");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool env = env_flag("BUNSEN_QMMA_TILES", true);
   return env;
 }
 
@@ -435,8 +430,7 @@ int qmma_plan() {
   const int forced = g_plan.load();
   if (forced >= 0 && forced < kQMmaPlans) return forced;
   static const int env = [] {
-    const char* e = std::getenv("BUNSEN_QMMA_PLAN");
-    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : -1;
+    const int v = env_int("BUNSEN_QMMA_PLAN", -1);
     return v >= 0 && v < kQMmaPlans ? v : -1;
   }();
   return env;
@@ -450,8 +444,7 @@ int qmma_plan8() {
   const int forced = g_plan8.load();
   if (forced >= 0 && forced < kQMmaPlans) return forced;
   static const int env = [] {
-    const char* e = std::getenv("BUNSEN_QMMA_PLAN8");
-    const int v = e != nullptr && *e != '\0' ? std::atoi(e) : 0;
+    const int v = env_int("BUNSEN_QMMA_PLAN8", 0);
     return v >= 0 && v < kQMmaPlans ? v : 0;
   }();
   return env;
@@ -464,10 +457,7 @@ void set_qmma_plan8_for_testing(int plan) {
 bool qmma_lean() {
   const int forced = g_lean.load();
   if (forced >= 0) return forced != 0;
-  static const bool env = [] {
-    const char* e = std::getenv("BUNSEN_QMMA_LEAN");
-    return e == nullptr || e[0] != '0';
-  }();
+  static const bool env = env_flag("BUNSEN_QMMA_LEAN", true);
   return env;
 }
 

@@ -4,14 +4,14 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/env.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda {
 
 bool pdl_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("BUNSEN_PDL");
-    if (env != nullptr && std::string_view(env) == "0") return false;
+    if (!env_flag("BUNSEN_PDL", true)) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;

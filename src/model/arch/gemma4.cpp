@@ -19,6 +19,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "kernels/device.h"
 #include "model/arch/gemma4_weights.h"
@@ -42,8 +43,7 @@ struct StepBuffers {
 
 // BUNSEN_GEMMA4_FUSED_NORMS=0: the unfused norm sequence (A/B runs, bisection); read once per model.
 bool fused_norms_from_env() {
-  const char* v = std::getenv("BUNSEN_GEMMA4_FUSED_NORMS");
-  return v == nullptr || std::string_view(v) != "0";
+  return env_flag("BUNSEN_GEMMA4_FUSED_NORMS", true);
 }
 
 // A contiguous [rows, cols] view over the start of a wider buffer (per-layer widths differ).
