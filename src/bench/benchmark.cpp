@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "bench/bandwidth.h"

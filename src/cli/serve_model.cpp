@@ -2,7 +2,6 @@
 #include "cli/serve_model.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 

@@ -2,7 +2,6 @@
 // before blocking on the condition variable.
 #include "core/thread_pool.h"
 
-#include <cstdlib>
 #include <immintrin.h>
 
 #include "core/env.h"

@@ -6,7 +6,6 @@
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <atomic>
-#include <cstdlib>
 #include <vector>
 
 #include "core/env.h"

@@ -8,10 +8,8 @@
 // kernels clamp nothing: the Runner builds it).
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
-#include <string_view>
 
 #include "core/env.h"
 #include "core/status.h"

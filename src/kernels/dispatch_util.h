@@ -2,10 +2,8 @@
 // thread pool, the "<op>: ..." error wording and the one-device check. Not public API (kernels/ only).
 // Invariant: use_ref() reads the environment once per process.
 #pragma once
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
-#include <string_view>
 
 #include "core/env.h"
 #include "core/status.h"

@@ -3,8 +3,6 @@
 #include "model/layers.h"
 
 #include <array>
-#include <cstdlib>
-#include <string_view>
 
 #include "core/env.h"
 #include "core/status.h"

@@ -29,9 +29,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <string>
-#include <string_view>
 
 #include "core/env.h"
 #include "kernels/cuda/attention_decode_common.cuh"

@@ -15,7 +15,6 @@
 
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/env.h"

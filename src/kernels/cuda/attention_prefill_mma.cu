@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/env.h"

@@ -14,7 +14,6 @@
 // launch's (n, k, dtypes) and the GPU, never on m, and the rows per warp never change a lane's chunks, so a
 // row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
-#include <cstdlib>
 
 #include "core/env.h"
 #include "kernels/cuda/activation.cuh"

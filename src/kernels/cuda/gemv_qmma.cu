@@ -26,7 +26,6 @@
 // the summation order depend on (rows, k, bits, group) only, so a token's bits do not depend on m.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
 #include "core/env.h"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
@@ -110,7 +109,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
-
 
 // The tiled kernel (the tiles, copies and stage math: gemv_qmma_tiles.cuh).
 template <typename SBT, bool kGlu, bool kLean>

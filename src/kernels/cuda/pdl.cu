@@ -1,8 +1,6 @@
 // pdl_enabled(): whether launch_pdl asks for programmatic dependent launch (pdl.cuh). Not a launcher.
 // Invariant: the environment and the device's compute capability are read once per process (the
 // backend assumes one GPU model per process).
-#include <cstdlib>
-#include <string_view>
 
 #include "core/env.h"
 #include "kernels/cuda/pdl.cuh"

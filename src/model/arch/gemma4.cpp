@@ -14,9 +14,7 @@
 
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <span>
-#include <string_view>
 #include <utility>
 
 #include "core/env.h"
