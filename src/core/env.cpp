@@ -1,3 +1,4 @@
+// core/env.h: the parsing rules of environment switches (getenv is called here only).
 #include "core/env.h"
 
 #include <cerrno>
