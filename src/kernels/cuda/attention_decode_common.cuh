@@ -44,6 +44,9 @@ struct DecodeArgs : PagedArgs {
   // Tensor-core split instance: copy the row's keys below its newest block before the PDL wait (as the
   // cluster instance does), Q and the newest block after it. BUNSEN_DECODE_EARLY=0 turns it off.
   int early_kv = 0;
+  // combine_kernel lets its dependent (the o-projection) launch once its own wait has returned (the slice
+  // kernel has completed, so its blocks no longer hold the SMs); BUNSEN_DECODE_COMBINE_TRIGGER=0: at its end.
+  int combine_trigger = 1;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below
