@@ -112,6 +112,9 @@ __global__ void __launch_bounds__(kVecMaxThreads)
   const int64_t j = static_cast<int64_t>(threadIdx.x) * kVecPer;
   const bool mine = j < d;
   pdl_launch_dependents();
+  // The weights are no kernel's output: loaded before the wait, off the step's critical path.
+  float wv[kVecPer];
+  if (mine) load8(w + j, wv);
   pdl_wait();
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     float v[kVecPer] = {};
@@ -131,8 +134,6 @@ __global__ void __launch_bounds__(kVecMaxThreads)
     ss = block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
     if (mine) {
-      float wv[kVecPer];
-      load8(w + j, wv);
 #pragma unroll
       for (int i = 0; i < kVecPer; ++i) v[i] = v[i] * inv * (wv[i] + w_offset);
       store8(out + r * os + j, v);

@@ -175,18 +175,22 @@ __global__ void __launch_bounds__(kPostMaxThreads) post_norm_residual_kernel(Dev
   __shared__ float red[32];
   const int64_t d = a.x.n_cols;
   pdl_launch_dependents();
+  // The weights are no kernel's output: loaded before the wait; x and y together after it, so a row costs
+  // one round trip to memory before its reductions.
+  float w[kPer], wn[kPer];
+  load_w_mine<kVec>(a.w_post, d, a.w_offset, w);
+  if constexpr (kNext) load_w_mine<kVec>(a.w_next, d, a.w_offset, wn);
   pdl_wait();
   for (int64_t r = blockIdx.x; r < a.x.n_rows; r += gridDim.x) {
     XT* xr = static_cast<XT*>(a.x.data) + r * a.x.stride;
-    float y[kPer], x[kPer], w[kPer];
+    float y[kPer], x[kPer];
     load_mine<kVec>(static_cast<const YT*>(a.y.data) + r * a.y.stride, d, y);
+    load_mine<kVec>(xr, d, x);
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) ss = fmaf(y[i], y[i], ss);  // out-of-row elements are 0
     ss = block_sum(ss, red);
     const float inv_y = 1.0f / sqrtf(ss / static_cast<float>(d) + a.eps);
-    load_mine<kVec>(xr, d, x);
-    load_w_mine<kVec>(a.w_post, d, a.w_offset, w);
     float ss2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -201,9 +205,8 @@ __global__ void __launch_bounds__(kPostMaxThreads) post_norm_residual_kernel(Dev
     if constexpr (kNext) {
       ss2 = block_sum(ss2, red);
       const float inv_x = 1.0f / sqrtf(ss2 / static_cast<float>(d) + a.eps);
-      load_w_mine<kVec>(a.w_next, d, a.w_offset, w);
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv_x * w[i];
+      for (int i = 0; i < kPer; ++i) x[i] = x[i] * inv_x * wn[i];
       store_mine<kVec>(static_cast<OT*>(a.out.data) + r * a.out.stride, d, x);
     }
   }
