@@ -153,9 +153,9 @@ __global__ void rope_kv_write_kernel(const DevRopeKv a, const __grid_constant__ 
 // A token's work is cut into units of 8 consecutive elements, in this order: q rotation units (pairs
 // i..i+7 with i+half..i+half+7 of one q head), k rotation units (the same on k, plus the cache write), k
 // pass-through units (k's dims past rotary_dim, copied to the cache) and v units (copied to the cache).
-// Grid (n_tokens, ceil(units / kRopeThreads)): one unit per thread. A thread loads its unit first, then
-// the block computes the token's cos/sin table (half entries, one sincosf each) into shared memory, so
-// the loads' latency overlaps the table. Needs half % 8 == 0, head dims % 8 == 0 and 16-byte aligned
+// Grid (n_tokens, ceil(units / kRopeThreads)): one unit per thread. The block computes the token's cos/sin
+// table (half entries, one sincosf each) into shared memory before its programmatic-dependent-launch wait,
+// then each thread loads and rotates its unit. Needs half % 8 == 0, head dims % 8 == 0 and 16-byte aligned
 // rows (rope_vec_ok); the results are those of rope_kv_write_kernel bit for bit.
 constexpr int kRopeThreads = 128;
 
@@ -182,13 +182,25 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_kv_write_vec_kernel(const DevRopeKv a, const __grid_constant__ RopeTable table, int half) {
   __shared__ float2 cs[kMaxRotaryDim / 2];  // (cos, sin) * attention_scaling of pair i at this position
   pdl_launch_dependents();
-  pdl_wait();
   using vec8::kVec;
   const int64_t t = blockIdx.x;
+  // The position and slot are step metadata, copied from the host before the step's first kernel (no kernel
+  // writes them; the decode attention kernels read them before their wait too), so the cos/sin table is
+  // computed before the wait, off the step's critical path; q, k and v are read after it.
+  const DevCache& c = a.cache;
+  const int64_t slot = a.slot_mapping[t];
+  const bool write = slot >= 0 && slot < c.n_blocks * c.block_size;  // uniform over the block
+  const int64_t block = write ? slot / c.block_size : 0, offset = write ? slot % c.block_size : 0;
+  const float pos = static_cast<float>(a.positions[t]), scaling = a.attention_scaling;
+  for (int i = threadIdx.x; i < half; i += kRopeThreads) {
+    float s, co;
+    sincosf(pos * table.inv_freq[i], &s, &co);
+    cs[i] = make_float2(co * scaling, s * scaling);
+  }
+  pdl_wait();
   const RopeUnits n = rope_units(a, half);
   const int u = static_cast<int>(blockIdx.y) * kRopeThreads + static_cast<int>(threadIdx.x);
-  // This thread's unit: its row (head) h, first column j, and the values it reads (loaded before the
-  // slot is known, so the loads of q, k, v, the slot and the position are all in flight at once).
+  // This thread's unit: its row (head) h, first column j, and the values it reads.
   enum Kind { kNone, kQ, kK, kPass, kV } kind = kNone;
   int h = 0, j = 0;
   float x1[kVec], x2[kVec];
@@ -212,16 +224,6 @@ __global__ void __launch_bounds__(kRopeThreads)
     vec8::load8(row + j, x1);
   } else if (kind == kV) {
     vec8::load8(static_cast<const VT*>(a.v.data) + t * a.v.token_stride + h * a.v.head_stride + j, x1);
-  }
-  const DevCache& c = a.cache;
-  const int64_t slot = a.slot_mapping[t];
-  const bool write = slot >= 0 && slot < c.n_blocks * c.block_size;  // uniform over the block
-  const int64_t block = write ? slot / c.block_size : 0, offset = write ? slot % c.block_size : 0;
-  const float pos = static_cast<float>(a.positions[t]), scaling = a.attention_scaling;
-  for (int i = threadIdx.x; i < half; i += kRopeThreads) {
-    float s, co;
-    sincosf(pos * table.inv_freq[i], &s, &co);
-    cs[i] = make_float2(co * scaling, s * scaling);
   }
   __syncthreads();
   if (kind == kNone || (!write && (kind == kPass || kind == kV))) return;
