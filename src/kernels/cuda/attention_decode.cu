@@ -410,8 +410,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 // prologue order allows. Latency-bound at batch 1 (a block per head, a few KB of partials), so every load
 // a thread needs for its first dims is issued before any of them is used: each warp loads the (m, l) of
 // slices lane + 32 i and each thread the acc of its dim for the first kCombineBatch slices, one L2 round
-// trip after the wait; every warp then reduces m and l itself (the same butterfly as merge_if_last, so the
-// same bits in every warp) and takes a slice's weight from its lane by a shuffle.
+// trip after the wait; every warp then reduces m and l itself (slice_weights, as merge_if_last: the same bits
+// in every warp) and takes a slice's weight from its lane by a shuffle.
 constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
@@ -435,31 +435,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
     for (int j = 0; j < kCombineBatch; ++j)
       v[j] = d < D && s0 + j < n ? __ldcg(part + (s0 + j) * (D + 2) + 2 + d) : 0.0f;
   };
-  constexpr int kPer = kMaxSplits / 32;  // slices per lane for m and l (n <= kMaxSplits)
-  float ms[kPer], ls[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int s = lane + 32 * i;
-    ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
-    ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
-  }
   const int dw0 = warp * 32;  // this warp's first 32 dims (warp-uniform loop bounds: the shuffles below)
-  load_acc(dw0 + lane, 0);
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) mx = fmaxf(mx, ms[i]);
-  mx = warp_max(mx);
-  float ws[kPer], den = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int s = lane + 32 * i;
-    ws[i] = 0.0f;
-    if (s < n) {
-      ws[i] = rescale(ms[i], mx);
-      den += ws[i] * ls[i];
-    }
-  }
-  den = warp_sum(den);
+  load_acc(dw0 + lane, 0);    // issued before slice_weights' loads and reductions: one round trip for all
+  float ws[kSlicesPerLane];
+  const float den = slice_weights(part, n, D, lane, ws);
   const float inv_den = 1.0f / den;
   const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0 (as merge_if_last)
   for (int dw = dw0; dw < D; dw += kThreads) {
@@ -469,7 +448,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
       if (dw != dw0 || s0 != 0) load_acc(d, s0);
       float wsrc = ws[0];  // the lanes' weights of slices s0 .. s0 + 31 (s0 / 32 selects the register)
 #pragma unroll
-      for (int i = 1; i < kPer; ++i)
+      for (int i = 1; i < kSlicesPerLane; ++i)
         if (i == s0 / 32) wsrc = ws[i];
 #pragma unroll
       for (int j = 0; j < kCombineBatch; ++j) {

@@ -117,6 +117,35 @@ __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* tabl
   return b >= 0 && b < a.n_blocks ? b : -1;
 }
 
+// The merge weights of a row's n slices, whose partials (m, l, acc[D]) start at `part` every D + 2 floats:
+// lane's slices s = lane + 32 i get ws[i] = 2^(m_s - max m) (0 past n); returns sum_s ws_s l_s. m and l of
+// all slices in one round trip; the butterfly reductions give every lane of every warp the same bits, so the
+// fused combine (merge_if_last) and combine_kernel merge identically.
+constexpr int kSlicesPerLane = kMaxSplits / 32;
+__device__ __forceinline__ float slice_weights(const float* part, int n, int D, int lane,
+                                               float (&ws)[kSlicesPerLane]) {
+  float ms[kSlicesPerLane], ls[kSlicesPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kSlicesPerLane; ++i) {
+    const int s = lane + 32 * i;
+    ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
+    ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
+    mx = fmaxf(mx, ms[i]);
+  }
+  mx = warp_max(mx);
+  float den = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSlicesPerLane; ++i) {
+    ws[i] = 0.0f;
+    if (lane + 32 * i < n) {
+      ws[i] = rescale(ms[i], mx);
+      den += ws[i] * ls[i];
+    }
+  }
+  return warp_sum(den);
+}
+
 // The fused combine, after every thread of this block wrote its part of its slice's partial: counts the
 // block in (the partials made visible GPU-wide first); the last of the row's n_act blocks to arrive
 // (atomicInc wraps its counter back to 0 for the next launch or graph replay) merges the n_act partials of
@@ -147,28 +176,11 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& 
   const float* part0 = a.partials + (static_cast<int64_t>(w.t) * a.n_heads + w.g * G) * a.n_splits * (D + 2);
   for (int h = warp; h < G; h += kWarps) {
     const float* part = part0 + static_cast<int64_t>(h) * a.n_splits * (D + 2);
-    constexpr int kPer = kMaxSplits / 32;  // slices per lane (n <= kMaxSplits): m and l in one round trip
-    float ms[kPer], ls[kPer];
-    float mx = -INFINITY;
+    float ws[kSlicesPerLane];
+    const float den = slice_weights(part, n, D, lane, ws);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int s = lane + 32 * i;
-      ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
-      ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
-      mx = fmaxf(mx, ms[i]);
-    }
-    mx = warp_max(mx);
-    float den = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int s = lane + 32 * i;
-      if (s < n) {
-        const float ws = rescale(ms[i], mx);
-        wts[h * kMaxSplits + s] = ws;
-        den += ws * ls[i];
-      }
-    }
-    den = warp_sum(den);
+    for (int i = 0; i < kSlicesPerLane; ++i)
+      if (lane + 32 * i < n) wts[h * kMaxSplits + lane + 32 * i] = ws[i];
     if (lane == 0) inv[h] = 1.0f / den;
   }
   __syncthreads();
