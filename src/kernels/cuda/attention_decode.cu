@@ -28,12 +28,16 @@
 // the stream's arrival counters (fused combine), allocated zeroed once and left zero by every launch.
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
@@ -415,6 +419,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
+  const uint64_t t_entry = stamp_if(a.timing);
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row / a.n_heads), D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
@@ -425,8 +430,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
   // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
   if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const uint64_t t_wait = stamp_if(a.timing);
   const int n = sl.n_act;
-  if (n <= 1) return;
+  if (n <= 1) {
+    record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
+    return;
+  }
   const int h = static_cast<int>(row % a.n_heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* part = a.partials + row * a.n_splits * (D + 2);
   float v[kCombineBatch];
@@ -439,6 +448,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   load_acc(dw0 + lane, 0);    // issued before slice_weights' loads and reductions: one round trip for all
   float ws[kSlicesPerLane];
   const float den = slice_weights(part, n, D, lane, ws);
+  const uint64_t t_loaded = stamp_if(a.timing);
   const float inv_den = 1.0f / den;
   const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0 (as merge_if_last)
   for (int dw = dw0; dw < D; dw += kThreads) {
@@ -464,6 +474,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
       store_any(a.out, a.out_dtype, t * a.o_ts + h * a.o_hs + d,
                 (num[0] + num[1] + num[2] + num[3]) * inv_den);
   }
+  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded, stamp_if(a.timing), n);
 }
 
 int pow2_at_least(int64_t v) {
@@ -548,6 +559,87 @@ int env_splits() {
   return n;
 }
 
+// BUNSEN_DECODE_TIMING=file.csv (diagnostics, see decode_timing.cuh): the slice and combine kernels' block
+// timelines, one CSV row per block (kind, layer, x, y, z, smid, keys, t0..t4 in ns from the first entry), written
+// at process exit. The device buffer (2^20 records) is allocated by the first launch that is not being captured.
+class TimingLog {
+ public:
+  explicit TimingLog(std::string path) : path_(std::move(path)) {}
+  TimingLog(const TimingLog&) = delete;
+  TimingLog& operator=(const TimingLog&) = delete;
+  ~TimingLog() { write(); }
+
+  // Null when BUNSEN_DECODE_TIMING is unset (read once).
+  static TimingLog* get() {
+    static const std::string path{env_str("BUNSEN_DECODE_TIMING")};
+    if (path.empty()) return nullptr;
+    static TimingLog log(path);
+    return &log;
+  }
+
+  // Sets a.timing and a.timing_layer (the cache pointer's ordinal, in first-launch order).
+  void arm(cudaStream_t s, const void* k_cache, DecodeArgs& a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dev_ == nullptr) {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      check_cuda(cudaStreamIsCapturing(s, &st), "decode timing", [] { return std::string("(capture status)"); });
+      if (st != cudaStreamCaptureStatusNone) return;
+      const size_t bytes = sizeof(TimingBuffer) + (kCap - 1) * sizeof(BlockTimes);
+      check_cuda(cudaMalloc(&dev_, bytes), "decode timing", [&] { return strfmt("(%zu bytes)", bytes); });
+      TimingBuffer head{};
+      head.cap = kCap;
+      check_cuda(cudaMemcpy(dev_, &head, offsetof(TimingBuffer, rec), cudaMemcpyHostToDevice), "decode timing",
+                 [] { return std::string("(header)"); });
+      device_ = current_device();
+    }
+    a.timing = dev_;
+    a.timing_layer = layers_.emplace(k_cache, static_cast<int>(layers_.size())).first->second;
+  }
+
+ private:
+  static constexpr unsigned kCap = 1u << 20;
+
+  void write() {
+    if (dev_ == nullptr) return;
+    cudaSetDevice(device_);
+    TimingBuffer head{};
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(&head, dev_, offsetof(TimingBuffer, rec), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      std::fprintf(stderr, "BUNSEN_DECODE_TIMING: could not read the records back\n");
+      return;
+    }
+    std::vector<BlockTimes> rec(std::min(head.next, kCap));
+    if (!rec.empty() && cudaMemcpy(rec.data(), dev_->rec, rec.size() * sizeof(BlockTimes),
+                                   cudaMemcpyDeviceToHost) != cudaSuccess)
+      return;
+    uint64_t t_min = UINT64_MAX;
+    for (const BlockTimes& r : rec) t_min = std::min(t_min, r.t[0]);
+    std::FILE* f = std::fopen(path_.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "BUNSEN_DECODE_TIMING: cannot write %s\n", path_.c_str());
+      return;
+    }
+    std::fprintf(f, "kind,layer,x,y,z,smid,keys,t0,t1,t2,t3,t4\n");
+    for (const BlockTimes& r : rec) {
+      const bool slice = (r.tag & 15u) == kTimingSlice;
+      std::fprintf(f, "%s,%u,%u,%u,%u,%u,%u", slice ? "slice" : "combine", r.tag >> 4,
+                   slice ? r.block & 4095u : r.block, slice ? (r.block >> 12) & 1023u : 0u,
+                   slice ? r.block >> 22 : 0u, r.smid, r.keys);
+      for (uint64_t t : r.t) std::fprintf(f, ",%llu", static_cast<unsigned long long>(t - t_min));
+      std::fputc('\n', f);
+    }
+    std::fclose(f);
+    std::fprintf(stderr, "BUNSEN_DECODE_TIMING: %zu block records in %s%s\n", rec.size(), path_.c_str(),
+                 head.next > kCap ? " (buffer full: later launches dropped)" : "");
+  }
+
+  std::string path_;
+  std::mutex mu_;
+  TimingBuffer* dev_ = nullptr;
+  int device_ = 0;
+  std::map<const void*, int> layers_;
+};
+
 }  // namespace
 
 void set_attention_decode_variant_for_testing(int variant) {
@@ -609,9 +701,12 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   a.n_splits = packed ? choose_batched_splits(at, pack, mma_packed_blocks_per_sm(a.head_dim, a.group, pack) *
                                                             sm_count(), forced_splits)
                       : choose_splits(at, a.min_keys, mma ? mma_per_sm : kSimtBlocksPerSm, forced_splits);
+  const int64_t table_keys = at.meta.max_blocks * at.cache.block_size;
+  a.max_slice_keys = static_cast<int>(std::min<int64_t>((table_keys + a.n_splits - 1) / a.n_splits, INT32_MAX));
   const int bs = a.block_size;
   a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
   cudaStream_t s = as_stream(stream);
+  if (TimingLog* log = TimingLog::get()) log->arm(s, at.cache.k, a);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   // The cluster path: as many slices as the split path would use, at most cluster_cap() (a forced count
   // above kMaxCluster keeps the split path).

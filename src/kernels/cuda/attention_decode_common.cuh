@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/attention_prefill.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/decode_timing.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace bunsen::kernels::cuda::decode {
@@ -47,6 +48,13 @@ struct DecodeArgs : PagedArgs {
   // combine_kernel lets its dependent (the o-projection) launch once its own wait has returned (the slice
   // kernel has completed, so its blocks no longer hold the SMs); BUNSEN_DECODE_COMBINE_TRIGGER=0: at its end.
   int combine_trigger = 1;
+  // Host only: the longest slice any row of this launch can get (the block table's width / n_splits), so the
+  // tensor-core split kernel can pick its ring depth by host scalars (graph-safe); 0 = unknown.
+  int max_slice_keys = 0;
+  // Diagnostics only (BUNSEN_DECODE_TIMING): per-block timestamps of the slice and combine kernels, see
+  // decode_timing.cuh; null in production. timing_layer: which layer's launch (the host's ordinal).
+  TimingBuffer* timing = nullptr;
+  int timing_layer = 0;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below

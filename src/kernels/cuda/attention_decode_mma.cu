@@ -2,8 +2,9 @@
 // per kv head): the block's warps form key streams; each stream takes 16-key tiles of its slice in turn.
 // A warp owns at most 128 dims of the head (head_dim 256: two warps per stream, 512: four), streams its
 // dims of each tile's K and V rows through a private 3-stage cp.async ring in shared memory (16-byte
-// chunks, XOR-swizzled for conflict-free ldmatrix), and computes its part of S = Q·Kᵀ (query heads as the
-// 16 MMA rows) with mma.m16n8k16 in f32; the warps of a stream add their parts of S through shared memory
+// chunks, XOR-swizzled for conflict-free ldmatrix; one stage, a third of the memory, for launches whose
+// block table allows no slice more than one tile per key stream: see one_stage), and computes its part
+// of S = Q·Kᵀ (query heads as the 16 MMA rows) with mma.m16n8k16 in f32; the warps of a stream add their parts of S through shared memory
 // (a named barrier per tile, fixed order, so every warp sees the same bits), run the same online softmax
 // (log2 domain, as the SIMT kernel) and each accumulates O += P·V over its own dims. P is split into bf16
 // hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. Not for f32 q (not exact in bf16), quantized caches
@@ -39,12 +40,14 @@ namespace bunsen::kernels::cuda::decode {
 namespace {
 
 constexpr int kTile = 16;       // keys per stream tile
-constexpr int kStages = 3;      // cp.async ring depth per warp
+constexpr int kStages = 3;      // cp.async ring depth per warp (the default instances)
 constexpr int kMaxPartD = 128;  // dims one warp owns (registers: its O fragments and Q fragments)
 
-// kRows: MMA rows in use, 8 (groups of <= 8 query heads; rows 8..15 of A are zero) or 16.
-template <int kD, int kRows>
+// kRows: MMA rows in use, 8 (groups of <= 8 query heads; rows 8..15 of A are zero) or 16. kRingStages: the
+// ring depth (1: the short-slice instance, BUNSEN_DECODE_STAGES=1, a third of the shared memory, no prefetch).
+template <int kD, int kRows, int kRingStages = kStages>
 struct MmaShape {
+  static constexpr int kDepth = kRingStages;
   static constexpr int kParts = kD > kMaxPartD ? kD / kMaxPartD : 1;  // warps sharing a key tile
   static constexpr int kPartD = kD / kParts;                          // dims each of them owns
   static constexpr int kStreams = kWarps / kParts;                    // key streams per block
@@ -53,7 +56,7 @@ struct MmaShape {
   static constexpr int kRowBytes = kPartD * 2;
   static constexpr int kMatBytes = kTile * kRowBytes;  // one K or V tile (this warp's dims)
   static constexpr int kStageBytes = 2 * kMatBytes;
-  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kWarpBytes = kDepth * kStageBytes;
   static constexpr int kPerLane = kTile * kChunks / 32;  // chunks each lane copies per matrix
   static constexpr size_t kRing = size_t{kWarps} * kWarpBytes;
   // S exchange: [2 buffers][kWarps][kR][32 lanes] float4 (this lane's S values of one row half).
@@ -61,7 +64,7 @@ struct MmaShape {
   static constexpr size_t kRed = size_t{kStreams} * kRows * (kD + 2) * sizeof(float);
   static constexpr size_t kSmem = kRing + kXchg > kRed ? kRing + kXchg : kRed;
   static constexpr size_t kState = size_t{kRows} * (kD + 2) * sizeof(float);  // cluster_merge's st
-  static_assert(kRed + kState <= kSmem, "the cluster state fits behind red");
+  static_assert(kDepth != kStages || kRed + kState <= kSmem, "the cluster state fits behind red");
   // Blocks per SM the shared memory allows (as mma_blocks_per_sm), for the launch bounds: with the
   // default bound ptxas capped the registers at 168 once the fused combine was inlined, and spilled.
   static constexpr int kMinBlocks = kD == 64 ? 4 : 2;
@@ -192,11 +195,13 @@ __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, 
 // kCluster: the cluster instance (see the file comment); surplus slice blocks stay for the cluster barriers.
 // kPack > 0: a packed instance (kPack warps of one kv head each, blockIdx.y = kv heads / kPack; see the
 // file comment); its shared memory is its kPack warps' rings.
-template <int kD, int kRows, bool kCluster, int kPack = 0>
+template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages>
 __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
-                                  kPack > kWarps ? 1 : MmaShape<kD, kRows>::kMinBlocks)
+                                  kPack > kWarps ? 1 : MmaShape<kD, kRows, kDepth>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
-  using S = MmaShape<kD, kRows>;
+  using S = MmaShape<kD, kRows, kDepth>;
+  // Tiles in flight before the loop: kDepth - 1 (a one-stage ring holds one: its refill waits for the compute).
+  constexpr int kAhead = kDepth > 1 ? kDepth - 1 : 1;
   constexpr int kR = S::kR, kPartD = S::kPartD;
   constexpr bool kPacked = kPack > 0;
   static_assert(!kPacked || (S::kParts == 1 && !kCluster), "packed: one warp covers the head, split slices");
@@ -205,7 +210,9 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   // Early copies (the cluster instance; the split instance when a.early_kv): the row's older keys are
   // copied before the PDL wait, Q and the newest block after it. The packed instance waits first.
   const bool early = kCluster || (!kPacked && a.early_kv != 0);  // uniform over the grid
+  const uint64_t t_entry = stamp_if(a.timing);
   if (!early) slice_prologue();
+  uint64_t t_wait = stamp_if(a.timing);  // the early instances stamp again after their wait below
   Where w = where_am_i(a);  // cluster: step metadata, before the wait
   if constexpr (!kCluster)
     if (!w.live) return;  // uniform over the block
@@ -249,7 +256,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
   auto issue = [&](int it, const int(&blk)[S::kPerLane], int which = 0) {
     if (it < n_it) {
-      unsigned char* ks = ring + (it % kStages) * S::kStageBytes;
+      unsigned char* ks = ring + (it % kDepth) * S::kStageBytes;
       unsigned char* vs = ks + S::kMatBytes;
 #pragma unroll
       for (int i = 0; i < S::kPerLane; ++i) {
@@ -275,39 +282,42 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   };
   int blk[S::kPerLane];
   if (early) {
-    // The first kStages - 1 tiles' keys below the newest block before the wait (they join the first commit
+    // The first kAhead tiles' keys below the newest block before the wait (they join the first commit
     // group), that block's keys and Q after it; tile i's group is committed by issue(i, .., 2), so the
-    // ring sees the same kStages - 1 groups as the split instance.
-    int first[kStages - 1][S::kPerLane];
+    // ring sees the same kAhead groups as the split instance.
+    int first[kAhead][S::kPerLane];
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
+    for (int i = 0; i < kAhead; ++i) {
       lookup(i, first[i]);
       issue(i, first[i], 1);
     }
-    lookup(kStages - 1, blk);
+    lookup(kAhead, blk);
     pdl_wait();
     pdl_launch_dependents();
+    t_wait = stamp_if(a.timing);
     // The newest block's copies before Q's loads, whose packing would stall the issue behind them.
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) issue(i, first[i], 2);  // commits after each: kStages - 1 groups
+    for (int i = 0; i < kAhead; ++i) issue(i, first[i], 2);  // commits after each: kAhead groups
     load_q<S>(a, w, d_base, gq, tq, qa);
   } else {
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
+    for (int i = 0; i < kAhead; ++i) {
       lookup(i, blk);
       issue(i, blk);
     }
-    lookup(kStages - 1, blk);
+    lookup(kAhead, blk);
   }
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
+  uint64_t t_first = t_wait;
   for (int it = 0; it < n_it; ++it) {
-    cp_async_wait_group<kStages - 2>();  // this lane's copies of tile `it` have landed
-    __syncwarp();                  // ... and every other lane's; all lanes are done with tile it - 1
-    issue(it + kStages - 1, blk);  // refills the stage of tile it - 1
+    cp_async_wait_group<(kDepth > 1 ? kDepth - 2 : 0)>();  // this lane's copies of tile `it` have landed
+    __syncwarp();  // ... and every other lane's; all lanes are done with tile it - 1
+    if (it == 0) t_first = stamp_if(a.timing);
+    if constexpr (kDepth > 1) issue(it + kAhead, blk);  // refills the stage of tile it - 1
     int next[S::kPerLane];
-    lookup(it + kStages, next);  // in flight while this tile computes
-    const unsigned char* ks = ring + (it % kStages) * S::kStageBytes;
+    lookup(it + kAhead + 1, next);  // in flight while this tile computes
+    const unsigned char* ks = ring + (it % kDepth) * S::kStageBytes;
     const unsigned char* vs = ks + S::kMatBytes;
     float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
 #pragma unroll
@@ -368,6 +378,10 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       mma_m16n8k16(o[2 * dp], pl, b[0], b[1]);
       mma_m16n8k16(o[2 * dp + 1], pl, b[2], b[3]);
     }
+    if constexpr (kDepth == 1) {  // the one stage is free once every lane is done with this tile
+      __syncwarp();
+      issue(it + 1, blk);
+    }
 #pragma unroll
     for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
   }
@@ -392,6 +406,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     return;
   }
   __syncthreads();  // every warp is done with its ring and the exchange: the shared memory becomes `red`
+  const uint64_t t_loop = stamp_if(a.timing);
   float* red = reinterpret_cast<float*>(smem);  // [kStreams][kRows][kD + 2]
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
@@ -415,12 +430,14 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     cluster_merge<kRows, kD, S::kStreams>(a, red, red + S::kRed / sizeof(float), w);
   else
     write_block<kRows, kD, S::kStreams>(a, red, w);
+  record_block(a.timing, kTimingSlice, a.timing_layer, blockIdx.x | blockIdx.y << 12 | blockIdx.z << 22, t_entry,
+               t_wait, t_first, t_loop, w.k1 - w.k0);
 }
 
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
 // two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
 // clusters of up to kMaxCluster (16, non-portable) blocks.
-template <int kD, int kRows, bool kCluster, int kPack>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth>
 void prepare(const void* kernel, size_t smem) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
@@ -437,9 +454,9 @@ void prepare(const void* kernel, size_t smem) {
 }
 
 // Dynamic shared memory of an instance: a packed one holds only its warps' rings.
-template <int kD, int kRows, int kPack>
+template <int kD, int kRows, int kPack, int kDepth = kStages>
 constexpr size_t smem_of() {
-  using S = MmaShape<kD, kRows>;
+  using S = MmaShape<kD, kRows, kDepth>;
   return kPack > 0 ? size_t{kPack} * S::kWarpBytes : S::kSmem;
 }
 
@@ -456,14 +473,29 @@ bool early_kv() {
   return on;
 }
 
-template <int kD, int kRows, bool kCluster, int kPack>
+// The split instances of head_dim 64/128 take a one-stage ring when no slice of the launch can hold more than
+// one tile per key stream (a.max_slice_keys, from the block table's width: graph-safe): the deeper ring then
+// only costs shared memory, and a third of it lets a block get resident beside other kernels' blocks (two
+// ~90 KB 4-bit GEMV tiles). H200, 1k context, same call: 8B bf16 217.5 / 219.0 vs 212.3 / 213.4 tok/s, 4-bit
+// 388.5 / 396.7 vs 372.8 / 368.1, 1B 890.9 / 888.3 vs 864.9 / 855.3. BUNSEN_DECODE_STAGES=1 / 3 (read once)
+// forces one depth for every such launch.
+template <int kD, int kRows>
+bool one_stage(const DecodeArgs& a) {
+  static const int forced = env_int("BUNSEN_DECODE_STAGES", 0);
+  if (forced == 1 || forced == kStages) return forced == 1;
+  return a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile;
+}
+
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages>
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
+  if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
+    if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
   DecodeArgs a = args;
   a.balance_barriers = barrier_balance() ? 1 : 0;
   a.early_kv = !kCluster && kPack == 0 && early_kv() ? 1 : 0;
-  constexpr size_t kSmem = smem_of<kD, kRows, kPack>();
-  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack>;
-  prepare<kD, kRows, kCluster, kPack>(reinterpret_cast<const void*>(kernel), kSmem);
+  constexpr size_t kSmem = smem_of<kD, kRows, kPack, kDepth>();
+  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack, kDepth>;
+  prepare<kD, kRows, kCluster, kPack, kDepth>(reinterpret_cast<const void*>(kernel), kSmem);
   const dim3 grid(a.n_tokens, kPack > 0 ? (n_kv_heads + kPack - 1) / kPack : n_kv_heads, a.n_splits);
   if constexpr (kPack > 0) {
     check_cuda(launch_pdl(kernel, grid, dim3(32 * kPack), kSmem, s, a), "paged_attention", [&] {
