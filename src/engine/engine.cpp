@@ -428,7 +428,7 @@ bool Engine::all_rows_greedy(const SchedulerOutput& out) const {
     if (!c.needs_logits) continue;
     const Live& live = *live_.at(c.id);
     const sampling::SamplingParams& p = live.sampling;
-    if (!(p.temperature <= 0.0f || p.top_k == 1) || p.any_processor() || live.top_logprobs >= 0) return false;
+    if (!p.greedy() || p.any_processor() || live.top_logprobs >= 0) return false;
   }
   return true;
 }

@@ -235,7 +235,7 @@ void check_vocab(int64_t vocab) {
 }
 
 bool is_greedy(const SamplingParams& p) {
-  return p.temperature <= 0.0f || p.top_k == 1;
+  return p.greedy();
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct SamplingParams {
   int64_t penalty_window = 0;       // only the last N tokens of the context count for penalties; 0 = all
   float xtc_probability = 0.0f;     // XTC: with this probability per step, remove every token whose
   float xtc_threshold = 0.1f;       // probability >= threshold except the least likely of them
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }  // argmax, nothing drawn
   bool any_processor() const {
     return !logit_bias.empty() || repetition_penalty != 1.0f || presence_penalty != 0.0f ||
            frequency_penalty != 0.0f || xtc_probability > 0.0f;

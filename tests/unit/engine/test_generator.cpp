@@ -69,6 +69,25 @@ TEST(Generator, GreedyDecodeMatchesRescoring) {
   EXPECT_EQ(r.pool().n_free(), r.pool().n_blocks());
 }
 
+// top_k == 1 is greedy whatever the temperature (and a seed changes nothing): the same argmax path as
+// temperature 0, so the same tokens.
+TEST(Generator, TopK1IsGreedyAtAnyTemperature) {
+  auto m = tiny_model();
+  Runner r(*m, opts(8, 4));
+  GenerateOptions go;
+  go.sampling.temperature = 0;
+  go.max_tokens = 10;
+  auto p = prompt(7);
+  const std::vector<int32_t> greedy = generate(r, p, go).tokens;
+  go.sampling.temperature = 1.5f;
+  go.sampling.top_k = 1;
+  go.sampling.seed = 5;
+  EXPECT_EQ(generate(r, p, go).tokens, greedy);
+  go.sampling.top_k = 0;  // a real draw at temperature 1.5 leaves the argmax path somewhere in 10 tokens
+  go.sampling.seed = 6;
+  EXPECT_NE(generate(r, p, go).tokens, greedy);
+}
+
 TEST(Generator, StopsOnEosAndCancel) {
   auto m = tiny_model();
   Runner r(*m, opts(8, 4));
