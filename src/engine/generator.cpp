@@ -90,7 +90,8 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
     const int64_t n = std::min(budget, n_prompt - start);
     seq.ensure(start + n);
     const bool last = start + n == n_prompt;
-    SeqChunk c{&seq.table(), prompt.data() + start, n, start, last ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone};
+    SeqChunk c{&seq.table(), prompt.data() + start, n, start,
+               last ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone};
     if (last)
       tok = next_token(c);
     else

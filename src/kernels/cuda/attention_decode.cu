@@ -474,7 +474,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
       store_any(a.out, a.out_dtype, t * a.o_ts + h * a.o_hs + d,
                 (num[0] + num[1] + num[2] + num[3]) * inv_den);
   }
-  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded, stamp_if(a.timing), n);
+  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded,
+               stamp_if(a.timing), n);
 }
 
 int pow2_at_least(int64_t v) {
@@ -560,8 +561,9 @@ int env_splits() {
 }
 
 // BUNSEN_DECODE_TIMING=file.csv (diagnostics, see decode_timing.cuh): the slice and combine kernels' block
-// timelines, one CSV row per block (kind, layer, x, y, z, smid, keys, t0..t4 in ns from the first entry), written
-// at process exit. The device buffer (2^20 records) is allocated by the first launch that is not being captured.
+// timelines, one CSV row per block (kind, layer, x, y, z, smid, keys, t0..t4 in ns from the first entry),
+// written at process exit. The device buffer (2^20 records) is allocated by the first launch that is not
+// being captured.
 class TimingLog {
  public:
   explicit TimingLog(std::string path) : path_(std::move(path)) {}
@@ -582,14 +584,15 @@ class TimingLog {
     std::lock_guard<std::mutex> lock(mu_);
     if (dev_ == nullptr) {
       cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-      check_cuda(cudaStreamIsCapturing(s, &st), "decode timing", [] { return std::string("(capture status)"); });
+      check_cuda(cudaStreamIsCapturing(s, &st), "decode timing",
+                 [] { return std::string("(capture status)"); });
       if (st != cudaStreamCaptureStatusNone) return;
       const size_t bytes = sizeof(TimingBuffer) + (kCap - 1) * sizeof(BlockTimes);
       check_cuda(cudaMalloc(&dev_, bytes), "decode timing", [&] { return strfmt("(%zu bytes)", bytes); });
       TimingBuffer head{};
       head.cap = kCap;
-      check_cuda(cudaMemcpy(dev_, &head, offsetof(TimingBuffer, rec), cudaMemcpyHostToDevice), "decode timing",
-                 [] { return std::string("(header)"); });
+      check_cuda(cudaMemcpy(dev_, &head, offsetof(TimingBuffer, rec), cudaMemcpyHostToDevice),
+                 "decode timing", [] { return std::string("(header)"); });
       device_ = current_device();
     }
     a.timing = dev_;
@@ -702,7 +705,8 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
                                                             sm_count(), forced_splits)
                       : choose_splits(at, a.min_keys, mma ? mma_per_sm : kSimtBlocksPerSm, forced_splits);
   const int64_t table_keys = at.meta.max_blocks * at.cache.block_size;
-  a.max_slice_keys = static_cast<int>(std::min<int64_t>((table_keys + a.n_splits - 1) / a.n_splits, INT32_MAX));
+  a.max_slice_keys =
+      static_cast<int>(std::min<int64_t>((table_keys + a.n_splits - 1) / a.n_splits, INT32_MAX));
   const int bs = a.block_size;
   a.block_shift = (bs & (bs - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(bs)) : -1;
   cudaStream_t s = as_stream(stream);

@@ -4,8 +4,9 @@
 // dims of each tile's K and V rows through a private 3-stage cp.async ring in shared memory (16-byte
 // chunks, XOR-swizzled for conflict-free ldmatrix; one stage, a third of the memory, for launches whose
 // block table allows no slice more than one tile per key stream: see one_stage), and computes its part
-// of S = Q·Kᵀ (query heads as the 16 MMA rows) with mma.m16n8k16 in f32; the warps of a stream add their parts of S through shared memory
-// (a named barrier per tile, fixed order, so every warp sees the same bits), run the same online softmax
+// of S = Q·Kᵀ (query heads as the 16 MMA rows) with mma.m16n8k16 in f32; the warps of a stream add their
+// parts of S through shared memory (a named barrier per tile, fixed order, so every warp sees the same
+// bits), run the same online softmax
 // (log2 domain, as the SIMT kernel) and each accumulates O += P·V over its own dims. P is split into bf16
 // hi + lo parts (two MMAs) so P·V keeps ~f32 accuracy. Not for f32 q (not exact in bf16), quantized caches
 // or other head dims: attention_decode.cu's SIMT kernel takes those. The epilogue (write_block) writes the
@@ -44,7 +45,7 @@ constexpr int kStages = 3;      // cp.async ring depth per warp (the default ins
 constexpr int kMaxPartD = 128;  // dims one warp owns (registers: its O fragments and Q fragments)
 
 // kRows: MMA rows in use, 8 (groups of <= 8 query heads; rows 8..15 of A are zero) or 16. kRingStages: the
-// ring depth (1: the short-slice instance, BUNSEN_DECODE_STAGES=1, a third of the shared memory, no prefetch).
+// ring depth (1: the short-slice instance, see one_stage: a third of the shared memory, no prefetch).
 template <int kD, int kRows, int kRingStages = kStages>
 struct MmaShape {
   static constexpr int kDepth = kRingStages;
@@ -200,7 +201,8 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
                                   kPack > kWarps ? 1 : MmaShape<kD, kRows, kDepth>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
   using S = MmaShape<kD, kRows, kDepth>;
-  // Tiles in flight before the loop: kDepth - 1 (a one-stage ring holds one: its refill waits for the compute).
+  // Tiles in flight before the loop: kDepth - 1 (a one-stage ring holds one; its refill waits for the
+  // compute).
   constexpr int kAhead = kDepth > 1 ? kDepth - 1 : 1;
   constexpr int kR = S::kR, kPartD = S::kPartD;
   constexpr bool kPacked = kPack > 0;
@@ -430,8 +432,8 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     cluster_merge<kRows, kD, S::kStreams>(a, red, red + S::kRed / sizeof(float), w);
   else
     write_block<kRows, kD, S::kStreams>(a, red, w);
-  record_block(a.timing, kTimingSlice, a.timing_layer, blockIdx.x | blockIdx.y << 12 | blockIdx.z << 22, t_entry,
-               t_wait, t_first, t_loop, w.k1 - w.k0);
+  record_block(a.timing, kTimingSlice, a.timing_layer, blockIdx.x | blockIdx.y << 12 | blockIdx.z << 22,
+               t_entry, t_wait, t_first, t_loop, w.k1 - w.k0);
 }
 
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so

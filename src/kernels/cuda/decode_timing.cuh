@@ -1,10 +1,11 @@
 // Block timelines of the decode attention kernels, a diagnostic (BUNSEN_DECODE_TIMING=file.csv): thread 0 of
 // every slice-kernel and combine-kernel block appends one record of %globaltimer stamps (entry, after the
-// PDL wait, first key tile landed, after the key loop, exit) with its SM and block index, so a launch's straggler can be named
-// (late placement, a long wait, a slow loop or a slow epilogue). The kernels check one pointer argument
-// (null in production: one uniform branch per stamp). Host side in attention_decode.cu: the buffer is
-// allocated on the first eager (not captured) launch and written out at process exit; launches while a
-// graph is captured before that record nothing. Invariant: records past `cap` are dropped, never written.
+// PDL wait, first key tile landed, after the key loop, exit) with its SM and block index, so a launch's
+// straggler can be named (late placement, a long wait, a slow loop or a slow epilogue). The kernels check one
+// pointer argument (null in production: one uniform branch per stamp). Host side in attention_decode.cu: the
+// buffer is allocated on the first eager (not captured) launch and written out at process exit; launches
+// while a graph is captured before that record nothing. Invariant: records past `cap` are dropped, never
+// written.
 #pragma once
 #include <cstdint>
 
@@ -34,8 +35,8 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 
 // Thread 0 appends (t0, t1, t2, t3, now) for this block; no-op when `buf` is null.
-__device__ __forceinline__ void record_block(TimingBuffer* buf, uint32_t kind, int layer, uint32_t block, uint64_t t0,
-                                             uint64_t t1, uint64_t t2, uint64_t t3, int keys) {
+__device__ __forceinline__ void record_block(TimingBuffer* buf, uint32_t kind, int layer, uint32_t block,
+                                             uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3, int keys) {
   if (buf == nullptr || threadIdx.x != 0) return;
   const uint64_t t4 = global_ns();
   const unsigned i = atomicAdd(&buf->next, 1u);
