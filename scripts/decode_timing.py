@@ -12,8 +12,9 @@ from the first block's entry (T0): `wait` = when the PDL wait returned (t1), `fi
 landed (t2), `loop` = the key loop done (t3), `end` = the block exited (t4). The table gives the median over
 launches of: the launch span (last slice exit - T0), the median block's phases, and the straggler (the block
 that exits last) phases, how far it ends after the median block, and whether it shares its SM with another
-block of the launch; then the combine grid's entry, wait return and end on the same clock. --skip drops each
-layer's first launches (the eager warm-up steps).
+block of the launch; then the combine grid's entry, wait return and end on the same clock, and its blocks'
+median load (wait returned to partials loaded) and merge times. --skip drops each layer's first launches (the
+eager warm-up steps).
 """
 import argparse
 import collections
@@ -98,6 +99,8 @@ def analyse(recs, skip, gap_us):
             per["combine_first_entry_us"].append(min(rel(c, 0) for c in comb))
             per["combine_wait_return_us"].append(min(rel(c, 1) for c in comb))
             per["combine_end_us"].append(max(rel(c, 4) for c in comb))
+            per["combine_load_us"].append(med([(c["t"][2] - c["t"][1]) / 1000.0 for c in comb]))
+            per["combine_merge_us"].append(med([(c["t"][3] - c["t"][2]) / 1000.0 for c in comb]))
     summary = {k: med(v) for k, v in per.items()}
     summary["launches"] = len(rows)
     summary["straggler_shares_sm"] = sm_share / len(rows)
@@ -128,7 +131,8 @@ def main():
           f"{s['straggler_slice_index']}")
     if "combine_end_us" in s:
         print(f"  combine: {s['combine_blocks']:.0f} blocks, first entry {s['combine_first_entry_us']:.2f}, wait "
-              f"returns {s['combine_wait_return_us']:.2f}, last exit {s['combine_end_us']:.2f}")
+              f"returns {s['combine_wait_return_us']:.2f}, last exit {s['combine_end_us']:.2f}; per block: loads "
+              f"{s['combine_load_us']:.2f}, merge {s['combine_merge_us']:.2f}")
 
 
 if __name__ == "__main__":

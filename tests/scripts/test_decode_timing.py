@@ -82,6 +82,8 @@ class DecodeTiming(unittest.TestCase):
         self.assertAlmostEqual(s["combine_first_entry_us"], 1.0)
         self.assertAlmostEqual(s["combine_wait_return_us"], 10.5)
         self.assertAlmostEqual(s["combine_end_us"], 12.0)
+        self.assertAlmostEqual(s["combine_load_us"], 0.5)
+        self.assertAlmostEqual(s["combine_merge_us"], 0.5)
 
     def test_skip_drops_each_layers_first_launches(self):
         write(self.steps(3, slow_steps=2), self.path)
@@ -99,6 +101,7 @@ class DecodeTiming(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("6 slice launches, 5 blocks each", r.stdout)
         self.assertIn("straggler ends 5.00 us after the median block", r.stdout)
+        self.assertIn("per block: loads 0.50, merge 0.50", r.stdout)
 
     def test_errors(self):
         write([], self.path)
