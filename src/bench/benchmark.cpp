@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "bench/bandwidth.h"
@@ -105,13 +106,23 @@ DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64
   }
   std::vector<int32_t> tokens(static_cast<size_t>(batch));
   std::vector<engine::SeqChunk> chunks(static_cast<size_t>(ro.max_seqs));
+  const bool pipeline = mixed == 0 && env_flag("BUNSEN_DECODE_PIPELINE", o.device.is_cuda());
+  std::optional<engine::Runner::PendingTokens> pending;
+  auto take = [&](const engine::Runner::PendingTokens& p) {
+    std::span<const int32_t> next = runner.wait_tokens(p);
+    for (int64_t s = 0; s < batch; ++s) tokens[s] = std::max(next[s], 0);
+  };
   auto step = [&](int64_t i) {
     for (int64_t s = 0; s < batch; ++s) {
       chunks[s] = {&tables[s], &tokens[s], 1, o.prompt_len + i, engine::SeqChunk::Logits::kLast};
     }
     if (mixed > 0) chunks[batch] = {&tables[batch], prompt.data(), mixed, 0, engine::SeqChunk::Logits::kLast};
-    std::span<const int32_t> next = runner.step_argmax(chunks);
-    for (int64_t s = 0; s < batch; ++s) tokens[s] = std::max(next[s], 0);
+    if (!pipeline) return take(runner.enqueue_tokens(chunks));
+    // Pipelined as generate(): step i is queued, its tokens fed on the device from step i - 1, before the
+    // host waits for step i - 1.
+    const engine::Runner::PendingTokens queued = runner.enqueue_tokens(chunks, /*feed=*/pending.has_value());
+    if (pending) take(*pending);
+    pending = queued;
   };
   for (int64_t s = 0; s < batch; ++s) tokens[s] = prompt[static_cast<size_t>(s) % prompt.size()];
   for (int64_t i = 0; i < warm; ++i) step(i);
@@ -120,6 +131,7 @@ DecodeBatchResult decode_batch(model::Model& m, const BenchmarkOptions& o, int64
   if (profile) kernels::profiler_range(true);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < steps; ++i) step(warm + i);
+  if (pending) take(*pending);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (profile) kernels::profiler_range(false);
   for (auto& t : tables) t.release_all(runner.pool());
@@ -174,6 +186,10 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
     }
   }
   go.max_tokens = o.gen_len;
+  go.sampling = o.sampling;
+  if (!o.sampling.greedy())
+    r.decode_sampler = strfmt("temperature %g, top_k %d, top_p %g, min_p %g", o.sampling.temperature,
+                              o.sampling.top_k, o.sampling.top_p, o.sampling.min_p);
   engine::GenerateResult g = engine::generate(
       runner, std::span<const int32_t>(prompt.data(), static_cast<size_t>(o.prompt_len)), go);
   r.prefill_tok_s = g.stats.prefill_tok_s();
@@ -212,6 +228,7 @@ std::string BenchmarkResult::to_json() const {
     db.push_back({{"batch", d.batch}, {"prefill_tokens", d.prefill_tokens}, {"tok_s", d.tok_s}, {"ms_per_step", d.ms_per_step}});
   if (!decode_batch.empty()) j["decode_batch"] = db;
   j["prefill_gflops"] = prefill_gflops;
+  j["decode_sampler"] = decode_sampler;
   j["decode_tok_s"] = decode_tok_s;
   j["ms_per_token"] = ms_per_token;
   j["weight_bytes_per_token"] = weight_bytes_per_token;
@@ -230,10 +247,10 @@ std::string BenchmarkResult::to_text() const {
                 p.tok_s, p.ttft_ms, 2.0 * static_cast<double>(params) * p.tok_s / 1e9);
   return s +
          strfmt(
-             "decode     tg%lld after %lld: %.2f tok/s, %.2f ms/token\n"
+             "decode     tg%lld after %lld (%s): %.2f tok/s, %.2f ms/token\n"
              "roofline   %.1f MB/token%s -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the "
              "probe\n",
-             (long long)gen_len, (long long)prompt_len, decode_tok_s, ms_per_token,
+             (long long)gen_len, (long long)prompt_len, decode_sampler.c_str(), decode_tok_s, ms_per_token,
              weight_bytes_per_token / 1e6,
              moe.n_experts > 0 ? strfmt(" (active experts only: %lld of %lld per MoE layer)", (long long)moe.top_k,
                                         (long long)moe.n_experts).c_str()

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "model/quant.h"
+#include "sampling/sampler.h"
 
 namespace bunsen::bench {
 
@@ -33,6 +34,8 @@ struct BenchmarkOptions {
   // With decode_batches: every timed step also carries a prompt chunk of this many tokens (one more sequence,
   // re-prefilled from position 0 each step), as a serving step mixes decode rows and a prefill chunk.
   int64_t mixed_prefill = 0;
+  // The timed batch-1 decode's sampler (default greedy; the prefill figures always take greedy tokens).
+  sampling::SamplingParams sampling{.temperature = 0.0f};
 };
 
 struct DecodeBatchResult {
@@ -65,6 +68,7 @@ struct BenchmarkResult {
   double prefill_tok_s = 0;  // at prompt_len
   double ttft_ms = 0;
   std::vector<PrefillResult> prefill;  // every measured prompt length, ascending
+  std::string decode_sampler = "greedy";  // or "temperature T, top_k K, top_p P, min_p M"
   double decode_tok_s = 0;
   std::vector<DecodeBatchResult> decode_batch;
   double ms_per_token = 0;

@@ -29,6 +29,10 @@ const std::vector<OptionSpec> kSpecs = {
     {"mixed-prefill", "P", "with --decode-batch: each timed step also prefills a P-token prompt chunk (a serving step)"},
     {"prefill-lens", "N,N",
      "further prompt lengths timed for prefill only (default: none on cpu, 512,2048 on cuda)"},
+    {"temperature", "T", "sample the timed decode at temperature T, seed 0 (default 0 = greedy)"},
+    {"top-p", "P", "with --temperature: nucleus threshold (default 1 = off)"},
+    {"top-k", "K", "with --temperature: top-k (default 0 = off)"},
+    {"min-p", "P", "with --temperature: min-p (default 0 = off)"},
     {"threads", "N", "CPU threads (default: all cores)"},
     {"no-probe", "", "skip the memory-bandwidth probe"},
     {"json", "", "print the result as JSON"},
@@ -44,7 +48,8 @@ const std::vector<OptionSpec> kSpecs = {
 
 // --serve: prompt 1024 and gen 256 by default (the serving shape).
 int run_serve(const Args& a) {
-  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "mixed-prefill", "threads", "no-probe", "device"})
+  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "mixed-prefill",
+                        "threads", "no-probe", "device", "temperature", "top-p", "top-k", "min-p"})
     check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
   bench::ServeBenchOptions o;
   o.url = *a.str("serve");
@@ -143,6 +148,17 @@ int cmd_benchmark(int argc, char** argv) {
   check(o.mixed_prefill == 0 || !o.decode_batches.empty(), "cli", "bunsen benchmark: --mixed-prefill needs --decode-batch");
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.probe = !a.flag("no-probe");
+  o.sampling.temperature = static_cast<float>(a.number("temperature", 0.0));
+  o.sampling.top_p = static_cast<float>(a.number("top-p", 1.0));
+  o.sampling.top_k = static_cast<int>(a.integer("top-k", 0));
+  o.sampling.min_p = static_cast<float>(a.number("min-p", 0.0));
+  o.sampling.seed = 0;
+  check(o.sampling.temperature >= 0, "cli", "bunsen benchmark: --temperature must be >= 0");
+  check(o.sampling.top_p > 0 && o.sampling.top_p <= 1, "cli", "bunsen benchmark: --top-p must be in (0, 1]");
+  check(o.sampling.top_k >= 0, "cli", "bunsen benchmark: --top-k must be >= 0");
+  check(o.sampling.min_p >= 0 && o.sampling.min_p <= 1, "cli", "bunsen benchmark: --min-p must be in [0, 1]");
+  check(o.sampling.temperature > 0 || !(a.has("top-p") || a.has("top-k") || a.has("min-p")), "cli",
+        "bunsen benchmark: --top-p, --top-k and --min-p need --temperature > 0");
   bench::BenchmarkResult r = bench::run_benchmark(o);
   std::printf("%s\n", a.flag("json") ? r.to_json().c_str() : r.to_text().c_str());
   return 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace bunsen::engine {
@@ -71,15 +72,27 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
   sampling::SamplerScratch scratch;
   const int64_t budget = runner.options().max_tokens_per_step;
 
-  // The next token after a step that asks for the last row's logits. Greedy (sample() applies no processor
-  // then) takes the argmax where the logits are: on CUDA a 4-byte copy instead of the whole row (513 KB for
-  // a 128k vocabulary) and a host scan of it, which left the GPU idle ~250-400 us per token.
+  // Where tokens are picked. Greedy (sample() applies no processor then) takes the argmax where the logits
+  // are: on CUDA a 4-byte copy instead of the whole row (513 KB for a 128k vocabulary) and a host scan of it.
+  // Pipelined, sampled tokens are drawn there too (ops.h's sample(): sampling::sample's filters and draw, fed
+  // this step's uniform from the request's RNG, one per token as sample() takes them), so the next step can
+  // be queued before the host has the token. Otherwise the logits row comes back and the host draws.
+  const bool greedy = opts.sampling.greedy();
+  const bool pipeline = opts.pipeline.value_or(env_flag("BUNSEN_DECODE_PIPELINE", runner.device().is_cuda()));
+  const bool on_runner = greedy || pipeline;
+  kernels::SampleSpec spec{opts.sampling.temperature, opts.sampling.top_k, opts.sampling.top_p, opts.sampling.min_p};
+  auto enqueue = [&](const SeqChunk& c, bool feed) {
+    if (greedy) return runner.enqueue_tokens({&c, 1}, feed);
+    spec.u = rng.next_double();
+    return runner.enqueue_tokens({&c, 1}, feed, {&spec, 1});
+  };
+  auto wait = [&](const Runner::PendingTokens& p) {
+    const int32_t id = runner.wait_tokens(p)[0];
+    check(id >= 0, "sampling", greedy ? "every logit is NaN" : "no finite logit to sample from (all NaN or -inf)");
+    return id;
+  };
   auto next_token = [&](const SeqChunk& c) -> int32_t {
-    if (opts.sampling.greedy()) {
-      const int32_t id = runner.step_argmax({&c, 1})[0];
-      check(id >= 0, "sampling", "every logit is NaN");  // as sampling::sample's greedy
-      return id;
-    }
+    if (on_runner) return wait(enqueue(c, false));
     const Tensor logits = runner.step({&c, 1});
     return sampling::sample(logits.ptr<float>(), vocab, opts.sampling, rng, scratch);
   };
@@ -101,6 +114,9 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
 
   auto t1 = Clock::now();
   int64_t pos = n_prompt;
+  // Pipelined: `next` is the queued step that consumes `tok` and produces the token after it (queued with
+  // `tok` fed on the device, before the host knew it), or nothing yet.
+  std::optional<Runner::PendingTokens> next;
   for (;;) {
     if (std::find(opts.eos_ids.begin(), opts.eos_ids.end(), tok) != opts.eos_ids.end()) {
       res.finish = FinishReason::kStop;
@@ -111,16 +127,35 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
       res.finish = FinishReason::kCancelled;
       break;
     }
-    if (static_cast<int64_t>(res.tokens.size()) >= opts.max_tokens) {
+    const auto produced = static_cast<int64_t>(res.tokens.size());
+    if (produced >= opts.max_tokens) {
       res.finish = FinishReason::kLength;
       break;
     }
-    seq.ensure(pos + 1);
-    SeqChunk c{&seq.table(), &res.tokens.back(), 1, pos, SeqChunk::Logits::kLast};
-    tok = next_token(c);
-    ++pos;
+    if (!pipeline) {
+      seq.ensure(pos + 1);
+      SeqChunk c{&seq.table(), &res.tokens.back(), 1, pos++, SeqChunk::Logits::kLast};
+      tok = next_token(c);
+      ++res.stats.decode_steps;
+      continue;
+    }
+    if (!next) {
+      seq.ensure(pos + 1);
+      SeqChunk c{&seq.table(), &res.tokens.back(), 1, pos++, SeqChunk::Logits::kLast};
+      next = enqueue(c, /*feed=*/false);
+    }
+    // The step after it, fed on the device, when the token it produces can still be emitted.
+    std::optional<Runner::PendingTokens> after;
+    if (produced + 1 < opts.max_tokens) {
+      seq.ensure(pos + 1);
+      SeqChunk c{&seq.table(), &res.tokens.back(), 1, pos++, SeqChunk::Logits::kLast};  // token: placeholder
+      after = enqueue(c, /*feed=*/true);
+    }
+    tok = wait(*next);
+    next = after;
     ++res.stats.decode_steps;
   }
+  if (next) runner.wait_tokens(*next);  // a step queued past the end: its result is dropped
   res.stats.decode_seconds = seconds_since(t1);
   res.stats.generated_tokens = static_cast<int64_t>(res.tokens.size());
   return res;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -18,6 +19,13 @@ struct GenerateOptions {
   sampling::SamplingParams sampling;
   int64_t max_tokens = 256;
   std::vector<int32_t> eos_ids;  // generation stops after emitting one of these (it is not returned)
+  // Pipelined decoding: the runner picks each token where the logits are (argmax; a sampled draw with this
+  // request's RNG through ops.h's sample(), the same token sampling::sample draws from the same logits) and
+  // step N + 1 is queued, its token fed from step N's on the device, before the host reads step N's token,
+  // so the GPU does not wait for the host between steps; a step queued past an EOS or a cancel is dropped.
+  // Unset: on for CUDA runners, off on the CPU (a step runs synchronously there, and the host sampler is
+  // faster than the reference sample()); BUNSEN_DECODE_PIPELINE=0|1 overrides the unset default.
+  std::optional<bool> pipeline;
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };

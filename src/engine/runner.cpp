@@ -6,6 +6,7 @@
 #include "engine/runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/status.h"
 
@@ -87,6 +88,8 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
   const size_t meta_bytes = meta_layout(opts.max_tokens_per_step, opts.max_logit_rows, opts.max_seqs).end;
   const size_t logit_bytes =
       static_cast<size_t>(opts.max_logit_rows * model.config().vocab_size) * sizeof(float);
+  meta_stride_ = meta_bytes;  // meta_layout() ends on a kAlignment boundary
+  const size_t argmax_bytes = static_cast<size_t>(kSlots * opts.max_logit_rows) * sizeof(int32_t);
   if (device_.is_cuda()) {
     kernels::set_current_device(device_);
     if (ctx_.cuda_stream == nullptr) {  // graphs cannot be captured on the legacy default stream
@@ -95,19 +98,17 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
     }
     workspace_memory_ = kernels::DeviceMemory::allocate(device_, std::max<size_t>(ws_bytes, 1));
     workspace_ = Arena(workspace_memory_.data(), ws_bytes, device_);
-    meta_host_ = kernels::DeviceMemory::pinned_host(meta_bytes);
+    meta_host_ = kernels::DeviceMemory::pinned_host(kSlots * meta_bytes);
     meta_device_ = kernels::DeviceMemory::allocate(device_, meta_bytes);
     logits_host_ = kernels::DeviceMemory::pinned_host(logit_bytes);
     logits_device_ = kernels::DeviceMemory::allocate(device_, logit_bytes);
-    argmax_host_ = kernels::DeviceMemory::pinned_host(static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
-    argmax_device_ =
-        kernels::DeviceMemory::allocate(device_, static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
+    ids_host_ = kernels::DeviceMemory::pinned_host(argmax_bytes);
+    for (auto& e : slot_done_) e = kernels::DeviceEvent::create(device_);
   } else {
     workspace_ = Arena(ws_bytes);
-    meta_host_ = kernels::DeviceMemory::allocate(Device::cpu(), meta_bytes);
+    meta_host_ = kernels::DeviceMemory::allocate(Device::cpu(), kSlots * meta_bytes);
     logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
-    argmax_host_ =
-        kernels::DeviceMemory::allocate(Device::cpu(), static_cast<size_t>(opts.max_logit_rows) * sizeof(int32_t));
+    ids_host_ = kernels::DeviceMemory::allocate(Device::cpu(), argmax_bytes);
   }
 }
 
@@ -120,7 +121,7 @@ Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs)
     return here;
   };
   const auto t = static_cast<size_t>(n);
-  m.token_ids = place(t * sizeof(int32_t));
+  m.token_ids = place(t * sizeof(int32_t));  // offset 0: a step's argmax ids land there (enqueue_argmax)
   m.positions = place(t * sizeof(int32_t));
   m.seq_index = place(t * sizeof(int32_t));
   m.slot_mapping = place(t * sizeof(int64_t));
@@ -154,7 +155,8 @@ model::StepBatch Runner::batch_view(const MetaLayout& m, const char* base, Devic
   return b;
 }
 
-model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs) {
+model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, char* host,
+                                         int64_t pad_seqs) {
   // Messages are built only on failure: this runs every decode step and must not allocate.
   if (chunks.empty() || static_cast<int64_t>(chunks.size()) > opts_.max_seqs)
     throw Error("engine", strfmt("step: %zu sequences, the runner holds 1 to %lld", chunks.size(),
@@ -174,7 +176,6 @@ model::StepBatch Runner::fill_host_batch(std::span<const SeqChunk> chunks, MetaL
   n_out += pad_seqs;
   const auto n_seqs = static_cast<int64_t>(chunks.size()) + pad_seqs;
   m = meta_layout(n, n_out, n_seqs);
-  char* host = static_cast<char*>(meta_host_.data());
   model::StepBatch hb = batch_view(m, host, Device::cpu(), n, n_out, n_seqs);
   int32_t* ids = hb.token_ids.ptr<int32_t>();
   int32_t* pos = hb.positions.ptr<int32_t>();
@@ -283,16 +284,28 @@ void Runner::run_forward(const model::ForwardArgs& args, int64_t bucket) {
   ++stats_.graph_captures;
 }
 
-int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
+int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook, bool feed) {
   const int64_t bucket = graph_bucket(chunks, hook);
   const int64_t pad = bucket > 0 ? bucket - static_cast<int64_t>(chunks.size()) : 0;
+  const int prev_slot = slot_;
+  slot_ = (slot_ + 1) % kSlots;
+  slot_done_[slot_].synchronize();  // the step that last used this slot has copied its metadata and ids
+  char* host = meta_host(slot_);
   MetaLayout m{};
-  const model::StepBatch hb = fill_host_batch(chunks, m, pad);
+  const model::StepBatch hb = fill_host_batch(chunks, m, host, pad);
   const int64_t n = hb.n_tokens(), n_out = hb.n_out(), n_seqs = hb.block_tables.dim(0);
   const int64_t vocab = model_.config().vocab_size;
-  char* host = static_cast<char*>(meta_host_.data());
   const bool cuda = device_.is_cuda();
-  if (cuda) kernels::copy_async(ctx_, meta_device_.data(), host, m.end);
+  // Fed: the previous step's argmax ids are this step's tokens (row r feeds chunk r). On CUDA that step's
+  // argmax wrote them where the token ids live (meta_device_ at offset 0, after its forward had read its own),
+  // so the metadata copy starts after them; on the CPU they are in that step's host slot.
+  const int64_t n_real = n_out - pad;
+  if (cuda) {
+    const size_t from = feed ? m.positions : 0;
+    kernels::copy_async(ctx_, static_cast<char*>(meta_device_.data()) + from, host + from, m.end - from);
+  } else if (feed) {
+    std::memcpy(host + m.token_ids, ids_host(prev_slot), static_cast<size_t>(n_real) * sizeof(int32_t));
+  }
   model::StepBatch batch =
       cuda ? batch_view(m, static_cast<const char*>(meta_device_.data()), device_, n, n_out, n_seqs) : hb;
   batch.max_seq_len = hb.max_seq_len;
@@ -308,7 +321,8 @@ int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::Activation
   args.ctx = &ctx_;
   run_forward(args, bucket);
   ++stats_.steps;
-  return n_out - pad;
+  last_token_rows_ = -1;
+  return n_real;
 }
 
 Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hook) {
@@ -322,21 +336,48 @@ Tensor Runner::step(std::span<const SeqChunk> chunks, model::ActivationHook* hoo
   return Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
 }
 
-std::span<const int32_t> Runner::step_argmax(std::span<const SeqChunk> chunks) {
-  const int64_t n_out = forward_step(chunks, nullptr);
-  const int64_t vocab = model_.config().vocab_size;
-  int32_t* ids = static_cast<int32_t*>(argmax_host_.data());
-  if (device_.is_cuda()) {
-    Tensor logits = Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_);
-    Tensor out = Tensor::view(argmax_device_.data(), DType::kI32, {n_out}, device_);
-    kernels::argmax(ctx_, out, logits);
-    kernels::copy_async(ctx_, ids, argmax_device_.data(), static_cast<size_t>(n_out) * sizeof(int32_t));
-    kernels::synchronize(ctx_);
-  } else {
-    kernels::argmax(ctx_, Tensor::view(ids, DType::kI32, {n_out}),
-                    Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab}));
+Runner::PendingTokens Runner::enqueue_tokens(std::span<const SeqChunk> chunks, bool feed,
+                                             std::span<const kernels::SampleSpec> sample) {
+  if (feed) {
+    bool decode = last_token_rows_ == static_cast<int64_t>(chunks.size());
+    for (const SeqChunk& c : chunks) decode = decode && c.n == 1 && c.logits == SeqChunk::Logits::kLast;
+    check(decode, "engine",
+          "enqueue_tokens: a fed step needs one-token chunks, one per row of the token step enqueued just before");
   }
-  return {ids, static_cast<size_t>(n_out)};
+  const int64_t n_out = forward_step(chunks, nullptr, feed);
+  if (!sample.empty() && static_cast<int64_t>(sample.size()) != n_out)
+    throw Error("engine", strfmt("enqueue_tokens: %zu sampling specs for %lld logits rows", sample.size(),
+                                 (long long)n_out));
+  const int64_t vocab = model_.config().vocab_size;
+  int32_t* ids = ids_host(slot_);
+  auto pick = [&](Tensor out, Tensor logits) {
+    if (sample.empty())
+      kernels::argmax(ctx_, out, logits);
+    else
+      kernels::sample(ctx_, out, logits, sample);
+  };
+  if (device_.is_cuda()) {
+    // Into the token ids of meta_device_ (this step's forward has read them): a fed next step finds them
+    // there. n_out <= the step's tokens, so they fit.
+    pick(Tensor::view(meta_device_.data(), DType::kI32, {n_out}, device_),
+         Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_));
+    kernels::copy_async(ctx_, ids, meta_device_.data(), static_cast<size_t>(n_out) * sizeof(int32_t));
+    slot_done_[slot_].record(ctx_);
+  } else {
+    pick(Tensor::view(ids, DType::kI32, {n_out}), Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab}));
+  }
+  last_token_rows_ = n_out;
+  return {slot_, n_out};
+}
+
+std::span<const int32_t> Runner::wait_tokens(const PendingTokens& p) {
+  check(p.slot >= 0 && p.slot < kSlots, "engine", "wait_tokens: not an enqueued step");
+  slot_done_[p.slot].synchronize();
+  return {ids_host(p.slot), static_cast<size_t>(p.n_out)};
+}
+
+std::span<const int32_t> Runner::step_argmax(std::span<const SeqChunk> chunks) {
+  return wait_tokens(enqueue_tokens(chunks));
 }
 
 }  // namespace bunsen::engine

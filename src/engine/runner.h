@@ -114,6 +114,22 @@ class Runner {
   // where the logits are: on CUDA a [n_out] i32 copy replaces the [n_out, vocab] f32 one. Valid until the
   // next step.
   std::span<const int32_t> step_argmax(std::span<const SeqChunk> chunks);
+  // Pipelined decoding (generate()): enqueue_tokens() builds and launches a step and picks each logits row's
+  // next token where the logits are (argmax, or ops.h's sample() with `sample[r]` when given: a draw from the
+  // caller's RNG in each spec), returning without waiting; wait_tokens() waits for that step and returns the
+  // ids (valid until its slot is reused, two steps later). With `feed`, every chunk is one token with
+  // last-row logits, and the chunks' token ids are replaced on the device by the ids the step enqueued just
+  // before picked for the same rows (which the host need not have read): the next step is queued while the
+  // previous one runs. A fed id outside the vocabulary (-1: a row with no candidate) reaches the embedding
+  // kernels, which write NaN rows for such ids. Steps use two metadata/id slots in turn; an enqueue first
+  // waits for the step that last used its slot, so at most two are ever in flight.
+  struct PendingTokens {
+    int slot = -1;
+    int64_t n_out = 0;
+  };
+  PendingTokens enqueue_tokens(std::span<const SeqChunk> chunks, bool feed = false,
+                               std::span<const kernels::SampleSpec> sample = {});
+  std::span<const int32_t> wait_tokens(const PendingTokens& p);
   Device device() const { return device_; }
 
   model::Model& model() { return model_; }
@@ -169,12 +185,18 @@ class Runner {
   void copy_state(const kv::StateStorage& from, int32_t from_slot, const kv::StateStorage& to, int32_t to_slot);
   // Checks the chunks and writes their arrays into meta_host_; returns host views over them and the layout.
   // `pad_seqs` extra one-token rows (bucket padding) follow the chunks: slot -1, an empty block table.
-  model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, int64_t pad_seqs = 0);
+  model::StepBatch fill_host_batch(std::span<const SeqChunk> chunks, MetaLayout& m, char* host,
+                                   int64_t pad_seqs = 0);
   // The bucket a decode-only step replays from a graph, or 0 when this step runs eagerly.
   int64_t graph_bucket(std::span<const SeqChunk> chunks, model::ActivationHook* hook) const;
   void run_forward(const model::ForwardArgs& args, int64_t bucket);
-  // Builds and runs one step; leaves the logits where forward wrote them. Returns the real rows' count.
-  int64_t forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook);
+  // Builds and runs one step in the next slot (slot_); leaves the logits where forward wrote them. Returns
+  // the real rows' count. `feed`: the token ids come from the previous token step (enqueue_tokens).
+  int64_t forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook, bool feed = false);
+  char* meta_host(int slot) { return static_cast<char*>(meta_host_.data()) + static_cast<size_t>(slot) * meta_stride_; }
+  int32_t* ids_host(int slot) {
+    return static_cast<int32_t*>(ids_host_.data()) + static_cast<size_t>(slot) * opts_.max_logit_rows;
+  }
   model::StepBatch batch_view(const MetaLayout& m, const char* base, Device dev, int64_t n, int64_t n_out,
                               int64_t n_seqs) const;
 
@@ -199,12 +221,17 @@ class Runner {
   kernels::DeviceMemory workspace_memory_;  // CUDA: the workspace arena's memory
   Arena workspace_;
   // Packed step metadata: token_ids, positions, seq_index [T] i32, slot_mapping [T] i64, block_tables
-  // [S, max_blocks] i32, logit_rows [R] i32. Host side (pinned on CUDA) and its device mirror.
+  // [S, max_blocks] i32, logit_rows [R] i32. Host side (pinned on CUDA; kSlots slots of meta_stride_
+  // bytes, used in turn) and its device mirror.
+  static constexpr int kSlots = 2;
   kernels::DeviceMemory meta_host_, meta_device_;
+  size_t meta_stride_ = 0;
+  int slot_ = kSlots - 1;                   // the slot the last step used
+  kernels::DeviceEvent slot_done_[kSlots];  // CUDA: recorded after an enqueued step's last use of its slot
+  int64_t last_token_rows_ = -1;            // rows of the last step when it picked tokens, else -1
   kernels::DeviceMemory logits_host_;    // [max_logit_rows, vocab_size] f32 (pinned on CUDA)
   kernels::DeviceMemory logits_device_;  // CUDA: where forward writes the logits
-  kernels::DeviceMemory argmax_host_;    // [max_logit_rows] i32 (pinned on CUDA)
-  kernels::DeviceMemory argmax_device_;  // CUDA: where the argmax kernel writes
+  kernels::DeviceMemory ids_host_;    // [kSlots, max_logit_rows] i32 (pinned on CUDA)
   kernels::DeviceStream stream_;          // CUDA: the runner's own stream when the caller gave none
   std::map<int64_t, kernels::DeviceGraph> graphs_;  // decode bucket -> captured step
   size_t graph_scratch_ = 0;  // scratch arena size the graphs were captured with (growth frees it)

@@ -383,6 +383,28 @@ void argmax(Context& ctx, Tensor out, Tensor x) {
   use_ref() ? ref::argmax(out, x) : cpu::argmax(pool_of(ctx), out, x);
 }
 
+void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> rows) {
+  const char* op = "sample";
+  const bool gpu = on_cuda(op, {&out, &x});
+  need_rows(op, "x", x, gpu);
+  need_dtype(op, "x", x, DType::kF32);
+  if (x.dim(-1) < 1) fail(op, desc("x", x) + " has empty rows");
+  need_dtype(op, "out", out, DType::kI32);
+  const int64_t n_rows = as_rows(x).n_rows;
+  need_vector(op, "out", out, n_rows);
+  if (static_cast<int64_t>(rows.size()) != n_rows)
+    fail(op, strfmt("%zu sampling specs for %lld rows", rows.size(), (long long)n_rows));
+  for (const SampleSpec& r : rows) {
+    if (!(r.temperature > 0.0f) || !std::isfinite(r.temperature) || r.top_k < 0 || r.top_k == 1)
+      fail(op, strfmt("temperature %g, top_k %d: greedy rows take argmax (temperature > 0 and top_k != 1 here)",
+                      r.temperature, r.top_k));
+    if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.u >= 0.0 && r.u < 1.0))
+      fail(op, strfmt("top_p %g must be in (0, 1], min_p %g in [0, 1], u %g in [0, 1)", r.top_p, r.min_p, r.u));
+  }
+  if (gpu) return cuda_route::sample(ctx, out, x, rows);
+  ref::sample(out, x, rows);
+}
+
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows) {
   const char* op = "gather_rows";
   const bool gpu = on_cuda(op, {&out, &x, &rows});

@@ -3,6 +3,8 @@
 // the current CUDA device. Without BUNSEN_HAVE_CUDA every entry throws "CUDA backend not built".
 #include "kernels/dispatch_cuda.h"
 
+#include <vector>
+
 #include "core/status.h"
 #include "kernels/rows.h"
 #ifdef BUNSEN_HAVE_CUDA
@@ -147,6 +149,14 @@ void argmax(Context& ctx, Tensor out, Tensor x) {
   cuda::argmax(ctx.cuda_stream, out.ptr<int32_t>(), rows(x));
 }
 
+void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> specs) {
+  need_current_device("sample", x);
+  std::vector<cuda::SampleRow> r(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i)
+    r[i] = {specs[i].temperature, specs[i].top_k, specs[i].top_p, specs[i].min_p, specs[i].u};
+  cuda::sample(ctx.cuda_stream, out.ptr<int32_t>(), rows(x), r.data());
+}
+
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor row_ids) {
   need_current_device("gather_rows", out);
   cuda::gather_rows(ctx.cuda_stream, rows(out), rows(x), row_ids.ptr<int32_t>());
@@ -201,6 +211,9 @@ void softmax(Context&, Tensor) {
 }
 void argmax(Context&, Tensor, Tensor) {
   not_built("argmax");
+}
+void sample(Context&, Tensor, Tensor, std::span<const SampleSpec>) {
+  not_built("sample");
 }
 void gather_rows(Context&, Tensor, Tensor, Tensor) {
   not_built("gather_rows");

@@ -183,6 +183,23 @@ void softmax(Context& ctx, Tensor x);
 //   out [m] i32; x [m, n] f32.
 void argmax(Context& ctx, Tensor out, Tensor x);
 
+// One token drawn per row, with sampling::sample's semantics given that call's uniform draw u in [0, 1):
+// candidates are the non-NaN, non -inf logits (only the +inf ones when any is +inf, equally likely), at
+// val = (logit - max) / temperature; top-k keeps every val >= the k-th largest (0 = off); min-p keeps
+// exp(val) >= min_p (at least the most likely); top-p keeps the shortest prefix of the descending order
+// (ties: lower id first) whose mass reaches top_p of the top-k mass (1 = off); the token is where the
+// survivors' cumulative mass in that order first exceeds u times their total. out[r] = -1 when a row has
+// no candidate. Greedy rows (temperature <= 0 or top_k == 1) are the caller's: they are rejected here.
+//   out [m] i32; x [m, n] f32; rows [m].
+struct SampleSpec {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  double u = 0.0;
+};
+void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> rows);
+
 // out[r, :] = x[rows[r], :] (the rows whose logits a step wants).   out [n_out, d], x [n, d] f32 (f32|bf16
 // on CUDA; dtypes may differ there); rows [n_out] i32 on the tensors' device, each in [0, n).
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);

@@ -162,6 +162,46 @@ TEST_F(CudaTest, CpuAndCudaGreedyAgreeWhileMarginsAreClear) {
   EXPECT_GT(checked, 0) << "no fixture had a clear first greedy step: the test compared nothing";
 }
 
+// Pipelined decoding (generate()'s CUDA default: step N + 1 queued with its token picked on the device by step
+// N) gives the tokens of step-by-step decoding, bit for bit, for every golden family, greedy and sampled; with
+// an EOS mid-way the step queued past it is dropped and the next generation is unchanged.
+TEST_F(CudaTest, PipelinedGreedyEqualsStepByStep) {
+  for (const std::string& name : fixture_names()) {
+    SCOPED_TRACE(name);
+    Fixture f = load_fixture(name);
+    auto gpu = load(build_checkpoint(f, DType::kBF16, "cuda_pipeline"), Device::cuda(0));
+    const std::vector<int32_t> ids = to_i32(f.outputs->get("input_ids"));
+    constexpr int64_t kTokens = 20;
+    engine::Runner runner(*gpu, runner_options(static_cast<int64_t>(ids.size()) + kTokens, 8));
+    engine::GenerateOptions go;
+    go.sampling.temperature = 0;
+    go.max_tokens = kTokens;
+    go.pipeline = false;
+    const std::vector<int32_t> plain = engine::generate(runner, ids, go).tokens;
+    go.pipeline = true;
+    EXPECT_EQ(engine::generate(runner, ids, go).tokens, plain);
+    ASSERT_EQ(plain.size(), static_cast<size_t>(kTokens));
+    go.eos_ids = {plain[7]};
+    const engine::GenerateResult stopped = engine::generate(runner, ids, go);
+    EXPECT_EQ(stopped.finish, engine::FinishReason::kStop);
+    EXPECT_EQ(stopped.tokens,
+              std::vector<int32_t>(plain.begin(), std::find(plain.begin(), plain.end(), plain[7])));
+    go.eos_ids.clear();
+    EXPECT_EQ(engine::generate(runner, ids, go).tokens, plain);
+    // Sampled: the pipelined path draws on the device (ops.h's sample() with the request's RNG), the other
+    // copies the logits row back and draws with sampling::sample. Same logits, same draws: same tokens.
+    go.sampling.temperature = 0.9f;
+    go.sampling.top_k = 50;
+    go.sampling.top_p = 0.95f;
+    go.sampling.seed = 11;
+    go.pipeline = false;
+    const std::vector<int32_t> host = engine::generate(runner, ids, go).tokens;
+    go.pipeline = true;
+    EXPECT_EQ(engine::generate(runner, ids, go).tokens, host);
+    EXPECT_EQ(runner.pool().n_free(), runner.pool().n_blocks());
+  }
+}
+
 TEST_F(CudaTest, DecodeStepsAllocateNoDeviceMemory) {
   Fixture f = load_fixture("qwen3");
   auto m = load(build_checkpoint(f, DType::kBF16, "cuda_alloc"), Device::cuda(0));

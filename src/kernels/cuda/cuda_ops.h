@@ -201,6 +201,15 @@ void gelu_tanh_mul(void* stream, DevRows out, DevRows gate, DevRows up);  // act
 void softcap(void* stream, DevRows x, float cap);                          // activation.cu
 void softmax(void* stream, DevRows x);
 void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
+// ops.h's sample() (sample.cu): one block per row, rows[x.n_rows] (host memory, read at launch).
+struct SampleRow {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  float min_p;
+  double u;
+};
+void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows);
 // out[r, :] = x[rows[r], :]; rows [out.n_rows] i32 on the device (a row outside x gives a NaN row).
 void gather_rows(void* stream, DevRows out, DevRows x, const int32_t* rows);
 

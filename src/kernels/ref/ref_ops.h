@@ -21,6 +21,7 @@ void gelu_tanh_mul(Tensor out, Tensor gate, Tensor up);
 void softcap(Tensor x, float cap);
 void softmax(Tensor x);
 void argmax(Tensor out, Tensor x);
+void sample(Tensor out, Tensor x, std::span<const SampleSpec> rows);  // ref_sample.cpp
 void gather_rows(Tensor out, Tensor x, Tensor rows);
 void dequantize(Tensor out, const QuantWeight& w);
 void embedding_q(Tensor out, const QuantWeight& table, Tensor ids, float scale);

@@ -2,7 +2,9 @@
 // EOS/max_tokens/cancel finish reasons, memory admission, and KV blocks returned on every exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/status.h"
 #include "engine/generator.h"
@@ -107,6 +109,104 @@ TEST(Generator, StopsOnEosAndCancel) {
   EXPECT_EQ(cancelled.finish, FinishReason::kCancelled);
   EXPECT_EQ(cancelled.tokens.size(), 2u);
   EXPECT_EQ(r.pool().n_free(), r.pool().n_blocks());
+}
+
+// Pipelined greedy decoding (the CUDA default) forced on the CPU: each step's token is fed from the previous
+// step's argmax slot before the host reads it, and a step queued past an EOS or a cancel is dropped. The
+// tokens, finish reasons and counted steps equal step-by-step decoding; at most one step is wasted.
+TEST(Generator, PipelinedGreedyEqualsStepByStep) {
+  auto m = tiny_model();
+  Runner r(*m, opts(8, 4));
+  auto p = prompt(6);
+  auto run = [&](bool pipeline, int64_t max_tokens, std::vector<int32_t> eos = {}, int cancel_after = 0) {
+    GenerateOptions go;
+    go.sampling.temperature = 0;
+    go.max_tokens = max_tokens;
+    go.eos_ids = std::move(eos);
+    go.pipeline = pipeline;
+    int seen = 0;
+    auto on_token = [&](int32_t) { return cancel_after == 0 || ++seen < cancel_after; };
+    const int64_t steps_before = r.stats().steps;
+    GenerateResult res = generate(r, p, go, on_token);
+    EXPECT_EQ(r.pool().n_free(), r.pool().n_blocks());
+    return std::make_pair(res, r.stats().steps - steps_before);
+  };
+  for (int64_t n : {1, 2, 3, 14}) {
+    SCOPED_TRACE(n);
+    auto [plain, plain_steps] = run(false, n);
+    auto [piped, piped_steps] = run(true, n);
+    EXPECT_EQ(piped.tokens, plain.tokens);
+    EXPECT_EQ(piped.finish, FinishReason::kLength);
+    EXPECT_EQ(piped.stats.decode_steps, plain.stats.decode_steps);
+    EXPECT_EQ(piped_steps, plain_steps);  // nothing queued past max_tokens
+  }
+  const std::vector<int32_t> full = run(false, 14).first.tokens;
+  ASSERT_EQ(full.size(), 14u);
+  // An EOS first emitted at e >= 1 (so a decode step produced it, with the next one already queued).
+  size_t e = 1;
+  while (e < full.size() && std::find(full.begin(), full.begin() + e, full[e]) != full.begin() + e) ++e;
+  ASSERT_LT(e + 1, full.size()) << "the tiny model repeats one token: no EOS candidate";
+  auto [plain, plain_steps] = run(false, 14, {full[e]});
+  auto [piped, piped_steps] = run(true, 14, {full[e]});
+  EXPECT_EQ(plain.tokens, std::vector<int32_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(e)));
+  EXPECT_EQ(piped.finish, FinishReason::kStop);
+  EXPECT_EQ(piped.tokens, plain.tokens);
+  EXPECT_EQ(piped.stats.decode_steps, plain.stats.decode_steps);
+  EXPECT_EQ(piped_steps, plain_steps + 1);  // the step queued after the EOS, dropped
+  auto [cancelled, cancelled_steps] = run(true, 14, {}, 3);
+  EXPECT_EQ(cancelled.finish, FinishReason::kCancelled);
+  EXPECT_EQ(cancelled.tokens, std::vector<int32_t>(full.begin(), full.begin() + 3));
+  // The runner stays usable after a dropped step: the next generation is unchanged.
+  EXPECT_EQ(run(true, 14).first.tokens, full);
+}
+
+// Sampled and pipelined, the runner draws (ops.h's sample(), here its CPU reference) from this request's RNG,
+// one draw per token as sampling::sample takes them: the same tokens as the host sampler, for every setting.
+TEST(Generator, PipelinedSamplingDrawsWhatTheHostSamplerDraws) {
+  auto m = tiny_model();
+  Runner r(*m, opts(8, 4));
+  auto p = prompt(6);
+  GenerateOptions go;
+  go.max_tokens = 16;
+  for (auto [t, k, top_p, min_p] : {std::tuple{1.0f, 0, 1.0f, 0.0f}, {0.7f, 20, 0.9f, 0.0f}, {1.3f, 0, 1.0f, 0.1f}}) {
+    go.sampling.temperature = t;
+    go.sampling.top_k = k;
+    go.sampling.top_p = top_p;
+    go.sampling.min_p = min_p;
+    for (uint64_t seed : {3ull, 4ull}) {
+      go.sampling.seed = seed;
+      go.pipeline = false;
+      const GenerateResult host = generate(r, p, go);
+      go.pipeline = true;
+      const GenerateResult piped = generate(r, p, go);
+      EXPECT_EQ(piped.tokens, host.tokens) << "T " << t << " seed " << seed;
+      EXPECT_EQ(piped.stats.decode_steps, host.stats.decode_steps);
+    }
+  }
+  EXPECT_EQ(r.pool().n_free(), r.pool().n_blocks());
+}
+
+// A fed step must follow an argmax step with one row per chunk.
+TEST(Generator, FedStepNeedsAPreviousArgmaxRowPerChunk) {
+  auto m = tiny_model();
+  Runner r(*m, opts(8, 4));
+  kv::BlockTable t(r.block_size());
+  for (int i = 0; i < 2; ++i) t.append(*r.pool().allocate());
+  const std::vector<int32_t> ids = {5, 6, 7};
+  SeqChunk c{&t, ids.data(), 1, 0, SeqChunk::Logits::kLast};
+  EXPECT_THROW(r.enqueue_tokens({&c, 1}, /*feed=*/true), Error);  // nothing before it
+  r.wait_tokens(r.enqueue_tokens({&c, 1}));
+  SeqChunk two{&t, ids.data(), 2, 1, SeqChunk::Logits::kLast};
+  EXPECT_THROW(r.enqueue_tokens({&two, 1}, /*feed=*/true), Error);  // not a one-token chunk
+  r.step({&c, 1});
+  EXPECT_THROW(r.enqueue_tokens({&c, 1}, /*feed=*/true), Error);  // a logits step came in between
+  r.wait_tokens(r.enqueue_tokens({&c, 1}));
+  SeqChunk next{&t, ids.data(), 1, 1, SeqChunk::Logits::kLast};
+  const int32_t fed_from = r.wait_tokens(r.enqueue_tokens({&c, 1}))[0];
+  const int32_t fed = r.wait_tokens(r.enqueue_tokens({&next, 1}, /*feed=*/true))[0];
+  SeqChunk host{&t, &fed_from, 1, 1, SeqChunk::Logits::kLast};
+  EXPECT_EQ(r.wait_tokens(r.enqueue_tokens({&host, 1}))[0], fed);  // fed == the host giving that token
+  t.release_all(r.pool());
 }
 
 TEST(Generator, SeededSamplingIsReproducible) {
