@@ -3,8 +3,9 @@
 // the draw) is a radix search over order-preserving 32-bit keys of val, 8 bits per level, on histograms of
 // counts or masses built in shared memory; it stops as soon as the crossing bin holds one candidate, and ties
 // at one value are resolved by id with a block-wide scan. Masses are fixed point (exp(val) in units of 2^-43
-// in u64), so sums do not depend on the order of the atomics: a row's draw is deterministic. A pass reads the
-// row from L2 (8-16 passes per row). Invariants: val is computed as the CPU computes it ((logit - max) / T in
+// in u64), so sums do not depend on the order of the atomics: a row's draw is deterministic. A first pass
+// finds the maximum and a second writes every candidate's key and exp(val) to the stream's scratch arena; the
+// later passes (6-14, all from L2) read those. Histogram atomics are warp-aggregated. Invariants: val is computed as the CPU computes it ((logit - max) / T in
 // f32 with IEEE division), so keys, ties and order are the CPU's; a row's result depends only on that row and
 // its spec; -1 for a row without a candidate.
 #include "kernels/cuda/cuda_common.cuh"
@@ -34,27 +35,41 @@ __device__ __forceinline__ uint64_t mass_of(uint32_t k) {
   return __double2ull_rn(static_cast<double>(expf(val_of(k))) * kFixed);
 }
 
+// A row's candidates after pass 1: key[i] (0: not a candidate; a real key is never 0, which is a NaN's) and
+// e[i] = exp(val), written once (the division and exp are most of a pass's work) and read by every later pass.
 struct Row {
   const float* x;
   int64_t n;
-  float mx;
-  float t;
-  bool pos_inf;
-  // Candidate i's key; false when i is no candidate (NaN, -inf, or not +inf in a row with a +inf).
-  __device__ __forceinline__ bool key(int64_t i, uint32_t& k) const {
-    const float v = x[i];
-    if (isnan(v) || v == -INFINITY) return false;
-    float val = 0.0f;
-    if (pos_inf) {
-      if (v != INFINITY) return false;
-    } else {
-      val = (v - mx) / t;
-      if (val == 0.0f) val = 0.0f;  // -0 -> +0: equal values are ties, as on the CPU
-    }
-    k = key_of(val);
-    return true;
-  }
+  uint32_t* keys;
+  float* e;
 };
+
+__device__ __forceinline__ uint64_t fixed_mass(float e) {
+  return __double2ull_rn(static_cast<double>(e) * kFixed);
+}
+
+// Loads in flight per thread: a pass is a chain of L2 round trips otherwise (one SM reads the whole row).
+constexpr int kBatch = 8;
+
+// f(i, key, e) for every i of the row (e = 0 unless kE), kBatch coalesced loads per thread issued before any
+// is used. Every lane of every warp makes the same calls (i >= n comes with key 0), so f may use warp-wide
+// intrinsics.
+template <bool kE, class F>
+__device__ __forceinline__ void for_each(const Row& row, F&& f) {
+  const int64_t step = int64_t{blockDim.x} * kBatch;
+  for (int64_t b0 = 0; b0 < row.n; b0 += step) {
+    uint32_t k[kBatch];
+    float e[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
+      k[u] = i < row.n ? row.keys[i] : 0u;
+      e[u] = kE && i < row.n ? row.e[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) f(b0 + int64_t{u} * blockDim.x + threadIdx.x, k[u], e[u]);
+  }
+}
 
 struct Shared {
   unsigned long long mass[256];
@@ -109,14 +124,24 @@ __device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool 
       sm.count[b] = 0;
     }
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < row.n; i += blockDim.x) {
-      uint32_t k;
-      if (!row.key(i, k) || !in_set(k)) continue;
-      if (level > 0 && (k >> (shift + 8)) != prefix) continue;
-      const uint32_t b = (k >> shift) & 255u;
-      atomicAdd(&sm.count[b], 1u);
-      if constexpr (kMass) atomicAdd(&sm.mass[b], static_cast<unsigned long long>(mass_of(k)));
-    }
+    // Warp-aggregated: the lanes of a warp that hit one bin add once (a row's values crowd into a few
+    // exponent bins at level 0, and per-lane atomics on them serialise: 4.7 ms for a 128k row).
+    const int lane = threadIdx.x & 31;
+    for_each<kMass>(row, [&](int64_t, uint32_t k, float e) {
+      int bin = -1;
+      if (k != 0 && in_set(k) && (level == 0 || (k >> (shift + 8)) == prefix))
+        bin = static_cast<int>((k >> shift) & 255u);
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (bin < 0) return;
+      const bool leader = lane == __ffs(peers) - 1;
+      if constexpr (kMass) {  // a mass is <= 2^43: 22-bit halves sum over 32 lanes without overflow
+        const uint64_t m = fixed_mass(e);
+        const unsigned lo = __reduce_add_sync(peers, static_cast<unsigned>(m & 0x3FFFFFu));
+        const unsigned hi = __reduce_add_sync(peers, static_cast<unsigned>(m >> 22));
+        if (leader) atomicAdd(&sm.mass[bin], (static_cast<unsigned long long>(hi) << 22) + lo);
+      }
+      if (leader) atomicAdd(&sm.count[bin], static_cast<unsigned>(__popc(peers)));
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       int hit = -1, last = -1;
@@ -151,18 +176,25 @@ __device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool 
   }
 }
 
-// The j-th (by id) candidate whose key satisfies `match`; -1 when there are not that many.
+// The j-th (by id) candidate whose key satisfies `match`; -1 when there are not that many. `unique`: the
+// caller knows exactly one candidate matches (j = 0): one coalesced pass finds it.
 template <class Match>
-__device__ int nth_match(const Row& row, Match match, uint32_t j, Shared& sm) {
+__device__ int nth_match(const Row& row, Match match, uint32_t j, bool unique, Shared& sm) {
+  if (threadIdx.x == 0) sm.token = -1;
+  __syncthreads();
+  if (unique) {
+    for_each<false>(row, [&](int64_t i, uint32_t k, float) {
+      if (k != 0 && match(k)) sm.token = static_cast<int>(i);
+    });
+    __syncthreads();
+    return sm.token;
+  }
+  // Ties: threads own consecutive id ranges; an exclusive scan of their counts finds the owner of the j-th.
   const int64_t per = (row.n + blockDim.x - 1) / blockDim.x;
   const int64_t lo = static_cast<int64_t>(threadIdx.x) * per;
   const int64_t hi = lo + per < row.n ? lo + per : row.n;
   uint32_t c = 0;
-  for (int64_t i = lo; i < hi; ++i) {
-    uint32_t k;
-    c += row.key(i, k) && match(k) ? 1u : 0u;
-  }
-  // Exclusive scan of the per-thread counts (threads own consecutive id ranges).
+  for (int64_t i = lo; i < hi; ++i) c += row.keys[i] != 0 && match(row.keys[i]) ? 1u : 0u;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t incl = c;
 #pragma unroll
@@ -170,7 +202,6 @@ __device__ int nth_match(const Row& row, Match match, uint32_t j, Shared& sm) {
     const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
     if (lane >= o) incl += y;
   }
-  if (threadIdx.x == 0) sm.token = -1;
   if (lane == 31) sm.scan[warp] = incl;
   __syncthreads();
   uint32_t base = 0;
@@ -179,8 +210,7 @@ __device__ int nth_match(const Row& row, Match match, uint32_t j, Shared& sm) {
   if (j >= excl && j < excl + c) {
     uint32_t left = j - excl;
     for (int64_t i = lo; i < hi; ++i) {
-      uint32_t k;
-      if (!row.key(i, k) || !match(k)) continue;
+      if (row.keys[i] == 0 || !match(row.keys[i])) continue;
       if (left-- == 0) {
         sm.token = static_cast<int>(i);
         break;
@@ -201,27 +231,56 @@ __device__ __forceinline__ Cut shorter(Cut a, Cut b) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const float* x, int64_t xs, int64_t n,
-                                                          Specs specs) {
+                                                          uint32_t* keys, float* e, Specs specs) {
   __shared__ Shared sm;
   const SampleRow p = specs.r[blockIdx.x];
-  Row row{x + blockIdx.x * xs, n, 0.0f, p.temperature, false};
+  const Row row{x + blockIdx.x * xs, n, keys + blockIdx.x * n, e + blockIdx.x * n};
 
-  // Pass 1: the maximum (as a key), the candidates and the +inf entries.
-  uint64_t max_key = 0, n_finite = 0, n_pos_inf = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = row.x[i];
-    if (isnan(v)) continue;
-    const uint64_t k = key_of(v);
-    max_key = k > max_key ? k : max_key;
-    n_finite += v != -INFINITY;
-    n_pos_inf += v == INFINITY;
+  // Pass 1: the maximum (as a key) and whether a +inf is among the values.
+  const int64_t step = int64_t{blockDim.x} * kBatch;
+  uint64_t max_key = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += step) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
+      v[u] = i < n ? row.x[i] : NAN;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const uint64_t k = isnan(v[u]) ? 0 : key_of(v[u]);
+      max_key = k > max_key ? k : max_key;
+    }
   }
   max_key = block_reduce<Red::kMax>(max_key, sm);
-  n_finite = block_reduce<Red::kSum>(n_finite, sm);
-  n_pos_inf = block_reduce<Red::kSum>(n_pos_inf, sm);
-  row.mx = val_of(static_cast<uint32_t>(max_key));
-  row.pos_inf = n_pos_inf > 0;
-  const uint64_t n_cand = row.pos_inf ? n_pos_inf : n_finite;
+  const float mx = val_of(static_cast<uint32_t>(max_key));
+  const bool pos_inf = mx == INFINITY;
+  // Pass 1b: every candidate's key and exp(val), val = (logit - max) / T as the CPU computes it (all +inf
+  // entries at val 0 when there is one), and their count.
+  uint64_t n_cand = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += step) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
+      v[u] = i < n ? row.x[i] : NAN;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
+      if (i >= n) continue;
+      const bool cand = !isnan(v[u]) && v[u] != -INFINITY && (!pos_inf || v[u] == INFINITY);
+      float val = 0.0f;
+      if (cand && !pos_inf) {
+        val = (v[u] - mx) / p.temperature;
+        if (val == 0.0f) val = 0.0f;  // -0 -> +0: equal values are ties, as on the CPU
+      }
+      row.keys[i] = cand ? key_of(val) : 0u;
+      row.e[i] = cand ? expf(val) : 0.0f;
+      n_cand += cand;
+    }
+  }
+  n_cand = block_reduce<Red::kSum>(n_cand, sm);  // its barriers also publish keys and e to the block
   if (n_cand == 0) {
     if (threadIdx.x == 0) out[blockIdx.x] = -1;
     return;
@@ -237,16 +296,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
 
   // Pass 2 over the top-k: its mass, and the candidates min-p keeps (their count and smallest key).
   uint64_t total = 0, n_top = 0, n_keep = 0, keep_min = ~0ull;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    uint32_t k;
-    if (!row.key(i, k) || !in_top_k(k)) continue;
+  for_each<true>(row, [&](int64_t, uint32_t k, float e) {
+    if (k == 0 || !in_top_k(k)) return;
     ++n_top;
-    total += mass_of(k);
-    if (expf(val_of(k)) >= p.min_p) {
+    total += fixed_mass(e);
+    if (e >= p.min_p) {
       ++n_keep;
       keep_min = k < keep_min ? k : keep_min;
     }
-  }
+  });
   total = block_reduce<Red::kSum>(total, sm);
   n_top = block_reduce<Red::kSum>(n_top, sm);
   n_keep = block_reduce<Red::kSum>(n_keep, sm);
@@ -272,14 +330,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
 
   // Pass 3: the survivors' mass (above the cut, plus the ties kept at it).
   uint64_t above = 0, ties = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    uint32_t k;
-    if (!row.key(i, k)) continue;
+  for_each<true>(row, [&](int64_t, uint32_t k, float e) {
+    if (k == 0) return;
     if (k > cut.key)
-      above += mass_of(k);
+      above += fixed_mass(e);
     else if (k == cut.key)
       ++ties;
-  }
+  });
   above = block_reduce<Red::kSum>(above, sm);
   ties = block_reduce<Red::kSum>(ties, sm);
   const uint64_t kept = ties < cut.ties ? ties : cut.ties;
@@ -292,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   if (target >= above && kept > 0) {
     const uint64_t j = e_cut > 0 ? (target - above) / e_cut : 0;
     token = nth_match(row, [cut](uint32_t k) { return k == cut.key; },
-                      static_cast<uint32_t>(j < kept ? j : kept - 1), sm);
+                      static_cast<uint32_t>(j < kept ? j : kept - 1), ties == 1, sm);
   } else {
     auto above_cut = [cut](uint32_t k) { return k > cut.key; };
     const Found f = radix_search<true>(row, above_cut, target, true, sm);
@@ -305,7 +362,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
     const uint32_t prefix = f.prefix;
     const int shift = f.shift;
     token = nth_match(row, [=](uint32_t k) { return above_cut(k) && (k >> shift) == prefix; },
-                      static_cast<uint32_t>(j), sm);
+                      static_cast<uint32_t>(j), f.count == 1, sm);
   }
   if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
@@ -317,8 +374,11 @@ void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
     const int64_t m = x.n_rows - r0 < kMaxRows ? x.n_rows - r0 : kMaxRows;
     Specs specs{};
     for (int64_t i = 0; i < m; ++i) specs.r[i] = rows[r0 + i];
+    const size_t cells = static_cast<size_t>(m * x.n_cols);
+    auto* keys = static_cast<uint32_t*>(scratch(stream, cells * (sizeof(uint32_t) + sizeof(float)), "sample"));
     sample_kernel<<<static_cast<unsigned>(m), kThreads, 0, as_stream(stream)>>>(
-        out + r0, static_cast<const float*>(x.data) + r0 * x.stride, x.stride, x.n_cols, specs);
+        out + r0, static_cast<const float*>(x.data) + r0 * x.stride, x.stride, x.n_cols, keys,
+        reinterpret_cast<float*>(keys + cells), specs);
     check_launch("sample", [&] { return rows_desc("x", x); });
   }
 }
