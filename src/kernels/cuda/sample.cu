@@ -221,6 +221,15 @@ __device__ int nth_match(const Row& row, Match match, uint32_t j, bool unique, S
   return sm.token;
 }
 
+// The row's logits x[b0 + u * blockDim.x + threadIdx.x] for u < kBatch (NaN past its end), loaded together.
+__device__ __forceinline__ void load_x(const Row& row, int64_t b0, float (&v)[kBatch]) {
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) {
+    const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
+    v[u] = i < row.n ? row.x[i] : NAN;
+  }
+}
+
 // A prefix of the descending order: every candidate with key > key, and the first `ties` (by id) at key.
 struct Cut {
   uint32_t key;
@@ -241,11 +250,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   uint64_t max_key = 0;
   for (int64_t b0 = 0; b0 < n; b0 += step) {
     float v[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
-      v[u] = i < n ? row.x[i] : NAN;
-    }
+    load_x(row, b0, v);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const uint64_t k = isnan(v[u]) ? 0 : key_of(v[u]);
@@ -260,11 +265,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   uint64_t n_cand = 0;
   for (int64_t b0 = 0; b0 < n; b0 += step) {
     float v[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
-      v[u] = i < n ? row.x[i] : NAN;
-    }
+    load_x(row, b0, v);
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int64_t i = b0 + int64_t{u} * blockDim.x + threadIdx.x;
