@@ -48,8 +48,9 @@ const std::vector<OptionSpec> kSpecs = {
 
 // --serve: prompt 1024 and gen 256 by default (the serving shape).
 int run_serve(const Args& a) {
-  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch", "mixed-prefill",
-                        "threads", "no-probe", "device", "temperature", "top-p", "top-k", "min-p"})
+  for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch",
+                        "mixed-prefill", "threads", "no-probe", "device", "temperature", "top-p", "top-k",
+                        "min-p"})
     check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
   bench::ServeBenchOptions o;
   o.url = *a.str("serve");

@@ -80,7 +80,8 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
   const bool greedy = opts.sampling.greedy();
   const bool pipeline = opts.pipeline.value_or(env_flag("BUNSEN_DECODE_PIPELINE", runner.device().is_cuda()));
   const bool on_runner = greedy || pipeline;
-  kernels::SampleSpec spec{opts.sampling.temperature, opts.sampling.top_k, opts.sampling.top_p, opts.sampling.min_p};
+  const sampling::SamplingParams& sp = opts.sampling;
+  kernels::SampleSpec spec{sp.temperature, sp.top_k, sp.top_p, sp.min_p};
   auto enqueue = [&](const SeqChunk& c, bool feed) {
     if (greedy) return runner.enqueue_tokens({&c, 1}, feed);
     spec.u = rng.next_double();
@@ -88,7 +89,9 @@ GenerateResult generate(Runner& runner, std::span<const int32_t> prompt, const G
   };
   auto wait = [&](const Runner::PendingTokens& p) {
     const int32_t id = runner.wait_tokens(p)[0];
-    check(id >= 0, "sampling", greedy ? "every logit is NaN" : "no finite logit to sample from (all NaN or -inf)");
+    // The messages of sampling::sample for the same rows.
+    check(id >= 0, "sampling",
+          greedy ? "every logit is NaN" : "no finite logit to sample from (all NaN or -inf)");
     return id;
   };
   auto next_token = [&](const SeqChunk& c) -> int32_t {

@@ -89,7 +89,7 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
   const size_t logit_bytes =
       static_cast<size_t>(opts.max_logit_rows * model.config().vocab_size) * sizeof(float);
   meta_stride_ = meta_bytes;  // meta_layout() ends on a kAlignment boundary
-  const size_t argmax_bytes = static_cast<size_t>(kSlots * opts.max_logit_rows) * sizeof(int32_t);
+  const size_t ids_bytes = static_cast<size_t>(kSlots * opts.max_logit_rows) * sizeof(int32_t);
   if (device_.is_cuda()) {
     kernels::set_current_device(device_);
     if (ctx_.cuda_stream == nullptr) {  // graphs cannot be captured on the legacy default stream
@@ -102,13 +102,13 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
     meta_device_ = kernels::DeviceMemory::allocate(device_, meta_bytes);
     logits_host_ = kernels::DeviceMemory::pinned_host(logit_bytes);
     logits_device_ = kernels::DeviceMemory::allocate(device_, logit_bytes);
-    ids_host_ = kernels::DeviceMemory::pinned_host(argmax_bytes);
+    ids_host_ = kernels::DeviceMemory::pinned_host(ids_bytes);
     for (auto& e : slot_done_) e = kernels::DeviceEvent::create(device_);
   } else {
     workspace_ = Arena(ws_bytes);
     meta_host_ = kernels::DeviceMemory::allocate(Device::cpu(), kSlots * meta_bytes);
     logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
-    ids_host_ = kernels::DeviceMemory::allocate(Device::cpu(), argmax_bytes);
+    ids_host_ = kernels::DeviceMemory::allocate(Device::cpu(), ids_bytes);
   }
 }
 
@@ -121,7 +121,7 @@ Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs)
     return here;
   };
   const auto t = static_cast<size_t>(n);
-  m.token_ids = place(t * sizeof(int32_t));  // offset 0: a step's argmax ids land there (enqueue_argmax)
+  m.token_ids = place(t * sizeof(int32_t));  // offset 0: a step's picked ids land there (enqueue_tokens)
   m.positions = place(t * sizeof(int32_t));
   m.seq_index = place(t * sizeof(int32_t));
   m.slot_mapping = place(t * sizeof(int64_t));
@@ -296,9 +296,9 @@ int64_t Runner::forward_step(std::span<const SeqChunk> chunks, model::Activation
   const int64_t n = hb.n_tokens(), n_out = hb.n_out(), n_seqs = hb.block_tables.dim(0);
   const int64_t vocab = model_.config().vocab_size;
   const bool cuda = device_.is_cuda();
-  // Fed: the previous step's argmax ids are this step's tokens (row r feeds chunk r). On CUDA that step's
-  // argmax wrote them where the token ids live (meta_device_ at offset 0, after its forward had read its own),
-  // so the metadata copy starts after them; on the CPU they are in that step's host slot.
+  // Fed: the ids the previous step picked are this step's tokens (row r feeds chunk r). On CUDA that step
+  // wrote them where the token ids live (meta_device_ at offset 0, after its forward had read its own), so
+  // the metadata copy starts after them; on the CPU they are in that step's host slot.
   const int64_t n_real = n_out - pad;
   if (cuda) {
     const size_t from = feed ? m.positions : 0;
@@ -342,7 +342,7 @@ Runner::PendingTokens Runner::enqueue_tokens(std::span<const SeqChunk> chunks, b
     bool decode = last_token_rows_ == static_cast<int64_t>(chunks.size());
     for (const SeqChunk& c : chunks) decode = decode && c.n == 1 && c.logits == SeqChunk::Logits::kLast;
     check(decode, "engine",
-          "enqueue_tokens: a fed step needs one-token chunks, one per row of the token step enqueued just before");
+          "enqueue_tokens: a fed step needs one-token chunks, one per row of the token step just before it");
   }
   const int64_t n_out = forward_step(chunks, nullptr, feed);
   if (!sample.empty() && static_cast<int64_t>(sample.size()) != n_out)
@@ -364,7 +364,8 @@ Runner::PendingTokens Runner::enqueue_tokens(std::span<const SeqChunk> chunks, b
     kernels::copy_async(ctx_, ids, meta_device_.data(), static_cast<size_t>(n_out) * sizeof(int32_t));
     slot_done_[slot_].record(ctx_);
   } else {
-    pick(Tensor::view(ids, DType::kI32, {n_out}), Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab}));
+    pick(Tensor::view(ids, DType::kI32, {n_out}),
+         Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab}));
   }
   last_token_rows_ = n_out;
   return {slot_, n_out};

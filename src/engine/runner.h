@@ -2,11 +2,11 @@
 // model's device, and runs one model forward over chunks of one or more sequences. Not a scheduler: callers
 // decide which chunks run; block tables are grown by the caller (Sequence) before a step. Invariants: every
 // buffer (host or device) is sized at construction and step() allocates nothing; on CUDA a step makes one
-// host-to-device copy of its packed metadata and one device-to-host copy of its logits; logits returned by
-// step() are host memory and stay valid until the next step. On CUDA, decode-only steps (every chunk one
-// token, last-row logits, no hook) are padded to a batch-size bucket (powers of two up to max_seqs) and
-// replayed from a CUDA graph captured the first time that bucket runs; padded rows write no KV (slot -1)
-// and their logits are never copied back.
+// host-to-device copy of its packed metadata and one device-to-host copy of its logits (of its picked ids
+// for step_argmax / enqueue_tokens); logits returned by step() are host memory and stay valid until the next
+// step. On CUDA, decode-only steps (every chunk one token, last-row logits, no hook) are padded to a
+// batch-size bucket (powers of two up to max_seqs) and replayed from a CUDA graph captured the first time
+// that bucket runs; padded rows write no KV (slot -1) and their logits are never copied back.
 // Hybrid models (kv_layout() with kLinear layers): those layers get no paged KV but a StateStorage of
 // max_seqs slots; the pool hands slot ids to block tables and each chunk's table must hold one. A chunk
 // starting at position 0 starts from a zero state (so preemption = recompute from scratch needs no reset).
@@ -193,7 +193,9 @@ class Runner {
   // Builds and runs one step in the next slot (slot_); leaves the logits where forward wrote them. Returns
   // the real rows' count. `feed`: the token ids come from the previous token step (enqueue_tokens).
   int64_t forward_step(std::span<const SeqChunk> chunks, model::ActivationHook* hook, bool feed = false);
-  char* meta_host(int slot) { return static_cast<char*>(meta_host_.data()) + static_cast<size_t>(slot) * meta_stride_; }
+  char* meta_host(int slot) {
+    return static_cast<char*>(meta_host_.data()) + static_cast<size_t>(slot) * meta_stride_;
+  }
   int32_t* ids_host(int slot) {
     return static_cast<int32_t*>(ids_host_.data()) + static_cast<size_t>(slot) * opts_.max_logit_rows;
   }
@@ -231,7 +233,7 @@ class Runner {
   int64_t last_token_rows_ = -1;            // rows of the last step when it picked tokens, else -1
   kernels::DeviceMemory logits_host_;    // [max_logit_rows, vocab_size] f32 (pinned on CUDA)
   kernels::DeviceMemory logits_device_;  // CUDA: where forward writes the logits
-  kernels::DeviceMemory ids_host_;    // [kSlots, max_logit_rows] i32 (pinned on CUDA)
+  kernels::DeviceMemory ids_host_;       // [kSlots, max_logit_rows] i32: picked ids (pinned on CUDA)
   kernels::DeviceStream stream_;          // CUDA: the runner's own stream when the caller gave none
   std::map<int64_t, kernels::DeviceGraph> graphs_;  // decode bucket -> captured step
   size_t graph_scratch_ = 0;  // scratch arena size the graphs were captured with (growth frees it)

@@ -396,10 +396,12 @@ void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> rows
     fail(op, strfmt("%zu sampling specs for %lld rows", rows.size(), (long long)n_rows));
   for (const SampleSpec& r : rows) {
     if (!(r.temperature > 0.0f) || !std::isfinite(r.temperature) || r.top_k < 0 || r.top_k == 1)
-      fail(op, strfmt("temperature %g, top_k %d: greedy rows take argmax (temperature > 0 and top_k != 1 here)",
+      fail(op, strfmt("temperature %g, top_k %d: greedy rows take argmax (here temperature > 0, top_k != 1)",
                       r.temperature, r.top_k));
-    if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || !(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.u >= 0.0 && r.u < 1.0))
-      fail(op, strfmt("top_p %g must be in (0, 1], min_p %g in [0, 1], u %g in [0, 1)", r.top_p, r.min_p, r.u));
+    const bool p_ok = r.top_p > 0.0f && r.top_p <= 1.0f, min_p_ok = r.min_p >= 0.0f && r.min_p <= 1.0f;
+    if (!p_ok || !min_p_ok || !(r.u >= 0.0 && r.u < 1.0))
+      fail(op, strfmt("top_p %g must be in (0, 1], min_p %g in [0, 1], u %g in [0, 1)", r.top_p, r.min_p,
+                      r.u));
   }
   if (gpu) return cuda_route::sample(ctx, out, x, rows);
   ref::sample(out, x, rows);

@@ -143,13 +143,14 @@ TEST(Cli, BenchmarkDecodeBatchWithMixedPrefill) {
   EXPECT_NE(lone.err.find("--mixed-prefill needs --decode-batch"), std::string::npos) << lone.err;
 }
 
-// The timed decode sampled (--temperature and the filters): the JSON names the sampler; greedy is the default;
-// filters without a temperature and out-of-range values are usage errors that name the flag.
+// The timed decode sampled (--temperature and the filters): the JSON names the sampler; greedy is the
+// default; filters without a temperature and out-of-range values are usage errors that name the flag.
 TEST(Cli, BenchmarkSampledDecode) {
   Proc greedy = run("benchmark --prompt-len 16 --gen 4 --no-probe --json");
   ASSERT_EQ(greedy.code, 0) << greedy.err;
   EXPECT_EQ(nlohmann::json::parse(greedy.out).at("decode_sampler"), "greedy");
-  Proc r = run("benchmark --prompt-len 16 --gen 6 --temperature 0.8 --top-p 0.9 --top-k 40 --no-probe --json");
+  Proc r =
+      run("benchmark --prompt-len 16 --gen 6 --temperature 0.8 --top-p 0.9 --top-k 40 --no-probe --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("decode_sampler"), "temperature 0.8, top_k 40, top_p 0.9, min_p 0");

@@ -162,9 +162,9 @@ TEST_F(CudaTest, CpuAndCudaGreedyAgreeWhileMarginsAreClear) {
   EXPECT_GT(checked, 0) << "no fixture had a clear first greedy step: the test compared nothing";
 }
 
-// Pipelined decoding (generate()'s CUDA default: step N + 1 queued with its token picked on the device by step
-// N) gives the tokens of step-by-step decoding, bit for bit, for every golden family, greedy and sampled; with
-// an EOS mid-way the step queued past it is dropped and the next generation is unchanged.
+// Pipelined decoding (generate()'s CUDA default: step N + 1 queued with its token picked on the device by
+// step N) gives the tokens of step-by-step decoding, bit for bit, for every golden family, greedy and
+// sampled; with an EOS mid-way the step queued past it is dropped and the next generation is unchanged.
 TEST_F(CudaTest, PipelinedGreedyEqualsStepByStep) {
   for (const std::string& name : fixture_names()) {
     SCOPED_TRACE(name);

@@ -1,6 +1,7 @@
-// The CUDA sample() kernel (sample.cu) against kernels/ref's sample() and sampling::sample: the same token for
-// every row of tests/unit/sampling/sample_cases.h under every setting and draw, one row per launch and many rows
-// per launch (more than one launch's 64 specs), and the same token again on a second run. Skips without a GPU.
+// The CUDA sample() kernel (sample.cu) against kernels/ref's sample() and sampling::sample: the same token
+// for every row of tests/unit/sampling/sample_cases.h under every setting and draw, one row per launch and
+// many rows per launch (more than one launch's 64 specs), and the same token again on a second run. Skips
+// without a GPU.
 #include "../unit/sampling/sample_cases.h"
 #include "cuda_test_util.h"
 #include "sampling/sampler.h"
@@ -27,7 +28,8 @@ TEST_F(CudaSampleTest, EveryRowAndSettingDrawsTheReferenceToken) {
     std::vector<SampleSpec> rows;
     for (const SampleSpec& base : specs)
       for (uint64_t seed : seeds) {
-        std::copy(row.logits.begin(), row.logits.end(), x.tensor.ptr<float>() + static_cast<int64_t>(rows.size()) * n);
+        std::copy(row.logits.begin(), row.logits.end(),
+                  x.tensor.ptr<float>() + static_cast<int64_t>(rows.size()) * n);
         SampleSpec s = base;
         s.u = sampling::Rng(seed).next_double();
         rows.push_back(s);
@@ -43,7 +45,8 @@ TEST_F(CudaSampleTest, EveryRowAndSettingDrawsTheReferenceToken) {
     for (int64_t r = 0; r < m; ++r) {
       const SampleSpec& s = rows[static_cast<size_t>(r)];
       SCOPED_TRACE(row.name + " T=" + std::to_string(s.temperature) + " k=" + std::to_string(s.top_k) +
-                   " p=" + std::to_string(s.top_p) + " min_p=" + std::to_string(s.min_p) + " u=" + std::to_string(s.u));
+                   " p=" + std::to_string(s.top_p) + " min_p=" + std::to_string(s.min_p) +
+                   " u=" + std::to_string(s.u));
       EXPECT_EQ(got.tensor.ptr<int32_t>()[r], want.tensor.ptr<int32_t>()[r]);
       EXPECT_EQ(again.tensor.ptr<int32_t>()[r], got.tensor.ptr<int32_t>()[r]) << "not deterministic";
       ++compared;
@@ -72,7 +75,8 @@ TEST_F(CudaSampleTest, DrawsWhatTheHostSamplerDrawsFromTheSameSeed) {
       p.top_k = s.top_k;
       p.top_p = s.top_p;
       p.min_p = s.min_p;
-      EXPECT_EQ(dout.download().tensor.ptr<int32_t>()[0], sampling::sample(row.logits.data(), n, p, b, scratch))
+      EXPECT_EQ(dout.download().tensor.ptr<int32_t>()[0],
+                sampling::sample(row.logits.data(), n, p, b, scratch))
           << row.name << " seed " << seed;
     }
   }

@@ -5,9 +5,9 @@
 // at one value are resolved by id with a block-wide scan. Masses are fixed point (exp(val) in units of 2^-43
 // in u64), so sums do not depend on the order of the atomics: a row's draw is deterministic. A first pass
 // finds the maximum and a second writes every candidate's key and exp(val) to the stream's scratch arena; the
-// later passes (6-14, all from L2) read those. Histogram atomics are warp-aggregated. Invariants: val is computed as the CPU computes it ((logit - max) / T in
-// f32 with IEEE division), so keys, ties and order are the CPU's; a row's result depends only on that row and
-// its spec; -1 for a row without a candidate.
+// later passes (6-14, all from L2) read those. Histogram atomics are warp-aggregated. Invariants: val is
+// computed as the CPU computes it ((logit - max) / T in f32 with IEEE division), so keys, ties and order are
+// the CPU's; a row's result depends only on that row and its spec; -1 for a row without a candidate.
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRows = 64;            // specs per launch (a kernel parameter); more rows: more launches
-constexpr double kFixed = 0x1p43;       // a 2^20-token vocabulary of mass 1 each sums below 2^63
+constexpr int kMaxRows = 64;       // specs per launch (a kernel parameter); more rows: more launches
+constexpr double kFixed = 0x1p43;  // a 2^20-token vocabulary of mass 1 each sums below 2^63
 constexpr uint32_t kAllTies = 0xFFFFFFFFu;
 
 struct Specs {
@@ -36,7 +36,8 @@ __device__ __forceinline__ uint64_t mass_of(uint32_t k) {
 }
 
 // A row's candidates after pass 1: key[i] (0: not a candidate; a real key is never 0, which is a NaN's) and
-// e[i] = exp(val), written once (the division and exp are most of a pass's work) and read by every later pass.
+// e[i] = exp(val), written once (the division and exp are most of a pass's work) and read by every later
+// pass.
 struct Row {
   const float* x;
   int64_t n;
@@ -110,9 +111,9 @@ struct Found {
   bool crossed;     // false: want was at or past the set's total (the bin is the last one)
 };
 
-// Over the candidates in `in_set`, in descending key order, finds the bin where the cumulative weight (counts,
-// or masses when kMass) first reaches `want` (exceeds it when `strict`), refining 8 key bits per level until
-// the bin holds one candidate or one key.
+// Over the candidates in `in_set`, in descending key order, finds the bin where the cumulative weight
+// (counts, or masses when kMass) first reaches `want` (exceeds it when `strict`), refining 8 key bits per
+// level until the bin holds one candidate or one key.
 template <bool kMass, class InSet>
 __device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool strict, Shared& sm) {
   uint32_t prefix = 0;
@@ -290,7 +291,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   // Top-k: every candidate with a key >= the k-th largest.
   uint32_t k_floor = 0;
   if (p.top_k > 0 && static_cast<uint64_t>(p.top_k) < n_cand) {
-    const Found f = radix_search<false>(row, [](uint32_t) { return true; }, static_cast<uint64_t>(p.top_k), false, sm);
+    const Found f = radix_search<false>(
+        row, [](uint32_t) { return true; }, static_cast<uint64_t>(p.top_k), false, sm);
     k_floor = f.prefix << f.shift;  // one exact key, or the floor of a bin holding one candidate
   }
   auto in_top_k = [k_floor](uint32_t k) { return k >= k_floor; };
@@ -349,8 +351,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   int token;
   if (target >= above && kept > 0) {
     const uint64_t j = e_cut > 0 ? (target - above) / e_cut : 0;
-    token = nth_match(row, [cut](uint32_t k) { return k == cut.key; },
-                      static_cast<uint32_t>(j < kept ? j : kept - 1), ties == 1, sm);
+    token = nth_match(
+        row, [cut](uint32_t k) { return k == cut.key; }, static_cast<uint32_t>(j < kept ? j : kept - 1),
+        ties == 1, sm);
   } else {
     auto above_cut = [cut](uint32_t k) { return k > cut.key; };
     const Found f = radix_search<true>(row, above_cut, target, true, sm);
@@ -362,8 +365,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
     }
     const uint32_t prefix = f.prefix;
     const int shift = f.shift;
-    token = nth_match(row, [=](uint32_t k) { return above_cut(k) && (k >> shift) == prefix; },
-                      static_cast<uint32_t>(j), f.count == 1, sm);
+    token = nth_match(
+        row, [=](uint32_t k) { return above_cut(k) && (k >> shift) == prefix; }, static_cast<uint32_t>(j),
+        f.count == 1, sm);
   }
   if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
@@ -376,7 +380,8 @@ void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
     Specs specs{};
     for (int64_t i = 0; i < m; ++i) specs.r[i] = rows[r0 + i];
     const size_t cells = static_cast<size_t>(m * x.n_cols);
-    auto* keys = static_cast<uint32_t*>(scratch(stream, cells * (sizeof(uint32_t) + sizeof(float)), "sample"));
+    auto* keys =
+        static_cast<uint32_t*>(scratch(stream, cells * (sizeof(uint32_t) + sizeof(float)), "sample"));
     sample_kernel<<<static_cast<unsigned>(m), kThreads, 0, as_stream(stream)>>>(
         out + r0, static_cast<const float*>(x.data) + r0 * x.stride, x.stride, x.n_cols, keys,
         reinterpret_cast<float*>(keys + cells), specs);

@@ -1,8 +1,8 @@
 // Reference of ops.h's sample(): HF's filters and sampling::sample's draw written the plain way, one row at a
 // time: every candidate sorted into the descending order (ties: lower id first), then top-k, the min-p and
-// top-p prefixes and the inverse-CDF walk over that order. Not fast (a full sort per row); the CUDA kernel and
-// the CPU sampler (value bands, partial sorts) are checked against it. Math as sampling::sample: val in f32,
-// exp in f32, masses summed in double.
+// top-p prefixes and the inverse-CDF walk over that order. Not fast (a full sort per row); the CUDA kernel
+// and the CPU sampler (value bands, partial sorts) are checked against it. Math as sampling::sample: val in
+// f32, exp in f32, masses summed in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -35,9 +35,8 @@ int32_t sample_row(const float* x, int64_t n, const SampleSpec& p) {
   if (ids.empty()) return -1;
   std::vector<size_t> order(ids.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return val[a] > val[b] || (val[a] == val[b] && ids[a] < ids[b]);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return val[a] > val[b] || (val[a] == val[b] && ids[a] < ids[b]); });
   size_t m = order.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < m) {
     const float kth = val[order[static_cast<size_t>(p.top_k) - 1]];
@@ -79,7 +78,8 @@ int32_t sample_row(const float* x, int64_t n, const SampleSpec& p) {
 void sample(Tensor out, Tensor x, std::span<const SampleSpec> rows) {
   Rows xr = as_rows(x);
   for (int64_t r = 0; r < xr.n_rows; ++r)
-    out.ptr<int32_t>()[r * out.strides[0]] = sample_row(xr.row<float>(r), xr.n_cols, rows[static_cast<size_t>(r)]);
+    out.ptr<int32_t>()[r * out.strides[0]] =
+        sample_row(xr.row<float>(r), xr.n_cols, rows[static_cast<size_t>(r)]);
 }
 
 }  // namespace bunsen::kernels::ref

@@ -168,7 +168,9 @@ TEST(Generator, PipelinedSamplingDrawsWhatTheHostSamplerDraws) {
   auto p = prompt(6);
   GenerateOptions go;
   go.max_tokens = 16;
-  for (auto [t, k, top_p, min_p] : {std::tuple{1.0f, 0, 1.0f, 0.0f}, {0.7f, 20, 0.9f, 0.0f}, {1.3f, 0, 1.0f, 0.1f}}) {
+  using Setting = std::tuple<float, int, float, float>;  // temperature, top_k, top_p, min_p
+  for (auto [t, k, top_p, min_p] :
+       {Setting{1.0f, 0, 1.0f, 0.0f}, {0.7f, 20, 0.9f, 0.0f}, {1.3f, 0, 1.0f, 0.1f}}) {
     go.sampling.temperature = t;
     go.sampling.top_k = k;
     go.sampling.top_p = top_p;

@@ -27,7 +27,8 @@ inline std::vector<SampleRowCase> sample_row_cases(bool large) {
   if (large) sizes.push_back(128256);
   for (int64_t n : sizes) {
     const std::string at = "@" + std::to_string(n);
-    std::vector<float> model(static_cast<size_t>(n)), ties(static_cast<size_t>(n)), odd(static_cast<size_t>(n));
+    std::vector<float> model(static_cast<size_t>(n)), ties(static_cast<size_t>(n)),
+        odd(static_cast<size_t>(n));
     for (auto& v : model) v = 3.0f * normal(rng);
     for (int i = 0; i < 4 && n > 8; ++i) model[rng() % n] = 9.0f + static_cast<float>(i);  // peaks
     for (auto& v : ties) v = std::round(2.0f * normal(rng)) / 2.0f;  // few distinct values
@@ -40,7 +41,8 @@ inline std::vector<SampleRowCase> sample_row_cases(bool large) {
     rows.push_back({"flat" + at, std::vector<float>(static_cast<size_t>(n), 0.25f)});
     if (n > 8) {
       std::vector<float> inf = model;
-      inf[1] = inf[static_cast<size_t>(n) - 2] = inf[static_cast<size_t>(n) / 2] = std::numeric_limits<float>::infinity();
+      inf[1] = inf[static_cast<size_t>(n) - 2] = inf[static_cast<size_t>(n) / 2] =
+          std::numeric_limits<float>::infinity();
       rows.push_back({"pos_inf" + at, inf});
     }
   }
@@ -50,9 +52,9 @@ inline std::vector<SampleRowCase> sample_row_cases(bool large) {
 // Settings (u is filled in per draw). Every one draws (temperature > 0, top_k != 1).
 inline std::vector<kernels::SampleSpec> sample_specs() {
   return {
-      {1.0f, 0, 1.0f, 0.0f},    {0.7f, 0, 1.0f, 0.0f},     {1.5f, 0, 1.0f, 0.0f},  {1.0f, 40, 1.0f, 0.0f},
-      {0.8f, 0, 0.9f, 0.0f},    {1.0f, 0, 0.5f, 0.0f},     {1.0f, 0, 1.0f, 0.05f}, {0.6f, 50, 0.95f, 0.05f},
-      {1.2f, 3, 1.0f, 0.5f},    {1.0f, 2000, 0.999f, 0.001f}, {0.2f, 0, 0.05f, 0.0f}, {1.0f, 0, 1.0f, 0.9f},
+      {1.0f, 0, 1.0f, 0.0f}, {0.7f, 0, 1.0f, 0.0f},        {1.5f, 0, 1.0f, 0.0f},  {1.0f, 40, 1.0f, 0.0f},
+      {0.8f, 0, 0.9f, 0.0f}, {1.0f, 0, 0.5f, 0.0f},        {1.0f, 0, 1.0f, 0.05f}, {0.6f, 50, 0.95f, 0.05f},
+      {1.2f, 3, 1.0f, 0.5f}, {1.0f, 2000, 0.999f, 0.001f}, {0.2f, 0, 0.05f, 0.0f}, {1.0f, 0, 1.0f, 0.9f},
       {2.0f, 2, 0.3f, 0.0f},
   };
 }

@@ -19,9 +19,9 @@ TEST(SampleOp, ReferenceDrawsWhatTheHostSamplerDraws) {
     const auto n = static_cast<int64_t>(row.logits.size());
     for (const kernels::SampleSpec& base : sample_specs()) {
       for (uint64_t seed : {1ull, 77ull, 123456789ull}) {
-        SCOPED_TRACE(row.name + " T=" + std::to_string(base.temperature) + " k=" + std::to_string(base.top_k) +
-                     " p=" + std::to_string(base.top_p) + " min_p=" + std::to_string(base.min_p) +
-                     " seed=" + std::to_string(seed));
+        SCOPED_TRACE(row.name + " T=" + std::to_string(base.temperature) +
+                     " k=" + std::to_string(base.top_k) + " p=" + std::to_string(base.top_p) +
+                     " min_p=" + std::to_string(base.min_p) + " seed=" + std::to_string(seed));
         Rng a(seed), b(seed);
         kernels::SampleSpec spec = base;
         spec.u = a.next_double();
@@ -47,20 +47,21 @@ TEST(SampleOp, RowWithoutCandidatesIsMinusOneAndGreedyRowsAreRejected) {
   std::vector<float> x = {-inf, nan, -inf, 1.0f, 2.0f, 3.0f};
   int32_t out[2] = {5, 5};
   kernels::SampleSpec specs[2] = {{1.0f, 0, 1.0f, 0.0f, 0.5}, {1.0f, 0, 1.0f, 0.0f, 0.5}};
-  kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}), Tensor::view(x.data(), DType::kF32, {2, 3}), specs);
+  kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}), Tensor::view(x.data(), DType::kF32, {2, 3}),
+                  specs);
   EXPECT_EQ(out[0], -1);
   EXPECT_GE(out[1], 0);
   specs[0].temperature = 0.0f;
-  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}), Tensor::view(x.data(), DType::kF32, {2, 3}),
-                               specs),
+  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}),
+                               Tensor::view(x.data(), DType::kF32, {2, 3}), specs),
                Error);
   specs[0] = {1.0f, 1, 1.0f, 0.0f, 0.5};  // top_k 1 is greedy
-  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}), Tensor::view(x.data(), DType::kF32, {2, 3}),
-                               specs),
+  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}),
+                               Tensor::view(x.data(), DType::kF32, {2, 3}), specs),
                Error);
   specs[0] = {1.0f, 0, 1.0f, 0.0f, 1.0};  // u must be < 1
-  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}), Tensor::view(x.data(), DType::kF32, {2, 3}),
-                               specs),
+  EXPECT_THROW(kernels::sample(ctx, Tensor::view(out, DType::kI32, {2}),
+                               Tensor::view(x.data(), DType::kF32, {2, 3}), specs),
                Error);
 }
 
