@@ -344,10 +344,7 @@ Runner::PendingTokens Runner::enqueue_tokens(std::span<const SeqChunk> chunks, b
     check(decode, "engine",
           "enqueue_tokens: a fed step needs one-token chunks, one per row of the token step just before it");
   }
-  const int64_t n_out = forward_step(chunks, nullptr, feed);
-  if (!sample.empty() && static_cast<int64_t>(sample.size()) != n_out)
-    throw Error("engine", strfmt("enqueue_tokens: %zu sampling specs for %lld logits rows", sample.size(),
-                                 (long long)n_out));
+  const int64_t n_out = forward_step(chunks, nullptr, feed);  // kernels::sample checks one spec per row
   const int64_t vocab = model_.config().vocab_size;
   int32_t* ids = ids_host(slot_);
   auto pick = [&](Tensor out, Tensor logits) {

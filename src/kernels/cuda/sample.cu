@@ -34,6 +34,11 @@ __device__ __forceinline__ float val_of(uint32_t k) {
 __device__ __forceinline__ uint64_t mass_of(uint32_t k) {
   return __double2ull_rn(static_cast<double>(expf(val_of(k))) * kFixed);
 }
+// One candidate's mass at key k as a divisor (at least 1: a mass that rounds to 0 still counts as one).
+__device__ __forceinline__ uint64_t unit_mass(uint32_t k) {
+  const uint64_t m = mass_of(k);
+  return m > 0 ? m : 1;
+}
 
 // A row's candidates after pass 1: key[i] (0: not a candidate; a real key is never 0, which is a NaN's) and
 // e[i] = exp(val), written once (the division and exp are most of a pass's work) and read by every later
@@ -322,7 +327,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
     if (f.crossed) {
       Cut c{f.prefix << f.shift, kAllTies};
       if (f.shift == 0) {  // ties at one key: as many as the mass still needs (at least one)
-        const uint64_t e = mass_of(f.prefix) > 0 ? mass_of(f.prefix) : 1;
+        const uint64_t e = unit_mass(f.prefix);
         const uint64_t need = target > f.above ? target - f.above : 0;
         const uint64_t t = need == 0 ? 1 : (need + e - 1) / e;
         c.ties = static_cast<uint32_t>(t < f.count ? t : f.count);
@@ -359,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
     const Found f = radix_search<true>(row, above_cut, target, true, sm);
     uint64_t j = 0;
     if (f.shift == 0 && f.count > 1) {
-      const uint64_t e = mass_of(f.prefix) > 0 ? mass_of(f.prefix) : 1;
+      const uint64_t e = unit_mass(f.prefix);
       j = f.crossed ? (target - f.above) / e : f.count - 1;
       j = j < f.count ? j : f.count - 1;
     }
