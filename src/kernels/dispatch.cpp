@@ -6,6 +6,7 @@
 // only their dtypes and shapes are checked (the CUDA kernels never dereference a bad index).
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -174,9 +175,9 @@ void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
 }
 
 void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale,
-                  float w_offset) {
+                  float w_offset, Tensor x_in) {
   const char* op = "add_rms_norm";
-  const bool gpu = on_cuda(op, {&out, &x, &y, &w});
+  const bool gpu = on_cuda(op, {&out, &x, &y, &w, &x_in});
   need_rows(op, "x", x, gpu);
   need_rows(op, "y", y, gpu);
   need_rows(op, "out", out, gpu);
@@ -186,7 +187,27 @@ void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float 
   need_vector(op, "w", w, -1);
   if (w.shape[0] != x.dim(-1)) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on d");
   if (out.data == x.data || out.data == y.data) fail(op, desc("out", out) + " must not alias x or y");
-  if (gpu) return cuda_route::add_rms_norm(ctx, out, x, y, w, eps, y_scale, w_offset);
+  if (!x_in.empty()) {
+    need_rows(op, "x_in", x_in, gpu);
+    need_same_shape(op, "x_in", x_in, "x", x);
+    if (x_in.dtype != x.dtype || as_rows(x_in).stride != as_rows(x).stride)
+      fail(op, desc("x_in", x_in) + " must have the dtype and row stride of " + desc("x", x));
+  }
+  const bool copy_in = !x_in.empty() && x_in.data != x.data;  // else in place
+  if (copy_in) {
+    const auto hi = [](const Tensor& t) {  // one past the last byte of the rows
+      const Rows r = as_rows(t);
+      return r.data + ((r.n_rows - 1) * r.stride + r.n_cols) * static_cast<int64_t>(dtype_size(r.dtype));
+    };
+    if (as_rows(x_in).data < hi(x) && as_rows(x).data < hi(x_in))
+      fail(op, desc("x_in", x_in) + " overlaps " + desc("x", x));
+  }
+  if (gpu) return cuda_route::add_rms_norm(ctx, out, x, y, w, eps, y_scale, w_offset, copy_in ? x_in : x);
+  if (copy_in) {  // x = x_in, row by row (same dtype and stride)
+    const Rows xi = as_rows(x_in), xo = as_rows(x);
+    const size_t row_bytes = static_cast<size_t>(xo.n_cols) * dtype_size(xo.dtype);
+    for (int64_t r = 0; r < xo.n_rows; ++r) std::memcpy(xo.row<char>(r), xi.row<char>(r), row_bytes);
+  }
   add_scaled(ctx, x, y, y_scale);
   rms_norm(ctx, out, x, w, eps, w_offset);
 }

@@ -78,9 +78,11 @@ void add_scaled(Context& ctx, Tensor x, Tensor y, float scale) {
   cuda::add_scaled(ctx.cuda_stream, rows(x), rows(y), scale);
 }
 
-void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale, float w_offset) {
+void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale,
+                  float w_offset, Tensor x_in) {
   need_current_device("add_rms_norm", x);
-  cuda::add_rms_norm(ctx.cuda_stream, rows(out), rows(x), rows(y), w.data, w.dtype, eps, y_scale, w_offset);
+  cuda::add_rms_norm(ctx.cuda_stream, rows(out), rows(x), rows(y), w.data, w.dtype, eps, y_scale, w_offset,
+                     x_in.data);
 }
 
 void scale(Context& ctx, Tensor x, float s) {
@@ -121,6 +123,10 @@ void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, c
   a.scale = p.scale;
   a.sliding_window = p.sliding_window;
   a.softcap = p.softcap;
+  if (!p.prefetch_next.empty() && p.prefetch_next.device.is_cuda()) {
+    a.prefetch = p.prefetch_next.data;
+    a.prefetch_bytes = static_cast<int64_t>(p.prefetch_next.nbytes());
+  }
   cuda::paged_attention(ctx.cuda_stream, a);
 }
 
@@ -179,7 +185,7 @@ void rms_norm(Context&, Tensor, Tensor, Tensor, float, float) {
 void add_scaled(Context&, Tensor, Tensor, float) {
   not_built("add_scaled");
 }
-void add_rms_norm(Context&, Tensor, Tensor, Tensor, Tensor, float, float, float) {
+void add_rms_norm(Context&, Tensor, Tensor, Tensor, Tensor, float, float, float, Tensor) {
   not_built("add_rms_norm");
 }
 void scale(Context&, Tensor, float) {

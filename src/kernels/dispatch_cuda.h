@@ -16,7 +16,9 @@ namespace bunsen::kernels::cuda_route {
 void embedding(Context& ctx, Tensor out, Tensor table, Tensor ids, float scale);
 void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_offset);
 void add_scaled(Context& ctx, Tensor x, Tensor y, float scale);
-void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale, float w_offset);
+// x_in: the values x is computed from (x itself for the in-place op).
+void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale,
+                  float w_offset, Tensor x_in);
 void scale(Context& ctx, Tensor x, float s);
 void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias);
 void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p);

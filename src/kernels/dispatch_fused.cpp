@@ -6,6 +6,7 @@
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "core/env.h"
@@ -92,6 +93,35 @@ void need_index(const char* op, const char* name, const Tensor& t, DType dtype, 
 }
 
 #ifdef BUNSEN_HAVE_CUDA
+// True when the row spans of a and b share a byte.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto end = [](const Rows& r) {
+    return r.data + ((r.n_rows - 1) * r.stride + r.n_cols) * static_cast<int64_t>(dtype_size(r.dtype));
+  };
+  const Rows ra = as_rows(a), rb = as_rows(b);
+  return ra.n_rows > 0 && rb.n_rows > 0 && ra.data < end(rb) && rb.data < end(ra);
+}
+
+// pre against x, the projection's input (add_rms_norm's checks, for the fused launch that skips that op).
+void need_pre(const char* op, const Tensor& x, const AddRmsNorm& p) {
+  const Rows xr = as_rows(x);
+  const std::pair<const char*, const Tensor*> ts[] = {
+      {"pre.x_in", &p.x_in}, {"pre.y", &p.y}, {"pre.x_out", &p.x_out}};
+  for (const auto& [name, t] : ts) {
+    need_act_rows(op, name, *t);
+    const Rows r = as_rows(*t);
+    need(r.n_rows == xr.n_rows && r.n_cols == xr.n_cols, op,
+         desc(name, *t) + " and " + desc("x", x) + " disagree on [m, d]");
+  }
+  need(is_float(p.w.dtype) && p.w.ndim == 1 && p.w.shape[0] == xr.n_cols &&
+           (p.w.shape[0] <= 1 || p.w.strides[0] == 1) && p.w.data != nullptr,
+       op,
+       desc("pre.w", p.w) +
+           strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols));
+  need(!overlaps(p.x_in, p.x_out) && !overlaps(p.y, p.x_out), op,
+       desc("pre.x_out", p.x_out) + " must not overlap pre.x_in or pre.y");
+}
+
 cuda::DevRows dev_rows(const Tensor& t) {
   const Rows r = as_rows(t);
   return {t.data, t.dtype, r.n_rows, r.n_cols, r.stride};
@@ -104,6 +134,13 @@ cuda::DevHeads dev_heads(const Tensor& t) {
 cuda::DevLinearPart dev_part(const Tensor& out, const Tensor& w, const Tensor& bias) {
   return {dev_rows(out), dev_rows(w), bias.empty() ? nullptr : bias.data, bias.empty() ? DType::kF32 : bias.dtype};
 }
+
+cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
+  return {dev_rows(p.x_in), dev_rows(p.y), dev_rows(p.x_out), p.w.data,
+          p.w.dtype,        p.eps,         p.y_scale,         p.w_offset};
+}
+
+std::atomic<int> g_fused_norm{-1};
 
 #endif
 
@@ -131,13 +168,16 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts) {
 }
 
 void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate, Tensor b_up,
-                   GluAct act) {
+                   GluAct act, const AddRmsNorm* pre) {
   const char* op = "linear_swiglu";
-  const bool gpu = on_cuda(op, {&out, &x, &w_gate, &w_up, &b_gate, &b_up});
+  const AddRmsNorm none;
+  const AddRmsNorm& p = pre != nullptr ? *pre : none;
+  const bool gpu = on_cuda(op, {&out, &x, &w_gate, &w_up, &b_gate, &b_up, &p.x_in, &p.y, &p.x_out, &p.w});
   need(x.ndim >= 1 && rows_ok(x) && w_gate.ndim == 2, op,
        desc("x", x) + " must be row-strided and " + desc("w_gate", w_gate) + " 2-D");
   const int64_t m = as_rows(x).n_rows, f = w_gate.shape[0];
   if (!gpu) {
+    if (pre != nullptr) add_rms_norm(ctx, x, p);
     std::vector<float> gate(static_cast<size_t>(m * f)), up(static_cast<size_t>(m * f));
     Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
     linear(ctx, g, x, w_gate, b_gate);
@@ -152,8 +192,16 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
   need(b_gate.empty() || b_up.empty() || b_gate.dtype == b_up.dtype, op,
        desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
 #ifdef BUNSEN_HAVE_CUDA
-  cuda::linear_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_part(out, w_gate, b_gate),
-                      dev_part(out, w_up, b_up), act == GluAct::kGeluTanh);
+  const cuda::DevLinearPart gate = dev_part(out, w_gate, b_gate), up = dev_part(out, w_up, b_up);
+  const bool gelu = act == GluAct::kGeluTanh;
+  if (pre != nullptr) {
+    need_pre(op, x, p);
+    if (fused_norm_enabled() &&
+        cuda::linear_swiglu_norm(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu, dev_pre(p)))
+      return;
+    add_rms_norm(ctx, x, p);
+  }
+  cuda::linear_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu);
 #endif
 }
 
@@ -230,6 +278,26 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
 #endif
 }
 
+bool fused_norm_enabled() {
+#ifdef BUNSEN_HAVE_CUDA
+  const int mode = g_fused_norm.load();
+  if (mode >= 0) return mode == 1;
+  // Off unless asked for: the prologue has not yet run on a GPU (see docs/PERFORMANCE.md).
+  static const bool env_on = env_flag("BUNSEN_FUSED_NORM", false);
+  return env_on;
+#else
+  return false;
+#endif
+}
+
+void set_fused_norm_for_testing(int mode) {
+#ifdef BUNSEN_HAVE_CUDA
+  g_fused_norm.store(mode);
+#else
+  (void)mode;
+#endif
+}
+
 void set_qkv_rope_fold_for_testing(int mode) {
 #ifdef BUNSEN_HAVE_CUDA
   g_qkv_rope.store(mode);
@@ -238,13 +306,16 @@ void set_qkv_rope_fold_for_testing(int mode) {
 #endif
 }
 
-bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3, Tensor v3,
-                        const PagedKv& cache, Tensor positions, Tensor slot_mapping, const RopeParams& p) {
+bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3,
+                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
+                        const RopeParams& p, const AddRmsNorm* pre) {
   const char* op = "linear_qkv_rope_kv";
   need(qkv.size() == 3, op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
+  const AddRmsNorm none;
+  const AddRmsNorm& pn = pre != nullptr ? *pre : none;
 #ifdef BUNSEN_HAVE_CUDA
   const bool gpu = on_cuda(op, {&x, &qkv[0].w, &qkv[1].w, &qkv[2].w, &q3, &k3, &v3, &cache.k, &cache.v,
-                                &positions, &slot_mapping});
+                                &positions, &slot_mapping, &pn.x_in, &pn.y, &pn.x_out, &pn.w});
   if (gpu && qkv_rope_fold() && !cache.quantized() && cache.k.dtype == DType::kBF16 && q3.dtype == DType::kBF16 &&
       k3.dtype == DType::kBF16 && x.dtype == DType::kBF16 && rows_ok(x) && as_rows(x).n_rows <= kFusedDecodeMaxTokens) {
     cuda::DevLinearPart dev[3];
@@ -257,9 +328,18 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
       need(outs[i]->data == qkv[i].out.data && outs[i]->nbytes() == qkv[i].out.nbytes(), op,
            desc("part out", qkv[i].out) + " must be the memory of its heads view " + desc("heads", *outs[i]));
     const cuda::DevRopeKv a = rope_kv_args(op, q3, k3, v3, cache, positions, slot_mapping, p);
+    if (pre != nullptr) {
+      need_pre(op, x, pn);
+      const cuda::DevAddNorm dp = dev_pre(pn);
+      if (fused_norm_enabled() && cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, &dp))
+        return true;
+      add_rms_norm(ctx, x, pn);
+      pre = nullptr;
+    }
     if (cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a)) return true;
   }
 #endif
+  if (pre != nullptr) add_rms_norm(ctx, x, pn);
   linear_multi(ctx, x, qkv);
   rope_kv_write(ctx, q3, k3, v3, cache, positions, slot_mapping, p);
   return false;

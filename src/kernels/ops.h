@@ -65,6 +65,10 @@ struct AttentionParams {
   float scale = 1.0f;      // multiplies q·k
   int sliding_window = 0;  // 0 = full causal; else key positions p with q_pos - p < window are visible
   float softcap = 0.0f;    // 0 = off; else scores = softcap * tanh(scores / softcap)
+  // A hint, no effect on results: memory the caller reads right after this op (the o-projection's weights).
+  // A CUDA flash-decoding launch with a combine kernel asks L2 to fetch up to BUNSEN_L2_PREFETCH MB of it
+  // while the slices run (the DRAM is nearly idle then). Empty: nothing.
+  Tensor prefetch_next;
 };
 
 // An MLX affine-quantized weight matrix [n, k] (mode "affine"): row j holds k codes of `bits` bits as one
@@ -101,11 +105,35 @@ void rms_norm(Context& ctx, Tensor out, Tensor x, Tensor w, float eps, float w_o
 // x += y * scale.   x, y [n, d] f32.
 void add_scaled(Context& ctx, Tensor x, Tensor y, float scale = 1.0f);
 
-// The residual add fused with the next norm: x += y * y_scale; out = rms_norm(x) * (w + w_offset).
-// x [n, d] f32 (updated in place); y [n, d]; out [n, d] (must not alias x or y); w [d] any float. On the CPU
-// it is exactly add_scaled then rms_norm; on CUDA one kernel that keeps the row in registers.
+// The residual add fused with the next norm: x = x_in + y * y_scale; out = rms_norm(x) * (w + w_offset).
+// x [n, d] f32 (updated in place when x_in is empty, else written from x_in [n, d] f32, which must not
+// overlap x); y [n, d]; out [n, d] (must not alias x or y); w [d] any float. On the CPU it is exactly (a
+// copy of x_in into x, then) add_scaled then rms_norm; on CUDA one kernel that keeps the row in registers.
 void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float eps, float y_scale = 1.0f,
-                  float w_offset = 0.0f);
+                  float w_offset = 0.0f, Tensor x_in = {});
+
+// The residual add and norm in front of a fused decode projection (the `pre` of linear_qkv_rope_kv and
+// linear_swiglu): x_out = x_in + y * y_scale, then the projection's input is rms_norm(x_out) * (w + w_offset)
+// -- add_rms_norm(x, x_out, y, w, eps, y_scale, w_offset, x_in) with x the projection's input buffer. On
+// CUDA with fused_norm_enabled(), where the fused GEMV applies (bf16 weights and x, m <= 2, d <= 4096), every
+// block computes the norm from x_in and y into shared memory (the same bits as add_rms_norm) and one block
+// writes x_out, so x_in and x_out are two buffers (ping-pong) and x itself is not written; elsewhere
+// add_rms_norm runs first (x written).
+struct AddRmsNorm {
+  Tensor x_in, y, x_out;  // [m, d]: x_in, x_out f32, not overlapping; y f32|bf16
+  Tensor w;               // [d] any float
+  float eps = 1e-6f, y_scale = 1.0f, w_offset = 0.0f;
+};
+// p's unfused form: add_rms_norm(out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in).
+inline void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
+  add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
+}
+// Whether a fused projection's `pre` runs in its GEMV prologue on CUDA: BUNSEN_FUSED_NORM=1 (read once;
+// unset or 0: add_rms_norm first), or the test hook. Callers that keep the residual in place unless the
+// prologue runs ask here. Always false without CUDA.
+bool fused_norm_enabled();
+// Test hook (process-wide): -1 = BUNSEN_FUSED_NORM, 0 = never, 1 = where it applies.
+void set_fused_norm_for_testing(int mode);
 
 // ---- fused row-wise norms of the decode step (dispatch_rowwise.cpp, cuda/rowwise_fused.cu). On the CPU
 // each is exactly the op sequence its comment names (bit-identical); on CUDA one launch. ----
@@ -229,8 +257,10 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
 // the vectorised GEMV path: one launch whose store rounds q/k/v as stored, rotates q and k, rounds again and
 // writes k and v to the cache (the two ops' bits; BUNSEN_QKV_ROPE=0 or the test hook turns the fold off).
 // True when the one fused launch ran.
-bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3, Tensor v3,
-                        const PagedKv& cache, Tensor positions, Tensor slot_mapping, const RopeParams& p);
+// With pre: add_rms_norm(pre) into x first (see AddRmsNorm; the fold computes it in its prologue).
+bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3,
+                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
+                        const RopeParams& p, const AddRmsNorm* pre = nullptr);
 // Test hook (process-wide): -1 = BUNSEN_QKV_ROPE (unset or 1: fold on CUDA where it applies; 0: never), 0 = never, 1 = fold.
 void set_qkv_rope_fold_for_testing(int mode);
 
@@ -240,9 +270,10 @@ enum class GluAct : uint8_t { kSilu, kGeluTanh };
 // out = act(x · w_gateᵀ + b_gate) * (x · w_upᵀ + b_up), act = silu (default) or gelu_tanh.   out [m, f];
 // x [m, k]; w_gate, w_up [f, k] (one dtype); biases [f] or empty. CPU: linear, linear, then silu_mul or
 // gelu_tanh_mul through f32 temporaries (allocated per call). CUDA: one GEMV launch per 8 rows of x that
-// keeps gate and up in f32 (made for decode-sized m).
+// keeps gate and up in f32 (made for decode-sized m). With pre: add_rms_norm(pre) into x first (see
+// AddRmsNorm; the CUDA GEMV computes it in its prologue).
 void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_up, Tensor b_gate = {},
-                   Tensor b_up = {}, GluAct act = GluAct::kSilu);
+                   Tensor b_up = {}, GluAct act = GluAct::kSilu, const AddRmsNorm* pre = nullptr);
 
 // One quantized matrix of linear_q_multi.
 struct QuantLinearPart {

@@ -196,11 +196,16 @@ Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor b
 }
 
 void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
-               Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf, kernels::GluAct kind) {
+               Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf, kernels::GluAct kind,
+               const kernels::AddRmsNorm* pre) {
   const bool decode = h.device.is_cuda() && h.dim(0) <= kernels::kFusedDecodeMaxTokens && fused_glu_enabled();
   if (decode && !gate.quantized() && !up.quantized() && gate.w.dtype == up.w.dtype) {
-    kernels::linear_swiglu(ctx, act, h, gate.w, up.w, gate.b, up.b, kind);
-  } else if (decode && fusable_q_swiglu(gate, up)) {
+    kernels::linear_swiglu(ctx, act, h, gate.w, up.w, gate.b, up.b, kind, pre);
+    down(ctx, out, act);
+    return;
+  }
+  if (pre != nullptr) kernels::add_rms_norm(ctx, h, *pre);
+  if (decode && fusable_q_swiglu(gate, up)) {
     kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b, kind);
   } else {
     project(ctx, h, {{&gate, gate_buf}, {&up, up_buf}});

@@ -74,10 +74,11 @@ bool fusable_q_swiglu(const Linear& gate, const Linear& up);
 // (linear_swiglu when both are float of one dtype, linear_q_swiglu when fusable_q_swiglu); otherwise gate
 // and up go into gate_buf / up_buf through project() and silu_mul / gelu_tanh_mul into act (on the CPU
 // always: the plain ops in that order). BUNSEN_FUSED_GLU=0 (read once) turns the fused launch off, for
-// A/B runs. act, gate_buf, up_buf: [n, f].
+// A/B runs. act, gate_buf, up_buf: [n, f]. pre (optional): the residual add and norm that produce h
+// (kernels::AddRmsNorm), run inside the fused float launch where it applies, else by add_rms_norm first.
 void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf,
-               kernels::GluAct kind = kernels::GluAct::kSilu);
+               kernels::GluAct kind = kernels::GluAct::kSilu, const kernels::AddRmsNorm* pre = nullptr);
 
 // The output head's input: rows xo ([n_out, d] f32) through the final RMSNorm, in place; for a quantized head
 // on CUDA, into the first n_out rows of bf16_buf instead ([>= n_out, d] bf16 and free by then, e.g. the

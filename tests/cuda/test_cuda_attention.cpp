@@ -56,7 +56,7 @@ TEST_F(CudaTest, AttentionSlidingWindowSoftcapAndBf16Cache) {
         s.cache_dtype = dt;
         s.seq_lens = {100, 23, 64};
         s.new_tokens = {1, 23, 4};
-        s.params = {0.4f, window, softcap};  // scale large enough for softcap to bite
+        s.params = {0.4f, window, softcap, {}};  // scale large enough for softcap to bite
         s.release_out_of_window = true;
         check_attention(ctx_, s, strfmt("%s window %d softcap %g", dtype_name(dt), window, softcap));
       }
@@ -125,7 +125,7 @@ TEST_F(CudaTest, AttentionPrefillTilesOfSeveralSequences) {
       s.cache_dtype = DType::kBF16;
       s.seq_lens = {300, 129, 47, 260};
       s.new_tokens = {300, 129, 12, 1};  // whole prompts, a chunk, a decode
-      s.params = {0.125f, group == 4 ? 100 : 0, 0.0f};
+      s.params = {0.125f, group == 4 ? 100 : 0, 0.0f, {}};
       s.interleave = interleave;
       check_attention(ctx_, s, strfmt("prefill group %lld interleave %d", (long long)group, interleave));
       cuda::set_attention_splits_for_testing(3);  // split-KV must also be right for prefill tiles

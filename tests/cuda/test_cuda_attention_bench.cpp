@@ -100,7 +100,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   DeviceTensor wq = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_heads, head_dim}, rng).tensor);
   DeviceTensor wk = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_kv_heads, head_dim}, rng).tensor);
   DeviceTensor wv = DeviceTensor::upload(random_tensor(DType::kBF16, {batch, n_kv_heads, head_dim}, rng).tensor);
-  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(head_dim)), sh.window, 0.0f};
+  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(head_dim)), sh.window, 0.0f, {}};
   auto layers = [&] {
     for (int64_t l = 0; l < kLayers; ++l) {
       const auto i = static_cast<size_t>(l % n_caches);

@@ -77,7 +77,7 @@ TEST_P(CudaDecodeTest, Gemma4ShapesF32Out) {
       for (float softcap : {0.0f, 30.0f}) {
         Scenario s = decode_scenario(4, head_dim, {1, 513, 777, 4097});
         s.out_dtype = DType::kF32;
-        s.params = {head_dim == 512 ? 0.05f : 1.0f / 16.0f, window, softcap};
+        s.params = {head_dim == 512 ? 0.05f : 1.0f / 16.0f, window, softcap, {}};
         s.release_out_of_window = true;
         check_attention(
             ctx_, s, strfmt("head_dim %lld window %d softcap %g", (long long)head_dim, window, softcap), 406);
@@ -103,7 +103,7 @@ TEST_P(CudaDecodeTest, SlidingWindowAndSoftcap) {
       for (int64_t head_dim : {64, 128, 256, 512}) {
         Scenario s = decode_scenario(4, head_dim, kMixedLens);
         s.out_dtype = DType::kF32;
-        s.params = {0.3f, window, softcap};  // scale large enough for softcap to bite
+        s.params = {0.3f, window, softcap, {}};  // scale large enough for softcap to bite
         s.release_out_of_window = true;
         check_attention(
             ctx_, s, strfmt("window %d softcap %g head_dim %lld", window, softcap, (long long)head_dim), 401);
@@ -393,7 +393,7 @@ TEST_P(CudaDecodeTest, ClusterSizesAgainstReference) {
           s.n_kv_heads = sh.n_kv_heads;
           s.out_dtype = DType::kF32;
           if (variant == 1) {
-            s.params = {0.3f, 700, 5.0f};
+            s.params = {0.3f, 700, 5.0f, {}};
             s.release_out_of_window = true;
           }
           check_attention(ctx_,
@@ -477,7 +477,7 @@ TEST_P(CudaDecodeTest, PackedKernelBatchesAndSlices) {
         s.new_tokens.assign(s.seq_lens.size(), 1);
         s.out_dtype = DType::kF32;
         if (variant == 1) {
-          s.params = {0.3f, 700, 5.0f};
+          s.params = {0.3f, 700, 5.0f, {}};
           s.release_out_of_window = true;
         }
         check_attention(ctx_, s,

@@ -229,7 +229,7 @@ PrefillBench bench_prefill(int64_t n, int kernel, int64_t fresh = 0, int splits 
   DeviceTensor q = DeviceTensor::upload(random_tensor(DType::kBF16, {nq, kHeads, kHd}, rng, -1.0f, 1.0f).tensor);
   DeviceTensor out = DeviceTensor::upload(random_tensor(DType::kBF16, {nq, kHeads, kHd}, rng).tensor);
   const AttentionMeta meta{dp.tensor, ds.tensor, dt.tensor, {}};
-  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(kHd)), 0, 0.0f};
+  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(kHd)), 0, 0.0f, {}};
   const PagedKv cache{k.tensor, v.tensor};
   auto layers = [&] {
     for (int64_t l = 0; l < kLayers; ++l) paged_attention(c, out.tensor, q.tensor, cache, meta, params);

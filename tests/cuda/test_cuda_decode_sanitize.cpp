@@ -74,7 +74,7 @@ TEST_P(CudaDecodeSanitize, WindowAndSoftcapAtHeadDim256) {
       cuda::set_attention_splits_for_testing(splits);
       Scenario s = decode_scenario(group, 256, {40, 97, 150});
       s.out_dtype = DType::kF32;
-      s.params = {0.3f, 70, 5.0f};
+      s.params = {0.3f, 70, 5.0f, {}};
       s.release_out_of_window = true;
       check_attention(ctx_, s, strfmt("group %lld splits %d", (long long)group, splits), 422);
     }

@@ -135,7 +135,7 @@ TEST(PagedAttention, SlidingWindowSoftcapAndBf16Cache) {
         s.cache_dtype = dt;
         s.seq_lens = {100, 23, 64};
         s.new_tokens = {1, 23, 4};
-        s.params = {0.4f, window, softcap};  // scale large enough for softcap to bite
+        s.params = {0.4f, window, softcap, {}};  // scale large enough for softcap to bite
         s.release_out_of_window = true;
         check_attention(s, strfmt("%s window %d softcap %g", dtype_name(dt), window, softcap));
       }
@@ -164,7 +164,7 @@ TEST(PagedAttention, EqualsDenseCausalAttention) {
       s.head_dim = 24;
       s.seq_lens = {45};
       s.new_tokens = {45};
-      s.params = {0.3f, window, softcap};
+      s.params = {0.3f, window, softcap, {}};
       std::mt19937 rng(21);
       Batch b = make_batch(s, rng);
       Context ctx;

@@ -1,7 +1,7 @@
-// The fused decode ops on the CPU (linear_multi, linear_swiglu, rope_kv_write) equal, bit for bit, the
-// unfused op sequences they stand for (the model's CPU path and golden tests rely on it), at odd sizes,
-// every weight dtype, with and without biases, f32/bf16 caches and partial/no rotation; plus their
-// argument errors.
+// The fused decode ops on the CPU (linear_multi, linear_swiglu with and without a pre norm, rope_kv_write,
+// add_rms_norm from a separate x_in) equal, bit for bit, the unfused op sequences they stand for (the model's
+// CPU path and golden tests rely on it), at odd sizes, every weight dtype, with and without biases, f32/bf16
+// caches and partial/no rotation; plus their argument errors.
 #include <cstring>
 
 #include "kernel_test_util.h"
@@ -96,6 +96,50 @@ TEST(FusedCpu, RopeKvWriteEqualsRopeRopeKvWrite) {
       EXPECT_TRUE(same_bits(vc.tensor, vc2.tensor)) << what;
       EXPECT_EQ(same_bits(q.tensor, q0.tensor), rotary == 0) << what << ": q rotated only when rotary_dim > 0";
     }
+}
+
+// add_rms_norm from a separate x_in (the residual's second buffer) equals the in-place op on a copy of x_in
+// and leaves x_in as it was; linear_swiglu with a pre (AddRmsNorm) is add_rms_norm then linear_swiglu.
+TEST(FusedCpu, AddRmsNormFromXInAndSwigluPreEqualTheInPlaceOps) {
+  Context ctx;
+  std::mt19937 rng(505);
+  for (int64_t m : {1, 2, 5}) {
+    const int64_t d = 40, f = 19;
+    OwnedTensor x_in = random_tensor(DType::kF32, {m, d}, rng), y = random_tensor(DType::kF32, {m, d}, rng);
+    OwnedTensor w = random_tensor(DType::kBF16, {d}, rng), keep = clone(x_in.tensor);
+    OwnedTensor x_want = clone(x_in.tensor), x_got = random_tensor(DType::kF32, {m, d}, rng);
+    OwnedTensor h_want = OwnedTensor::make(DType::kF32, {m, d}),
+                h_got = OwnedTensor::make(DType::kF32, {m, d});
+    add_rms_norm(ctx, h_want.tensor, x_want.tensor, y.tensor, w.tensor, 1e-5f, 0.5f, 1.0f);
+    add_rms_norm(ctx, h_got.tensor, x_got.tensor, y.tensor, w.tensor, 1e-5f, 0.5f, 1.0f, x_in.tensor);
+    EXPECT_TRUE(same_bits(x_got.tensor, x_want.tensor)) << "x, m " << m;
+    EXPECT_TRUE(same_bits(h_got.tensor, h_want.tensor)) << "out, m " << m;
+    EXPECT_TRUE(same_bits(x_in.tensor, keep.tensor)) << "x_in changed, m " << m;
+
+    OwnedTensor wg = random_tensor(DType::kBF16, {f, d}, rng), wu = random_tensor(DType::kBF16, {f, d}, rng);
+    OwnedTensor a_want = OwnedTensor::make(DType::kF32, {m, f}),
+                a_got = OwnedTensor::make(DType::kF32, {m, f});
+    OwnedTensor x2 = random_tensor(DType::kF32, {m, d}, rng), h2 = OwnedTensor::make(DType::kF32, {m, d});
+    linear_swiglu(ctx, a_want.tensor, h_want.tensor, wg.tensor, wu.tensor);
+    const AddRmsNorm pre{x_in.tensor, y.tensor, x2.tensor, w.tensor, 1e-5f, 0.5f, 1.0f};
+    linear_swiglu(ctx, a_got.tensor, h2.tensor, wg.tensor, wu.tensor, {}, {}, GluAct::kSilu, &pre);
+    EXPECT_TRUE(same_bits(a_got.tensor, a_want.tensor)) << "swiglu with pre, m " << m;
+    EXPECT_TRUE(same_bits(x2.tensor, x_want.tensor)) << "pre.x_out, m " << m;
+  }
+  OwnedTensor a = random_tensor(DType::kF32, {2, 8}, rng), b = random_tensor(DType::kF32, {2, 8}, rng);
+  OwnedTensor w = random_tensor(DType::kF32, {8}, rng), o = OwnedTensor::make(DType::kF32, {2, 8});
+  OwnedTensor wide = random_tensor(DType::kF32, {2, 12}, rng);
+  expect_kernel_error(
+      [&] {
+        add_rms_norm(ctx, o.tensor, a.tensor, b.tensor, w.tensor, 1e-5f, 1.0f, 0.0f, a.tensor.slice(0, 0, 1));
+      },
+      {"add_rms_norm", "x_in"});
+  expect_kernel_error(
+      [&] {
+        add_rms_norm(ctx, o.tensor, wide.tensor.slice(1, 0, 8), b.tensor, w.tensor, 1e-5f, 1.0f, 0.0f,
+                     wide.tensor.slice(1, 4, 12));
+      },
+      {"add_rms_norm", "overlaps"});
 }
 
 TEST(FusedCpu, ArgumentErrorsNameTheOp) {

@@ -298,7 +298,7 @@ TEST(KvQuantAttention, SlidingWindowAndSoftcap) {
         s.n_blocks = 120;
         s.seq_lens = {100, 23, 64};
         s.new_tokens = {1, 23, 4};
-        s.params = {0.4f, window, softcap};
+        s.params = {0.4f, window, softcap, {}};
         check_quant_attention(s, strfmt("%s window %d softcap %g", bits == 9 ? "fp8" : bits == 8 ? "int8" : "int4",
                                         window, softcap));
       }

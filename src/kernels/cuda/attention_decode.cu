@@ -417,12 +417,21 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 // trip after the wait; every warp then reduces m and l itself (slice_weights, as merge_if_last: the same bits
 // in every warp) and takes a slice's weight from its lane by a shuffle.
 constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
+constexpr int64_t kPrefetchPiece = 1 << 20;  // bytes per bulk L2 prefetch instruction
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   const uint64_t t_entry = stamp_if(a.timing);
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row / a.n_heads), D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
+  if (a.prefetch != nullptr && threadIdx.x == 0) {  // this block's slice of the next kernel's weights
+    const int64_t total = a.prefetch_bytes & ~int64_t{15}, share = (total / gridDim.x + 15) & ~int64_t{15};
+    const int64_t lo = row * share, hi = lo + share < total ? lo + share : total;
+    for (int64_t p = lo; p < hi; p += kPrefetchPiece) {
+      const unsigned n = static_cast<unsigned>(hi - p < kPrefetchPiece ? hi - p : kPrefetchPiece);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a.prefetch + p), "r"(n) : "memory");
+    }
+  }
   // Every block waits, rows with one slice too: the next kernel's wait covers this grid only, so this grid
   // completes after the slice kernel (whose single-slice rows it reads) has.
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
@@ -748,6 +757,12 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
     cfg.numAttrs = 1;
     static const bool trigger = env_flag("BUNSEN_DECODE_COMBINE_TRIGGER", true);
     a.combine_trigger = trigger ? 1 : 0;
+    static const int64_t prefetch_cap = int64_t{env_int("BUNSEN_L2_PREFETCH", 0)} << 20;
+    const int64_t pf = std::min(at.prefetch_bytes, prefetch_cap);
+    if (at.prefetch != nullptr && pf >= 16 && reinterpret_cast<uintptr_t>(at.prefetch) % 16 == 0) {
+      a.prefetch = static_cast<const char*>(at.prefetch);
+      a.prefetch_bytes = pf;
+    }
     check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel, a), op, detail);
   }
 }

@@ -48,6 +48,11 @@ struct DecodeArgs : PagedArgs {
   // combine_kernel lets its dependent (the o-projection) launch once its own wait has returned (the slice
   // kernel has completed, so its blocks no longer hold the SMs); BUNSEN_DECODE_COMBINE_TRIGGER=0: at its end.
   int combine_trigger = 1;
+  // combine_kernel's blocks ask L2 to fetch [prefetch, prefetch + prefetch_bytes) (a slice each, 16-byte
+  // multiples) before their wait, while the slice kernel runs: the o-projection then streams its weights from
+  // L2. Null: nothing. DevAttention::prefetch capped by BUNSEN_L2_PREFETCH (MB).
+  const char* prefetch = nullptr;
+  int64_t prefetch_bytes = 0;
   // Host only: the longest slice any row of this launch can get (the block table's width / n_splits), so the
   // tensor-core split kernel can pick its ring depth by host scalars (graph-safe); 0 = unknown.
   int max_slice_keys = 0;

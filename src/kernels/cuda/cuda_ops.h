@@ -172,6 +172,8 @@ struct DevAttention {
   float scale = 1.0f;
   int sliding_window = 0;
   float softcap = 0.0f;
+  const void* prefetch = nullptr;  // AttentionParams::prefetch_next (a hint)
+  int64_t prefetch_bytes = 0;
 };
 
 constexpr int kMaxRotaryDim = 512;  // rope passes inv_freq by value in the launch parameters
@@ -185,9 +187,10 @@ constexpr int kMaxHeadDim = 512;    // attention keeps one row of head_dim per l
 void embedding(void* stream, DevRows out, DevRows table, const int32_t* ids, float scale);
 void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype, float eps, float w_offset);
 void add_scaled(void* stream, DevRows x, DevRows y, float scale);
-// x += y * y_scale, then out = rms_norm(x) * (w + w_offset); one block per row, the row kept in registers.
+// x = x_in + y * y_scale, then out = rms_norm(x) * (w + w_offset); one block per row, the row kept in
+// registers. x_in: x's dtype and row stride, x itself (in place) or a buffer not overlapping x.
 void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w, DType w_dtype, float eps,
-                  float y_scale, float w_offset);
+                  float y_scale, float w_offset, const void* x_in);
 void scale(void* stream, DevRows x, float s);
 // out = x · wᵀ (+ bias): m <= kGemvMaxM through the GEMV kernel, larger m through cuBLASLt (x is
 // rounded to w's dtype there when they differ; f16 operands saturate at ±65504).
@@ -210,6 +213,10 @@ struct SampleRow {
   double u;
 };
 void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows);
+// sample()'s histogram atomics: -1 = BUNSEN_SAMPLE_HIST (read once; "first" or peers by default), 0 = the
+// first active lane's bin aggregated, the others per lane, 1 = every bin's lanes aggregated
+// (__match_any_sync).
+void set_sample_hist_for_testing(int mode);
 // out[r, :] = x[rows[r], :]; rows [out.n_rows] i32 on the device (a row outside x gives a NaN row).
 void gather_rows(void* stream, DevRows out, DevRows x, const int32_t* rows);
 
@@ -232,6 +239,17 @@ void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_par
 // biases too.
 void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
                    bool gelu_tanh = false);
+// ops.h AddRmsNorm: the residual add and norm a fused projection computes in its GEMV prologue.
+struct DevAddNorm {
+  DevRows x_in, y, x_out;   // [m, d]: f32, f32|bf16, f32
+  const void* w = nullptr;  // [d]
+  DType w_dtype = DType::kF32;
+  float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
+};
+// linear_swiglu with x (bf16, not written) computed from pre in the GEMV's prologue: bf16 weights, 1 <= m <=
+// 2, d <= 4096 on the vectorised path. False, nothing launched, otherwise.
+bool linear_swiglu_norm(void* stream, DevRows out, DevRows x, const DevLinearPart& gate,
+                        const DevLinearPart& up, bool gelu_tanh, const DevAddNorm& pre);
 // rope(q), rope(k) (none when rotary_dim is 0), then kv_write(cache, k, v, slots), in one launch; q and
 // k are rotated in place. q and k share a dtype.
 struct DevRopeKv {
@@ -246,11 +264,14 @@ struct DevRopeKv {
   float attention_scaling = 1.0f;
 };
 void rope_kv_write(void* stream, const DevRopeKv& a);
-// linear_multi of parts q, k, v (r.q/k/v: their outputs as heads) with rope_kv_write(r) folded into the GEMV's
-// store: one launch instead of two, the same bits (q/k/v rounded as stored, rotated, rounded, written to the
-// cache). Only bf16 weights, x, outputs and cache, 1 <= m <= kGemvMaxM, on the vectorised GEMV path; false,
-// nothing launched, otherwise (the caller then runs linear_multi and rope_kv_write).
-bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r);
+// linear_multi of parts q, k, v (r.q/k/v: their outputs as heads) with rope_kv_write(r) folded into the
+// GEMV's store: one launch instead of two, the same bits (q/k/v rounded as stored, rotated, rounded, written
+// to the cache). Only bf16 weights, x, outputs and cache, 1 <= m <= kGemvMaxM, on the vectorised GEMV path;
+// false, nothing launched, otherwise (the caller then runs linear_multi and rope_kv_write). With pre: x (not
+// written) computed from pre in the GEMV's prologue as linear_swiglu_norm does; false also where that does
+// not apply.
+bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r,
+                        const DevAddNorm* pre = nullptr);
 // Test/bench hook (process-wide): the GEMV's k split (1, 2, 4 or 8 warps per row group; 0 = from the shapes).
 void set_gemv_split_for_testing(int split);
 // Test/bench hook: the GEMV's small-launch path. -1 = BUNSEN_GEMV_SMALL (unset/1: launches one wave covers,

@@ -14,12 +14,15 @@
 // launch's (n, k, dtypes) and the GPU, never on m, and the rows per warp never change a lane's chunks, so a
 // row's result is the same for any m <= kGemvMaxM (batch invariance).
 #include <atomic>
+#include <type_traits>
 
 #include "core/env.h"
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rope_math.cuh"
+#include "kernels/cuda/vec8.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -308,10 +311,12 @@ __device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* co
     }
 }
 
-// acc[i][r] += the chunks loaded by load_chunks(c0) times x row i, in chunk order.
-template <typename WT, typename XT, int kM, int kRows, int kU>
+// acc[i][r] += the chunks loaded by load_chunks(c0) times x row i, in chunk order. kSmemX: x is the norm
+// prologue's bf16 rows in shared memory (bf16 weights).
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kSmemX>
 __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 (&wv)[kU][kRows], const XT* x,
-                                           int64_t x_stride, int64_t m, int64_t c0, int64_t n_chunks, int lane) {
+                                           int64_t x_stride, int64_t m, int64_t c0, int64_t n_chunks,
+                                           int lane) {
   constexpr int kE = 16 / sizeof(WT);
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
@@ -324,13 +329,114 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
     for (int i = 0; i < kM; ++i) {
       if (i >= m) break;
       float xf[kE];
-      load_x<kE>(x + i * x_stride + c * kE, xf);
+      if constexpr (kSmemX)
+        unpack(*reinterpret_cast<const uint4*>(x + i * x_stride + c * kE), xf, Bf16{});
+      else
+        load_x<kE>(x + i * x_stride + c * kE, xf);
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
 #pragma unroll
         for (int e = 0; e < kE; ++e) acc[i][r] = fmaf(wf[r][e], xf[e], acc[i][r]);
     }
   }
+}
+
+// ---- the norm prologue (GemvNorm) ----
+// Virtual threads of rms_norm_vec_kernel per thread: that kernel runs d / 8 threads (rounded up to whole
+// warps) of 8 elements each; thread t here plays its threads t + s * kThreads, so its warps are this
+// block's warps (warp + s * kWarps) lane for lane. Dynamic shared memory: x [m, d] bf16, then the norm
+// weights [d] in their dtype (copied before the PDL wait). Few registers on top of the early weight loads
+// (the small launches keep their occupancy): the sums of squares are taken first, then x_in and y are read
+// again (L1) for the normalised values.
+constexpr int kNormVirt = static_cast<int>(kGemvNormMaxK / 8 / kThreads);
+
+__device__ __forceinline__ void load8_any(const void* p, bool bf16, int64_t j, float (&v)[8]) {
+  if (bf16)
+    vec8::load8(static_cast<const Bf16*>(p) + j, v);
+  else
+    vec8::load8(static_cast<const float*>(p) + j, v);
+}
+
+// The norm weights' copy in shared memory (after x's m * d bf16 values).
+__device__ __forceinline__ char* norm_w_smem(char* smem, int64_t m, int64_t d) {
+  return smem + m * d * static_cast<int64_t>(sizeof(Bf16));
+}
+
+// Issues the asynchronous copy of this thread's norm weights (its virtual threads' 8 elements each).
+__device__ __forceinline__ void norm_prefetch_w(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+  const int64_t wsz = nm.w_bf16 ? 2 : 4;
+  char* dst = norm_w_smem(smem, m, d);
+  const char* src = static_cast<const char*>(nm.w);
+#pragma unroll
+  for (int s = 0; s < kNormVirt; ++s) {
+    const int64_t j = static_cast<int64_t>(threadIdx.x + s * kThreads) * 8;
+    if (j >= d) continue;
+    for (int64_t b = 0; b < 8 * wsz; b += 16) cp_async_16(dst + j * wsz + b, src + j * wsz + b);
+  }
+  cp_async_commit_group();
+}
+
+// x_out = x_in + y * y_scale of one virtual thread's 8 elements (row i, from column j).
+__device__ __forceinline__ void norm_sum8(const GemvNorm& nm, int i, int64_t j, float (&v)[8]) {
+  float yv[8];
+  vec8::load8(nm.x_in + i * nm.x_stride + j, v);
+  load8_any(nm.y, nm.y_bf16, i * nm.y_stride + j, yv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = fmaf(yv[e], nm.y_scale, v[e]);
+}
+
+// smem's x[i, :] = bf16(rms_norm(x_out[i, :]) * (w + w_offset)) for the launch's m rows, x_out = x_in + y *
+// y_scale (stored by block 0): rms_norm_vec_kernel<kAdd, Bf16, float, YT, WT>'s formulas, fma chain per
+// virtual thread and block_sum's tree, so the same bits. Ends with a barrier (x complete).
+template <int kM>
+__device__ __forceinline__ void norm_prologue(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+  __shared__ float red[32];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int n_vwarps = static_cast<int>((d / 8 + 31) / 32);
+  Bf16* h = reinterpret_cast<Bf16*>(smem);
+  const char* wsm = norm_w_smem(smem, m, d);
+  cp_async_wait_group<0>();  // this thread's own weight copies (each thread reads only those)
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    if (i >= m) break;
+    float ss[kNormVirt];
+#pragma unroll
+    for (int s = 0; s < kNormVirt; ++s) {
+      const int64_t j = static_cast<int64_t>(t + s * kThreads) * 8;
+      ss[s] = 0.0f;
+      if (j < d) {
+        float v[8];
+        norm_sum8(nm, i, j, v);
+        if (blockIdx.x == 0) vec8::store8(nm.x_out + i * nm.x_stride + j, v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss[s] = fmaf(v[e], v[e], ss[s]);
+      }
+      ss[s] = warp_sum(ss[s]);
+    }
+    __syncthreads();  // red may still be read for the previous row
+    if (lane == 0)
+#pragma unroll
+      for (int s = 0; s < kNormVirt; ++s)
+        if (warp + s * kWarps < n_vwarps) red[warp + s * kWarps] = ss[s];
+    __syncthreads();
+    const float tot = warp_sum(lane < n_vwarps ? red[lane] : 0.0f);
+    const float inv = 1.0f / sqrtf(tot / static_cast<float>(d) + nm.eps);
+#pragma unroll
+    for (int s = 0; s < kNormVirt; ++s) {
+      const int64_t j = static_cast<int64_t>(t + s * kThreads) * 8;
+      if (j >= d) continue;
+      float v[8], wv[8];
+      norm_sum8(nm, i, j, v);
+      if (nm.w_bf16)
+        vec8::load8(reinterpret_cast<const Bf16*>(wsm) + j, wv);
+      else
+        vec8::load8(reinterpret_cast<const float*>(wsm) + j, wv);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * (wv[e] + nm.w_offset);
+      vec8::store8(h + i * d + j, v);
+    }
+  }
+  __syncthreads();
 }
 
 // Warps of a block form groups of `split` warps (1, 2, 4 or 8); a group owns kRows weight rows and its
@@ -341,10 +447,15 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
 // iterations has all its weights requested while the previous kernel finishes; the loads move, the
 // summation order does not.
 // kRope (gemv_vec_rope_kernel): the q/k/v fold, rows from locate_rope and the store from store_rope.
-template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope>
-__device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk) {
+// kNorm: x is computed by norm_prologue (after pdl_wait, while the early weight loads fly) into dynamic
+// shared memory ([m, k] bf16); bf16 weights only.
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope, bool kNorm>
+__device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk,
+                                              const GemvNorm* nm) {
+  static_assert(!kNorm || (std::is_same_v<WT, Bf16> && std::is_same_v<XT, Bf16>), "norm prologue: bf16 only");
   constexpr int kE = 16 / sizeof(WT);
   __shared__ float partial[kWarps][kM][kRows];
+  extern __shared__ uint4 gemv_x_smem[];
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / split, slice = warp % split;
@@ -357,7 +468,8 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
     active = locate_rope<kRows>(a, *rk, g, part, n0, rows);
   else
     active = locate<WT, kRows, kGlu>(a, g, part, n0, rows);
-  const XT* x = static_cast<const XT*>(a.x);
+  const XT* x = kNorm ? reinterpret_cast<const XT*>(gemv_x_smem) : static_cast<const XT*>(a.x);
+  const int64_t x_stride = kNorm ? a.k : a.x_stride;
   const int64_t n_chunks = a.k / kE, step = static_cast<int64_t>(split) * 32 * kU;
   float acc[kM][kRows] = {};
   uint4 wa[kU][kRows], wb[kU][kRows];
@@ -366,20 +478,22 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
   if constexpr (kEarly) {
     if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
   }
+  if constexpr (kNorm) norm_prefetch_w(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   pdl_wait();
+  if constexpr (kNorm) norm_prologue<kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   if constexpr (kEarly) {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
-      fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wb, rows, c0 + 3 * step, n_chunks, lane);
     }
   } else {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
       load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU>(acc, wa, x, a.x_stride, a.m, c0, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU>(acc, wb, x, a.x_stride, a.m, c0 + step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
     }
   }
   float tot[kM][kRows];
@@ -413,14 +527,28 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
 
 template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly>
 __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constant__ GemvMultiArgs a, int split) {
-  gemv_vec_body<WT, XT, kM, kRows, kU, kGlu, kEarly, false>(a, split, nullptr);
+  gemv_vec_body<WT, XT, kM, kRows, kU, kGlu, kEarly, false, false>(a, split, nullptr, nullptr);
 }
 
-// The q/k/v fold (bf16 weights, x and outputs; plain launches of three parts).
-template <int kM, int kRows, bool kEarly>
-__global__ void __launch_bounds__(kThreads)
-    gemv_vec_rope_kernel(const __grid_constant__ GemvMultiArgs a, int split, const __grid_constant__ RopeKvArgs rk) {
-  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, false, kEarly, true>(a, split, &rk);
+// Small launches plan their waves with the plain kernel's occupancy (4 blocks per SM at <= 64 registers);
+// the prologue's kernels are held to it.
+constexpr int kSmallMinBlocks = 4;
+
+// gemv_vec_kernel with the norm prologue (bf16 weights and x).
+template <int kM, int kRows, bool kGlu, bool kEarly>
+__global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
+    gemv_vec_norm_kernel(const __grid_constant__ GemvMultiArgs a, int split,
+                         const __grid_constant__ GemvNorm nm) {
+  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, kGlu, kEarly, false, true>(a, split, nullptr, &nm);
+}
+
+// The q/k/v fold (bf16 weights, x and outputs; plain launches of three parts), with or without the norm
+// prologue.
+template <int kM, int kRows, bool kEarly, bool kNorm>
+__global__ void __launch_bounds__(kThreads, (kEarly && kNorm) ? kSmallMinBlocks : 1)
+    gemv_vec_rope_kernel(const __grid_constant__ GemvMultiArgs a, int split,
+                         const __grid_constant__ RopeKvArgs rk, const __grid_constant__ GemvNorm nm) {
+  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, false, kEarly, true, kNorm>(a, split, &rk, &nm);
 }
 
 // Any alignment: one weight row (gated: one gate and one up row) per warp, element loads strided by 32.
@@ -530,35 +658,82 @@ cudaError_t launch_gemv(cudaStream_t stream, const GemvMultiArgs& a) {
   return launch_vec<WT, XT, 8, kR2, kGlu, false>(stream, a, split);
 }
 
+// x [m, k] bf16 and the norm weights [k].
+size_t norm_smem(const GemvMultiArgs& a, const GemvNorm& n) {
+  return static_cast<size_t>(a.m * a.k) * sizeof(Bf16) + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
+}
+
+// Whether a bf16 launch of a (weights already checked) can compute its x with n's prologue: see GemvNorm
+// and kGemvNormMaxK.
+bool norm_ok(const GemvMultiArgs& a, const GemvNorm& n) {
+  constexpr size_t kMaxSmem = 48 * 1024;  // dynamic shared memory without an opt-in
+  return a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 && a.m >= 1 && a.m <= kGemvNormMaxM &&
+         a.k % 8 == 0 && a.k <= kGemvNormMaxK && norm_smem(a, n) <= kMaxSmem &&
+         aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
+         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0) && n.x_stride >= a.k &&
+         n.y_stride >= a.k;
+}
+
 // The fold's launch: the plain launch's path, rows per warp group and k split (so q/k/v keep its bits).
-// False (nothing launched) when that would not be the vectorised kernel or head_dim does not hold whole
-// groups of rows.
-bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& rk) {
-  bool vec = aligned16(a.x, a.x_stride * 2) && a.k % 8 == 0;
+// False (nothing launched) when that would not be the vectorised kernel, head_dim does not hold whole
+// groups of rows or n's prologue does not apply.
+bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& rk, const GemvNorm* n) {
+  bool vec = (n != nullptr || aligned16(a.x, a.x_stride * 2)) && a.k % 8 == 0;
   for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.part[p].w, a.part[p].w_stride * 2);
-  if (!vec || a.m < 1 || a.m > kGemvMaxM) return false;
+  if (!vec || a.m < 1 || a.m > kGemvMaxM || (n != nullptr && !norm_ok(a, *n))) return false;
   const int small = small_split<Bf16, Bf16, false>(a);
   const int rows = small > 0 ? kRowsSmall : a.m <= 2 ? kRowsFew : kRowsMany;
   if (rk.head_dim % rows != 0 || a.part[0].n % rk.head_dim != 0 || a.part[1].n % rk.head_dim != 0) return false;
   const int split = small > 0 ? small : launch_split<Bf16, Bf16, false>(a);
   const int64_t per = kWarps / split;
   const dim3 grid(static_cast<unsigned>((total_groups(a, rows) + per - 1) / per));
-  auto go = [&](auto kernel) { return launch_pdl(kernel, grid, dim3(kThreads), 0, stream, a, split, rk); };
-  cudaError_t e;
+  const GemvNorm nm = n != nullptr ? *n : GemvNorm{};
+  const size_t smem = n != nullptr ? norm_smem(a, *n) : 0;
+  auto go = [&](auto kernel) {
+    return launch_pdl(kernel, grid, dim3(kThreads), smem, stream, a, split, rk, nm);
+  };
+  auto pick = [&](auto norm) {
+    constexpr bool kN = decltype(norm)::value;
+    if (small > 0) {
+      constexpr int kR = kRowsSmall;
+      return a.m == 1   ? go(gemv_vec_rope_kernel<1, kR, true, kN>)
+             : a.m == 2 ? go(gemv_vec_rope_kernel<2, kR, true, kN>)
+             : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kR, true, kN>)
+                        : go(gemv_vec_rope_kernel<8, kR, true, kN>);
+    }
+    return a.m == 1   ? go(gemv_vec_rope_kernel<1, kRowsFew, false, kN>)
+           : a.m == 2 ? go(gemv_vec_rope_kernel<2, kRowsFew, false, kN>)
+           : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kRowsMany, false, kN>)
+                      : go(gemv_vec_rope_kernel<8, kRowsMany, false, kN>);
+  };
+  const cudaError_t e = n != nullptr ? pick(std::true_type{}) : pick(std::false_type{});
+  check_cuda(e, "linear_qkv_rope_kv",
+             [&] { return strfmt("m %lld k %lld", (long long)a.m, (long long)a.k); });
+  return true;
+}
+
+// gemv_multi_norm's launch: launch_gemv's path, rows per warp group and split for bf16 weights and x.
+template <bool kGlu>
+cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm& n) {
+  auto go = [&](auto kernel, int rows, int split) {
+    const int64_t per = kWarps / split;
+    const dim3 grid(static_cast<unsigned>((total_groups(a, rows) + per - 1) / per));
+    return launch_pdl(kernel, grid, dim3(kThreads), norm_smem(a, n), stream, a, split, n);
+  };
+  const int small = small_split<Bf16, Bf16, kGlu>(a);
   if (small > 0) {
     constexpr int kR = kRowsSmall;
-    e = a.m == 1   ? go(gemv_vec_rope_kernel<1, kR, true>)
-        : a.m == 2 ? go(gemv_vec_rope_kernel<2, kR, true>)
-        : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kR, true>)
-                   : go(gemv_vec_rope_kernel<8, kR, true>);
-  } else {
-    e = a.m == 1   ? go(gemv_vec_rope_kernel<1, kRowsFew, false>)
-        : a.m == 2 ? go(gemv_vec_rope_kernel<2, kRowsFew, false>)
-        : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kRowsMany, false>)
-                   : go(gemv_vec_rope_kernel<8, kRowsMany, false>);
+    if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR, kGlu, true>, kR, small);
+    if (a.m == 2) return go(gemv_vec_norm_kernel<2, kR, kGlu, true>, kR, small);
+    if (a.m <= 4) return go(gemv_vec_norm_kernel<4, kR, kGlu, true>, kR, small);
+    return go(gemv_vec_norm_kernel<8, kR, kGlu, true>, kR, small);
   }
-  check_cuda(e, "linear_qkv_rope_kv", [&] { return strfmt("m %lld k %lld", (long long)a.m, (long long)a.k); });
-  return true;
+  const int split = launch_split<Bf16, Bf16, kGlu>(a);
+  constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew, kR2 = kRowsMany;
+  if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false>, kR1, split);
+  if (a.m == 2) return go(gemv_vec_norm_kernel<2, kR1, kGlu, false>, kR1, split);
+  if (a.m <= 4) return go(gemv_vec_norm_kernel<4, kR2, kGlu, false>, kR2, split);
+  return go(gemv_vec_norm_kernel<8, kR2, kGlu, false>, kR2, split);
 }
 
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
@@ -589,7 +764,18 @@ void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
   }
 }
 
-bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r) {
+bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm& n) {
+  bool ok = norm_ok(a, n);
+  for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.part[p].w, a.part[p].w_stride * 2);
+  if (!ok || total_groups(a, 2) == 0) return false;
+  const cudaError_t e = a.glu ? launch_norm<true>(stream, a, n) : launch_norm<false>(stream, a, n);
+  check_cuda(e, "gemv (norm prologue)", [&] {
+    return strfmt("m %lld k %lld parts %d glu %d", (long long)a.m, (long long)a.k, a.n_parts, (int)a.glu);
+  });
+  return true;
+}
+
+bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r, const GemvNorm* n) {
   const DevCache& c = r.cache;
   const int64_t hd = r.k.head_dim;
   const bool ok = a.n_parts == 3 && !a.glu && a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 &&
@@ -614,7 +800,7 @@ bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& 
   rk.half = r.rotary_dim / 2;
   rk.scaling = r.attention_scaling;
   for (int i = 0; i < rk.half; ++i) rk.inv_freq[i] = r.inv_freq_host[i];
-  return launch_rope(stream, a, rk);
+  return launch_rope(stream, a, rk, n);
 }
 
 void set_gemv_split_for_testing(int split) {

@@ -115,11 +115,37 @@ struct GemvMultiArgs {
 // Runs one launch per kGemvMaxM rows of x.
 void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a);
 
+// The residual add and RMSNorm a GEMV launch computes in its prologue (ops.h AddRmsNorm): x_out = x_in + y *
+// y_scale (f32; block 0 stores it), then the launch's x = bf16(rms_norm(x_out) * (w + w_offset)), computed by
+// every block into shared memory with rms_norm_vec_kernel's arithmetic and reduction tree (add_rms_norm's
+// bits). x_in and x_out must not overlap (blocks read x_in while block 0 writes x_out).
+struct GemvNorm {
+  const float* x_in = nullptr;  // [m, k], row stride x_stride (elements)
+  float* x_out = nullptr;       // [m, k], row stride x_stride
+  const void* y = nullptr;      // [m, k] f32|bf16, row stride y_stride
+  const void* w = nullptr;      // [k] f32|bf16
+  int64_t x_stride = 0, y_stride = 0;
+  bool y_bf16 = false, w_bf16 = false;
+  float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
+};
+
+// Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds without
+// spilling there), k % 8 == 0, k <= kGemvNormMaxK, x (m * k bf16) and the norm weights in 48 KB of shared
+// memory.
+constexpr int64_t kGemvNormMaxM = 2, kGemvNormMaxK = 4096;
+
+// gemv_multi of a (1 <= a.m <= kGemvNormMaxM, bf16 weights, a.x_dtype bf16; a.x unused) with its x computed
+// by n's prologue. False, nothing launched, when the launch would not take the vectorised kernel or the
+// shapes or alignments do not allow the prologue.
+bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm& n);
+
 // a = q, k, v (3 parts, bf16 weights, x and outputs, 1 <= m <= kGemvMaxM) with r's rope_kv_write folded into
 // the store (r: plain bf16 cache; r.q/k/v describe the parts' outputs): one launch whose q/k/v, rotated q
 // and k and cache rows are those of gemv_multi + rope_kv_write bit for bit. False, nothing launched, when
 // the shapes or the launch's path (not the vectorised kernel) do not allow it.
-bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r);
+// With n: x computed by n's prologue as in gemv_multi_norm (false also when the prologue does not apply).
+bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r,
+                  const GemvNorm* n = nullptr);
 
 // The path set by set_linear_path_for_testing (kAuto unless a test forces one).
 LinearPath linear_path();

@@ -33,6 +33,31 @@ GemvPart gemv_part(const DevLinearPart& p) {
   return {p.w.data, p.out.data, p.bias, p.w.n_rows, p.w.stride, p.out.stride};
 }
 
+// pre as the GEMV's prologue for an x of shape x; false when the dtypes or shapes do not fit it (gemv.cu
+// checks sizes and alignment).
+bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
+  const bool ok = pre.x_in.dtype == DType::kF32 && pre.x_out.dtype == DType::kF32 &&
+                  (pre.y.dtype == DType::kF32 || pre.y.dtype == DType::kBF16) &&
+                  (pre.w_dtype == DType::kF32 || pre.w_dtype == DType::kBF16) &&
+                  pre.x_in.stride == pre.x_out.stride && pre.x_in.n_rows == x.n_rows &&
+                  pre.x_out.n_rows == x.n_rows && pre.y.n_rows == x.n_rows && pre.x_in.n_cols == x.n_cols &&
+                  pre.x_out.n_cols == x.n_cols && pre.y.n_cols == x.n_cols && x.dtype == DType::kBF16 &&
+                  pre.w != nullptr;
+  if (!ok) return false;
+  n.x_in = static_cast<const float*>(pre.x_in.data);
+  n.x_out = static_cast<float*>(pre.x_out.data);
+  n.y = pre.y.data;
+  n.w = pre.w;
+  n.x_stride = pre.x_in.stride;
+  n.y_stride = pre.y.stride;
+  n.y_bf16 = pre.y.dtype == DType::kBF16;
+  n.w_bf16 = pre.w_dtype == DType::kBF16;
+  n.eps = pre.eps;
+  n.y_scale = pre.y_scale;
+  n.w_offset = pre.w_offset;
+  return true;
+}
+
 }  // namespace
 
 void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts) {
@@ -61,8 +86,11 @@ void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_par
   check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
 }
 
-bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r) {
+bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r,
+                        const DevAddNorm* pre) {
   if (x.n_rows < 1 || x.n_rows > kGemvMaxM || x.n_cols <= 0 || linear_path() == LinearPath::kGemm) return false;
+  GemvNorm n;
+  if (pre != nullptr && !gemv_norm(*pre, x, n)) return false;
   for (int p = 0; p < 3; ++p) {
     const DevLinearPart& q = parts[p];
     if (q.w.dtype != DType::kBF16 || q.out.dtype != DType::kBF16 || q.w.n_cols != x.n_cols ||
@@ -74,14 +102,16 @@ bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, con
                                parts[0].bias ? parts[0].bias_dtype : parts[1].bias ? parts[1].bias_dtype : parts[2].bias_dtype);
   for (int p = 0; p < 3; ++p) a.part[p] = gemv_part(parts[p]);
   a.n_parts = 3;
-  if (!gemv_rope_kv(as_stream(stream), a, r)) return false;
+  if (!gemv_rope_kv(as_stream(stream), a, r, pre != nullptr ? &n : nullptr)) return false;
   check_launch("linear_qkv_rope_kv", [&] { return parts_desc(x, parts, 3); });
   return true;
 }
 
-void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
-                   bool gelu_tanh) {
-  if (x.n_rows == 0 || gate.w.n_rows == 0) return;
+namespace {
+
+// linear_swiglu's launch arguments (shapes and dtypes checked).
+GemvMultiArgs swiglu_args(DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
+                          bool gelu_tanh) {
   if (gate.w.dtype != up.w.dtype || gate.w.n_rows != up.w.n_rows ||
       (gate.bias != nullptr && up.bias != nullptr && gate.bias_dtype != up.bias_dtype))
     throw Error("cuda", "linear_swiglu: gate and up must share shape and dtypes: " + rows_desc("gate", gate.w) +
@@ -96,9 +126,31 @@ void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& ga
   a.n_parts = 2;
   a.glu = true;
   a.gelu_tanh = gelu_tanh;
-  gemv_multi(as_stream(stream), a);
-  check_launch("linear_swiglu", [&] { return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " +
-                                             rows_desc("gate", gate.w); });
+  return a;
+}
+
+std::string swiglu_desc(DevRows out, DevRows x, const DevLinearPart& gate) {
+  return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("gate", gate.w);
+}
+
+}  // namespace
+
+void linear_swiglu(void* stream, DevRows out, DevRows x, const DevLinearPart& gate, const DevLinearPart& up,
+                   bool gelu_tanh) {
+  if (x.n_rows == 0 || gate.w.n_rows == 0) return;
+  gemv_multi(as_stream(stream), swiglu_args(out, x, gate, up, gelu_tanh));
+  check_launch("linear_swiglu", [&] { return swiglu_desc(out, x, gate); });
+}
+
+bool linear_swiglu_norm(void* stream, DevRows out, DevRows x, const DevLinearPart& gate,
+                        const DevLinearPart& up, bool gelu_tanh, const DevAddNorm& pre) {
+  GemvNorm n;
+  if (x.n_rows < 1 || x.n_rows > kGemvMaxM || gate.w.n_rows == 0 || linear_path() == LinearPath::kGemm ||
+      !gemv_norm(pre, x, n))
+    return false;
+  if (!gemv_multi_norm(as_stream(stream), swiglu_args(out, x, gate, up, gelu_tanh), n)) return false;
+  check_launch("linear_swiglu", [&] { return swiglu_desc(out, x, gate); });
+  return true;
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -58,18 +58,20 @@ __global__ void rms_norm_kernel(OT* out, int64_t out_stride, const XT* x, int64_
   }
 }
 
-// x += y * y_scale; out = x * rsqrt(mean(x^2) + eps) * (w + w_offset). Each thread keeps its (<= kPer)
-// elements of the row in registers between the two halves, so x is read once and written once.
+// x = x_in + y * y_scale (x_in: x itself, or a buffer of x's stride not overlapping it); out = x *
+// rsqrt(mean(x^2) + eps) * (w + w_offset). Each thread keeps its (<= kPer) elements of the row in registers
+// between the two halves, so x is read once and written once.
 constexpr int kAddNormPer = 8;
 constexpr int kAddNormThreads = 1024;
 
 template <typename OT, typename XT, typename YT, typename WT>
 __global__ void __launch_bounds__(kAddNormThreads)
-    add_rms_norm_kernel(OT* out, int64_t os, XT* x, int64_t xs, const YT* y, int64_t ys, const WT* w,
-                        int64_t n_rows, int64_t d, float eps, float y_scale, float w_offset) {
+    add_rms_norm_kernel(OT* out, int64_t os, XT* x, const XT* x_in, int64_t xs, const YT* y, int64_t ys,
+                        const WT* w, int64_t n_rows, int64_t d, float eps, float y_scale, float w_offset) {
   __shared__ float red[32];
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     XT* xr = x + r * xs;
+    const XT* xir = x_in + r * xs;
     const YT* yr = y + r * ys;
     float v[kAddNormPer];
     float ss = 0.0f;
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(kAddNormThreads)
       const int64_t j = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
       v[i] = 0.0f;
       if (j < d) {
-        v[i] = to_f32(xr[j]) + to_f32(yr[j]) * y_scale;
+        v[i] = to_f32(xir[j]) + to_f32(yr[j]) * y_scale;
         xr[j] = from_f32<XT>(v[i]);
         v[i] = to_f32(xr[j]);  // what the stored x holds (bf16 x rounds)
         ss = fmaf(v[i], v[i], ss);
@@ -103,11 +105,13 @@ using vec8::load8;
 using vec8::store8;
 
 // out = x * rsqrt(mean(x^2) + eps) * (w + w_offset) for one row per block; with kAdd, first
-// x += y * y_scale (x stored rounded to XT, the norm taken over the stored values).
+// x = x_in + y * y_scale (x stored rounded to XT, the norm taken over the stored values; x_in is x itself or
+// a buffer of its stride not overlapping it). gemv.cu's norm prologue (norm_prologue) reproduces this
+// kernel's arithmetic and reduction tree for x f32: keep the two in step.
 template <bool kAdd, typename OT, typename XT, typename YT, typename WT>
 __global__ void __launch_bounds__(kVecMaxThreads)
-    rms_norm_vec_kernel(OT* out, int64_t os, XT* x, int64_t xs, const YT* y, int64_t ys, const WT* w,
-                        int64_t n_rows, int64_t d, float eps, float y_scale, float w_offset) {
+    rms_norm_vec_kernel(OT* out, int64_t os, XT* x, const XT* x_in, int64_t xs, const YT* y, int64_t ys,
+                        const WT* w, int64_t n_rows, int64_t d, float eps, float y_scale, float w_offset) {
   __shared__ float red[32];
   const int64_t j = static_cast<int64_t>(threadIdx.x) * kVecPer;
   const bool mine = j < d;
@@ -120,12 +124,12 @@ __global__ void __launch_bounds__(kVecMaxThreads)
     float v[kVecPer] = {};
     float ss = 0.0f;
     if (mine) {
-      load8(x + r * xs + j, v);
+      load8(x_in + r * xs + j, v);
       if constexpr (kAdd) {
         float yv[kVecPer];
         load8(y + r * ys + j, yv);
 #pragma unroll
-        for (int i = 0; i < kVecPer; ++i) v[i] = to_f32(from_f32<XT>(v[i] + yv[i] * y_scale));
+        for (int i = 0; i < kVecPer; ++i) v[i] = to_f32(from_f32<XT>(fmaf(yv[i], y_scale, v[i])));
         store8(x + r * xs + j, v);
       }
 #pragma unroll
@@ -341,8 +345,9 @@ void rms_norm(void* stream, DevRows out, DevRows x, const void* w, DType w_dtype
           const cudaError_t e = launch_pdl(
               rms_norm_vec_kernel<false, OT, XT, XT, WT>, dim3(static_cast<unsigned>(row_blocks(x.n_rows))),
               dim3(vec_norm_threads(x.n_cols)), 0, as_stream(stream), static_cast<OT*>(out.data), out.stride,
-              static_cast<XT*>(x.data), x.stride, static_cast<const XT*>(nullptr), int64_t{0},
-              static_cast<const WT*>(w), x.n_rows, x.n_cols, eps, 1.0f, w_offset);
+              static_cast<XT*>(x.data), static_cast<const XT*>(x.data), x.stride,
+              static_cast<const XT*>(nullptr), int64_t{0}, static_cast<const WT*>(w), x.n_rows, x.n_cols, eps,
+              1.0f, w_offset);
           check_cuda(e, "rms_norm", [&] { return rows_desc("x", x); });
           return;
         }
@@ -379,14 +384,15 @@ void add_scaled(void* stream, DevRows x, DevRows y, float scale) {
 }
 
 void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w, DType w_dtype, float eps,
-                  float y_scale, float w_offset) {
+                  float y_scale, float w_offset, const void* x_in) {
   if (x.n_rows == 0 || x.n_cols == 0) return;
   auto detail = [&] { return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("y", y); };
   if (x.n_cols > static_cast<int64_t>(kAddNormPer) * kAddNormThreads)
     throw Error("cuda", "add_rms_norm: rows longer than " + std::to_string(kAddNormPer * kAddNormThreads) +
                             " are not supported: " + detail());
   const int threads = row_threads(x.n_cols, kAddNormThreads);  // d <= kAddNormPer * threads
-  const bool vec = vec_norm_ok(x) && vec_norm_ok(y) && vec_norm_ok(out) && vec_row_ok(w, 0, w_dtype);
+  const bool vec = vec_norm_ok(x) && vec_norm_ok(y) && vec_norm_ok(out) && vec_row_ok(w, 0, w_dtype) &&
+                   vec_row_ok(x_in, 0, x.dtype);
   with_act_type(out.dtype, [&](auto ot) {
     with_act_type(x.dtype, [&](auto xt) {
       with_act_type(y.dtype, [&](auto yt) {
@@ -398,16 +404,17 @@ void add_rms_norm(void* stream, DevRows out, DevRows x, DevRows y, const void* w
           if (vec) {
             const cudaError_t e = launch_pdl(
                 rms_norm_vec_kernel<true, OT, XT, YT, WT>, dim3(static_cast<unsigned>(row_blocks(x.n_rows))),
-                dim3(vec_norm_threads(x.n_cols)), 0, as_stream(stream), static_cast<OT*>(out.data), out.stride,
-                static_cast<XT*>(x.data), x.stride, static_cast<const YT*>(y.data), y.stride,
-                static_cast<const WT*>(w), x.n_rows, x.n_cols, eps, y_scale, w_offset);
+                dim3(vec_norm_threads(x.n_cols)), 0, as_stream(stream), static_cast<OT*>(out.data),
+                out.stride, static_cast<XT*>(x.data), static_cast<const XT*>(x_in), x.stride,
+                static_cast<const YT*>(y.data), y.stride, static_cast<const WT*>(w), x.n_rows, x.n_cols, eps,
+                y_scale, w_offset);
             check_cuda(e, "add_rms_norm", detail);
             return;
           }
           add_rms_norm_kernel<OT, XT, YT, WT><<<row_blocks(x.n_rows), threads, 0, as_stream(stream)>>>(
-              static_cast<OT*>(out.data), out.stride, static_cast<XT*>(x.data), x.stride,
-              static_cast<const YT*>(y.data), y.stride, static_cast<const WT*>(w), x.n_rows, x.n_cols, eps, y_scale,
-              w_offset);
+              static_cast<OT*>(out.data), out.stride, static_cast<XT*>(x.data), static_cast<const XT*>(x_in),
+              x.stride, static_cast<const YT*>(y.data), y.stride, static_cast<const WT*>(w), x.n_rows,
+              x.n_cols, eps, y_scale, w_offset);
         });
       });
     });

@@ -201,7 +201,7 @@ void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
     kernels::rope_kv_write(ctx, q3, k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), kv, b.positions,
                            b.slots_for(pl.window), rope);
   }
-  const kernels::AttentionParams ap{1.0f, pl.window, 0.0f};
+  const kernels::AttentionParams ap{1.0f, pl.window, 0.0f, {}};
   const int64_t nd = b.n_single;
   if (device().is_cuda() && nd > 0 && nd < n) {
     // Mixed step on CUDA: decode rows and prefill chunks take different kernels (as in llama.cpp's arch).

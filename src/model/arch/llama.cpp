@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "model/layers.h"
@@ -67,20 +68,31 @@ class LlamaLike final : public Model {
   void forward(const ForwardArgs& a) override;
 
  private:
-  // Workspace tensors of one step, in allocation order: x and xo f32, the rest in act_dtype_.
-  static constexpr size_t kBuffers = 11;
+  // Workspace tensors of one step, in allocation order: x, xo and x2 f32, the rest in act_dtype_.
+  static constexpr size_t kBuffers = 12;
   std::array<WorkspaceSpec, kBuffers> buffer_specs(int64_t n, int64_t n_out) const {
     const int64_t q_dim = cfg_.n_heads * cfg_.head_dim, kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
     const int64_t d = cfg_.d_model, f = cfg_.d_ff;
     const DType a = act_dtype_, f32 = DType::kF32;
-    // x, h, q, k, v, attn, proj, gate, up, act, xo
-    return {WorkspaceSpec{f32, n, d}, {a, n, d}, {a, n, q_dim}, {a, n, kv_dim}, {a, n, kv_dim}, {a, n, q_dim},
-            {a, n, d},                {a, n, f}, {a, n, f},     {a, n, f},      {f32, n_out, d}};
+    // x, h, q, k, v, attn, proj, gate, up, act, xo, x2 (the residual's second buffer on fused-norm steps)
+    return {WorkspaceSpec{f32, n, d},
+            {a, n, d},
+            {a, n, q_dim},
+            {a, n, kv_dim},
+            {a, n, kv_dim},
+            {a, n, q_dim},
+            {a, n, d},
+            {a, n, f},
+            {a, n, f},
+            {a, n, f},
+            {f32, n_out, d},
+            {f32, n, d}};
   }
 
   void load();
-  void attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h, Tensor out);
-  void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out);
+  void attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h, Tensor out,
+                       const kernels::AddRmsNorm* pre);
+  void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out, const kernels::AddRmsNorm* pre);
   void update_dynamic_rope(const StepBatch& b);
 
   ModelConfig cfg_;
@@ -135,6 +147,7 @@ void LlamaLike::load() {
     l.down = load_linear(weights_, c, p + ".mlp.down_proj", d, c.d_ff, c.mlp_bias);
     l.attn.scale = c.attention_scale();
     l.attn.sliding_window = c.sliding_window[static_cast<size_t>(i)];
+    l.attn.prefetch_next = l.o.quantized() ? l.o.q.packed : l.o.w;  // an L2 hint for decode steps
     layers_.push_back(l);
   }
 }
@@ -149,8 +162,10 @@ void LlamaLike::update_dynamic_rope(const StepBatch& b) {
   }
 }
 
+// pre (optional): the residual add and norm that produce h (kernels::AddRmsNorm), inside the q/k/v launch
+// where the fold takes it, else add_rms_norm first.
 void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h,
-                                Tensor out) {
+                                Tensor out, const kernels::AddRmsNorm* pre) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
@@ -160,8 +175,9 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   if (l.q_norm.empty() && !l.q.quantized() && !l.k.quantized() && !l.v.quantized()) {
     // One GEMV launch with the rope and the cache write in its store on CUDA decode steps (the same bits).
     const kernels::LinearPart parts[3] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
-    kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope);
+    kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope, pre);
   } else {
+    if (pre != nullptr) kernels::add_rms_norm(ctx, h, *pre);
     project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
     if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
       Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
@@ -188,8 +204,9 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
   l.o(ctx, out, attn_);
 }
 
-void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
-  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
+void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out,
+                          const kernels::AddRmsNorm* pre) {
+  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_, kernels::GluAct::kSilu, pre);
 }
 
 void LlamaLike::forward(const ForwardArgs& a) {
@@ -215,18 +232,37 @@ void LlamaLike::forward(const ForwardArgs& a) {
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);
   // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
-  // post-attention norm); only the last layer's MLP output is a plain add.
+  // post-attention norm); only the last layer's MLP output is a plain add. On CUDA decode steps without a
+  // hook, with kernels::fused_norm_enabled(), the add and norm run inside the projection that reads them
+  // (kernels::AddRmsNorm: the GEMV's prologue), the residual alternating between the buffers x and x_alt;
+  // elsewhere add_rms_norm updates x.
+  const bool in_proj = a.hook == nullptr && x.device.is_cuda() && n <= kernels::kFusedDecodeMaxTokens &&
+                       kernels::fused_norm_enabled();
+  Tensor x_alt = t[11];
+  auto into_proj = [&](Tensor w) {  // x + proj * residual lands in x_alt, which becomes x
+    const kernels::AddRmsNorm p{x, proj, x_alt, w, eps, residual};
+    std::swap(x, x_alt);
+    return p;
+  };
   if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
-    attention_block(a, l, a.kv[i], h, proj);
-    kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, residual);
-    mlp_block(ctx, l, h, proj);
-    if (i + 1 < layers_.size())
-      kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps, residual);
-    else
+    kernels::AddRmsNorm pre;
+    const bool pre_attn = in_proj && i > 0;
+    if (pre_attn) pre = into_proj(l.in_norm);
+    attention_block(a, l, a.kv[i], h, proj, pre_attn ? &pre : nullptr);
+    if (in_proj) {
+      pre = into_proj(l.post_norm);
+      mlp_block(ctx, l, h, proj, &pre);
+    } else {
+      kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, residual);
+      mlp_block(ctx, l, h, proj, nullptr);
+    }
+    if (i + 1 == layers_.size())
       kernels::add_scaled(ctx, x, proj, residual);
+    else if (!in_proj)
+      kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps, residual);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
   kernels::gather_rows(ctx, xo, x, b.logit_rows);

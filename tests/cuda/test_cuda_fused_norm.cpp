@@ -1,0 +1,225 @@
+// The residual add and RMSNorm folded into the decode projections' GEMV prologue (kernels::AddRmsNorm on
+// linear_swiglu and linear_qkv_rope_kv, gemv.cu's norm_prologue) against add_rms_norm (out of place, x_in
+// to x_out) followed by the unfused projection: outputs, the new residual x_out and (q/k/v) the paged cache
+// bit for bit, x_in untouched, over m 1..3 (3 falls back), both GEMV paths, widths whose norm block is not a
+// multiple of the GEMV block (2560: 10 warps; 1000: 4 warps with a partial one), f32 and bf16 y and norm
+// weights, a residual multiplier and a weight offset. The fused launch leaves the projection's input buffer
+// untouched (its x lives in shared memory), which tells the fused path from the fallback. Model level:
+// llama-like fixtures decode to the same logits with the prologue on and off, eagerly and from CUDA graphs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../golden/golden_file.h"
+#include "../kernels/kernel_test_util.h"
+#include "cuda_test_util.h"
+#include "golden_cuda_util.h"
+
+namespace bunsen::golden {
+namespace {
+
+using kernels::test::CudaTest;
+using kernels::test::DeviceTensor;
+
+bool same_bytes(const DeviceTensor& a, const DeviceTensor& b) {
+  const OwnedTensor x = a.download(), y = b.download();
+  return x.tensor.nbytes() == y.tensor.nbytes() &&
+         std::memcmp(x.tensor.data, y.tensor.data, x.tensor.nbytes()) == 0;
+}
+
+struct NormCase {
+  int64_t d;
+  DType y_dtype, w_dtype;
+  float y_scale, w_offset;
+};
+
+constexpr NormCase kNormCases[] = {{4096, DType::kBF16, DType::kF32, 1.0f, 0.0f},
+                                   {2048, DType::kBF16, DType::kBF16, 0.5f, 0.0f},
+                                   {2560, DType::kF32, DType::kF32, 1.0f, 1.0f},
+                                   {1000, DType::kBF16, DType::kF32, 1.0f, 0.0f}};
+
+// The inputs of one AddRmsNorm over [m, d] and two copies of everything it writes ([0] unfused, [1] fused).
+struct NormInputs {
+  DeviceTensor x_in, y, w, x_out[2], h[2];
+  OwnedTensor x_in_host, h_host;
+
+  NormInputs(const NormCase& c, int64_t m, std::mt19937& rng) {
+    auto rnd = [&](DType t, std::initializer_list<int64_t> shape, float lo, float hi) {
+      return kernels::test::random_tensor(t, shape, rng, lo, hi);
+    };
+    x_in_host = rnd(DType::kF32, {m, c.d}, -4.0f, 4.0f);
+    x_in = DeviceTensor::upload(x_in_host.tensor);
+    y = DeviceTensor::upload(rnd(c.y_dtype, {m, c.d}, -2.0f, 2.0f).tensor);
+    w = DeviceTensor::upload(rnd(c.w_dtype, {c.d}, 0.5f, 1.5f).tensor);
+    const OwnedTensor xo = rnd(DType::kF32, {m, c.d}, -1.0f, 1.0f);
+    h_host = rnd(DType::kBF16, {m, c.d}, -1.0f, 1.0f);
+    for (int i = 0; i < 2; ++i) {
+      x_out[i] = DeviceTensor::upload(xo.tensor);
+      h[i] = DeviceTensor::upload(h_host.tensor);
+    }
+  }
+
+  kernels::AddRmsNorm pre(const NormCase& c, int way) const {
+    return {x_in.tensor, y.tensor, x_out[way].tensor, w.tensor, 1e-5f, c.y_scale, c.w_offset};
+  }
+
+  // x_in as uploaded; h[1] untouched exactly when the fused prologue ran.
+  void expect_fused(bool want_fused) const {
+    const OwnedTensor xi = x_in.download(), h1 = h[1].download();
+    EXPECT_EQ(std::memcmp(xi.tensor.data, x_in_host.tensor.data, xi.tensor.nbytes()), 0) << "x_in changed";
+    const bool untouched = std::memcmp(h1.tensor.data, h_host.tensor.data, h1.tensor.nbytes()) == 0;
+    EXPECT_EQ(untouched, want_fused) << (want_fused ? "fell back to add_rms_norm"
+                                                    : "fused where it should not");
+  }
+};
+
+TEST_F(CudaTest, FusedNormSwigluEqualsAddRmsNormThenSwiglu) {
+  std::mt19937 rng(2027);
+  kernels::set_fused_norm_for_testing(1);
+  for (const NormCase& c : kNormCases) {
+    const int64_t f = 1536;
+    const DeviceTensor wg =
+        DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, {f, c.d}, rng).tensor);
+    const DeviceTensor wu =
+        DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, {f, c.d}, rng).tensor);
+    kernels::test::for_each_gemv_path([&] {
+      for (int64_t m : {1, 2, 3}) {
+        SCOPED_TRACE(strfmt("d %lld y %s w %s m %lld", (long long)c.d, dtype_name(c.y_dtype),
+                            dtype_name(c.w_dtype), (long long)m));
+        NormInputs in(c, m, rng);
+        const OwnedTensor garbage = kernels::test::random_tensor(DType::kBF16, {m, f}, rng);
+        DeviceTensor out[2] = {DeviceTensor::upload(garbage.tensor), DeviceTensor::upload(garbage.tensor)};
+        const kernels::AddRmsNorm p0 = in.pre(c, 0), p1 = in.pre(c, 1);
+        kernels::add_rms_norm(ctx_, in.h[0].tensor, p0);
+        kernels::linear_swiglu(ctx_, out[0].tensor, in.h[0].tensor, wg.tensor, wu.tensor);
+        kernels::linear_swiglu(ctx_, out[1].tensor, in.h[1].tensor, wg.tensor, wu.tensor, {}, {},
+                               kernels::GluAct::kSilu, &p1);
+        EXPECT_TRUE(same_bytes(out[0], out[1])) << "act";
+        EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
+        in.expect_fused(m <= 2);
+        if (HasFailure()) return;
+      }
+    });
+    if (HasFailure()) break;
+  }
+  kernels::set_fused_norm_for_testing(-1);
+}
+
+TEST_F(CudaTest, FusedNormQkvRopeEqualsAddRmsNormThenFold) {
+  std::mt19937 rng(2028);
+  kernels::set_fused_norm_for_testing(1);
+  kernels::set_qkv_rope_fold_for_testing(1);
+  const int64_t n_heads = 8, n_kv_heads = 2, hd = 128, nq = n_heads * hd, nkv = n_kv_heads * hd;
+  const int64_t n_blocks = 8, block_size = 16;
+  std::vector<float> inv_freq(hd / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(500000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));
+  const kernels::RopeParams rope{inv_freq.data(), static_cast<int>(hd), 1.0f};
+  for (const NormCase& c : kNormCases) {
+    auto rnd = [&](std::initializer_list<int64_t> shape) {
+      return DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, shape, rng).tensor);
+    };
+    const DeviceTensor wq = rnd({nq, c.d}), wk = rnd({nkv, c.d}), wv = rnd({nkv, c.d});
+    const OwnedTensor cache =
+        kernels::test::random_tensor(DType::kBF16, {n_blocks, block_size, n_kv_heads, hd}, rng);
+    kernels::test::for_each_gemv_path([&] {
+      for (int64_t m : {1, 2, 3}) {
+        SCOPED_TRACE(strfmt("d %lld y %s w %s m %lld", (long long)c.d, dtype_name(c.y_dtype),
+                            dtype_name(c.w_dtype), (long long)m));
+        NormInputs in(c, m, rng);
+        OwnedTensor pos = OwnedTensor::make(DType::kI32, {m}), slot = OwnedTensor::make(DType::kI64, {m});
+        for (int64_t i = 0; i < m; ++i) {
+          pos.tensor.ptr<int32_t>()[i] = static_cast<int32_t>(rng() % 4096);
+          slot.tensor.ptr<int64_t>()[i] = 5 + 17 * i;
+        }
+        const DeviceTensor positions = DeviceTensor::upload(pos.tensor),
+                           slots = DeviceTensor::upload(slot.tensor);
+        DeviceTensor q[2] = {rnd({m, nq}), rnd({m, nq})}, k[2] = {rnd({m, nkv}), rnd({m, nkv})},
+                     v[2] = {rnd({m, nkv}), rnd({m, nkv})};
+        DeviceTensor ck[2] = {DeviceTensor::upload(cache.tensor), DeviceTensor::upload(cache.tensor)};
+        DeviceTensor cv[2] = {DeviceTensor::upload(cache.tensor), DeviceTensor::upload(cache.tensor)};
+        for (int way = 0; way < 2; ++way) {
+          const kernels::LinearPart parts[3] = {
+              {q[way].tensor, wq.tensor, {}}, {k[way].tensor, wk.tensor, {}}, {v[way].tensor, wv.tensor, {}}};
+          const kernels::AddRmsNorm p = in.pre(c, way);
+          if (way == 0) kernels::add_rms_norm(ctx_, in.h[0].tensor, p);
+          EXPECT_TRUE(kernels::linear_qkv_rope_kv(
+              ctx_, in.h[way].tensor, parts, q[way].tensor.reshape({m, n_heads, hd}),
+              k[way].tensor.reshape({m, n_kv_heads, hd}), v[way].tensor.reshape({m, n_kv_heads, hd}),
+              kernels::PagedKv(ck[way].tensor, cv[way].tensor), positions.tensor, slots.tensor, rope,
+              way == 1 ? &p : nullptr))
+              << "way " << way << ": the fold fell back to the two ops";
+        }
+        EXPECT_TRUE(same_bytes(q[0], q[1])) << "q";
+        EXPECT_TRUE(same_bytes(k[0], k[1])) << "k";
+        EXPECT_TRUE(same_bytes(v[0], v[1])) << "v";
+        EXPECT_TRUE(same_bytes(ck[0], ck[1])) << "cache k";
+        EXPECT_TRUE(same_bytes(cv[0], cv[1])) << "cache v";
+        EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
+        in.expect_fused(m <= 2);
+        if (HasFailure()) return;
+      }
+    });
+    if (HasFailure()) break;
+  }
+  kernels::set_qkv_rope_fold_for_testing(-1);
+  kernels::set_fused_norm_for_testing(-1);
+}
+
+// An x_out that overlaps x_in is refused by name before anything runs.
+TEST_F(CudaTest, FusedNormRejectsOverlappingResidualBuffers) {
+  std::mt19937 rng(2029);
+  const NormCase c{256, DType::kBF16, DType::kF32, 1.0f, 0.0f};
+  NormInputs in(c, 1, rng);
+  const DeviceTensor wg =
+      DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, {64, c.d}, rng).tensor);
+  DeviceTensor out = DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, {1, 64}, rng).tensor);
+  kernels::AddRmsNorm p = in.pre(c, 1);
+  p.x_out = p.x_in;
+  try {
+    kernels::linear_swiglu(ctx_, out.tensor, in.h[1].tensor, wg.tensor, wg.tensor, {}, {},
+                           kernels::GluAct::kSilu, &p);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+  }
+}
+
+// Llama-like fixtures decode the golden greedy continuation to the same logits with the prologue on and
+// off, eagerly and replayed from CUDA graphs.
+TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
+  int fixtures = 0;
+  const std::vector<std::string> all = fixture_names();
+  for (const std::string name :
+       {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3", "qwen3"}) {
+    if (std::find(all.begin(), all.end(), name) == all.end()) continue;
+    SCOPED_TRACE(name);
+    ++fixtures;
+    Fixture f = load_fixture(name);
+    auto m = load(build_checkpoint(f, DType::kBF16, "cuda_fused_norm"), Device::cuda(0));
+    const std::vector<int32_t> ids = to_i32(f.outputs->get("input_ids"));
+    const std::vector<int32_t> greedy = to_i32(f.outputs->get("greedy"));
+    const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(greedy.size());
+    for (bool graphs : {false, true}) {
+      std::vector<float> got[2];
+      for (int fused : {0, 1}) {
+        kernels::set_fused_norm_for_testing(fused);
+        engine::RunnerOptions ro = runner_options(T, G + 8);
+        ro.cuda_graphs = graphs;
+        engine::Runner r(*m, ro);
+        got[fused] = decode_logits(r, ids, greedy);
+      }
+      kernels::set_fused_norm_for_testing(-1);
+      ASSERT_EQ(got[0].size(), got[1].size());
+      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
+          << (graphs ? "graphs" : "eager") << ": prologue on and off differ";
+    }
+  }
+  EXPECT_GE(fixtures, 3);
+}
+
+}  // namespace
+}  // namespace bunsen::golden
