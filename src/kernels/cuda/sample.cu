@@ -5,9 +5,13 @@
 // at one value are resolved by id with a block-wide scan. Masses are fixed point (exp(val) in units of 2^-43
 // in u64), so sums do not depend on the order of the atomics: a row's draw is deterministic. A first pass
 // finds the maximum and a second writes every candidate's key and exp(val) to the stream's scratch arena; the
-// later passes (6-14, all from L2) read those. Histogram atomics are warp-aggregated. Invariants: val is
+// later passes (6-14, all from L2) read those. Histogram atomics are warp-aggregated where a warp's lanes
+// crowd into one bin (radix_search). Invariants: val is
 // computed as the CPU computes it ((logit - max) / T in f32 with IEEE division), so keys, ties and order are
 // the CPU's; a row's result depends only on that row and its spec; -1 for a row without a candidate.
+#include <atomic>
+
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -56,6 +60,10 @@ __device__ __forceinline__ uint64_t fixed_mass(float e) {
 
 // Loads in flight per thread: a pass is a chain of L2 round trips otherwise (one SM reads the whole row).
 constexpr int kBatch = 8;
+
+// How radix_search aggregates a warp's histogram atomics (BUNSEN_SAMPLE_HIST=peers|first, read once).
+constexpr int kHistFirst = 0, kHistPeers = 1;
+std::atomic<int> g_hist{-1};  // set_sample_hist_for_testing
 
 // f(i, key, e) for every i of the row (e = 0 unless kE), kBatch coalesced loads per thread issued before any
 // is used. Every lane of every warp makes the same calls (i >= n comes with key 0), so f may use warp-wide
@@ -120,7 +128,8 @@ struct Found {
 // (counts, or masses when kMass) first reaches `want` (exceeds it when `strict`), refining 8 key bits per
 // level until the bin holds one candidate or one key.
 template <bool kMass, class InSet>
-__device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool strict, Shared& sm) {
+__device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool strict, int hist,
+                              Shared& sm) {
   uint32_t prefix = 0;
   uint64_t above = 0;
   for (int level = 0;; ++level) {
@@ -130,15 +139,34 @@ __device__ Found radix_search(const Row& row, InSet in_set, uint64_t want, bool 
       sm.count[b] = 0;
     }
     __syncthreads();
-    // Warp-aggregated: the lanes of a warp that hit one bin add once (a row's values crowd into a few
-    // exponent bins at level 0, and per-lane atomics on them serialise: 4.7 ms for a 128k row).
+    // Warp-aggregated where lanes crowd: a row's values crowd into a few exponent bins at level 0, and
+    // per-lane atomics on one bin serialise (4.7 ms for a 128k row). kHistPeers: every group of lanes with
+    // one bin adds once (__match_any_sync, slow where a spread-out row gives many small groups: 1.1 ms for a
+    // 128k row); kHistFirst (BUNSEN_SAMPLE_HIST=first): the lanes sharing the first active lane's bin add
+    // once, the others per lane. Counts and fixed-point masses are integers: the sums do not depend on the
+    // order.
     const int lane = threadIdx.x & 31;
     for_each<kMass>(row, [&](int64_t, uint32_t k, float e) {
       int bin = -1;
       if (k != 0 && in_set(k) && (level == 0 || (k >> (shift + 8)) == prefix))
         bin = static_cast<int>((k >> shift) & 255u);
-      const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (bin < 0) return;
+      unsigned peers;
+      if (hist == kHistPeers) {
+        peers = __match_any_sync(0xffffffffu, bin);
+        if (bin < 0) return;
+      } else {
+        const unsigned active = __ballot_sync(0xffffffffu, bin >= 0);
+        if (active == 0) return;
+        const int first = __shfl_sync(0xffffffffu, bin, __ffs(active) - 1);
+        const unsigned same = __ballot_sync(0xffffffffu, bin == first);
+        if (bin < 0) return;
+        if (bin != first) {  // a lane of its own
+          if constexpr (kMass) atomicAdd(&sm.mass[bin], static_cast<unsigned long long>(fixed_mass(e)));
+          atomicAdd(&sm.count[bin], 1u);
+          return;
+        }
+        peers = same;
+      }
       const bool leader = lane == __ffs(peers) - 1;
       if constexpr (kMass) {  // a mass is <= 2^43: 22-bit halves sum over 32 lanes without overflow
         const uint64_t m = fixed_mass(e);
@@ -246,7 +274,7 @@ __device__ __forceinline__ Cut shorter(Cut a, Cut b) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const float* x, int64_t xs, int64_t n,
-                                                          uint32_t* keys, float* e, Specs specs) {
+                                                          uint32_t* keys, float* e, Specs specs, int hist) {
   __shared__ Shared sm;
   const SampleRow p = specs.r[blockIdx.x];
   const Row row{x + blockIdx.x * xs, n, keys + blockIdx.x * n, e + blockIdx.x * n};
@@ -297,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
   uint32_t k_floor = 0;
   if (p.top_k > 0 && static_cast<uint64_t>(p.top_k) < n_cand) {
     const Found f = radix_search<false>(
-        row, [](uint32_t) { return true; }, static_cast<uint64_t>(p.top_k), false, sm);
+        row, [](uint32_t) { return true; }, static_cast<uint64_t>(p.top_k), false, hist, sm);
     k_floor = f.prefix << f.shift;  // one exact key, or the floor of a bin holding one candidate
   }
   auto in_top_k = [k_floor](uint32_t k) { return k >= k_floor; };
@@ -323,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
     cut = shorter(cut, n_keep == 0 ? Cut{key_of(0.0f), 1} : Cut{static_cast<uint32_t>(keep_min), kAllTies});
   if (p.top_p < 1.0f) {
     const auto target = static_cast<uint64_t>(static_cast<double>(p.top_p) * static_cast<double>(total));
-    const Found f = radix_search<true>(row, in_top_k, target, false, sm);
+    const Found f = radix_search<true>(row, in_top_k, target, false, hist, sm);
     if (f.crossed) {
       Cut c{f.prefix << f.shift, kAllTies};
       if (f.shift == 0) {  // ties at one key: as many as the mass still needs (at least one)
@@ -361,7 +389,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
         ties == 1, sm);
   } else {
     auto above_cut = [cut](uint32_t k) { return k > cut.key; };
-    const Found f = radix_search<true>(row, above_cut, target, true, sm);
+    const Found f = radix_search<true>(row, above_cut, target, true, hist, sm);
     uint64_t j = 0;
     if (f.shift == 0 && f.count > 1) {
       const uint64_t e = unit_mass(f.prefix);
@@ -379,7 +407,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(int32_t* out, const fl
 
 }  // namespace
 
+void set_sample_hist_for_testing(int mode) {
+  g_hist.store(mode);
+}
+
 void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
+  // kHistFirst is opt-in until it has run on a GPU (BUNSEN_SAMPLE_HIST=first; see docs/PERFORMANCE.md).
+  static const int env_hist = env_str("BUNSEN_SAMPLE_HIST") == "first" ? kHistFirst : kHistPeers;
+  const int forced = g_hist.load();
+  const int hist = forced == kHistFirst || forced == kHistPeers ? forced : env_hist;
   for (int64_t r0 = 0; r0 < x.n_rows; r0 += kMaxRows) {
     const int64_t m = x.n_rows - r0 < kMaxRows ? x.n_rows - r0 : kMaxRows;
     Specs specs{};
@@ -389,7 +425,7 @@ void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
         static_cast<uint32_t*>(scratch(stream, cells * (sizeof(uint32_t) + sizeof(float)), "sample"));
     sample_kernel<<<static_cast<unsigned>(m), kThreads, 0, as_stream(stream)>>>(
         out + r0, static_cast<const float*>(x.data) + r0 * x.stride, x.stride, x.n_cols, keys,
-        reinterpret_cast<float*>(keys + cells), specs);
+        reinterpret_cast<float*>(keys + cells), specs, hist);
     check_launch("sample", [&] { return rows_desc("x", x); });
   }
 }
