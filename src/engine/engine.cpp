@@ -1,6 +1,7 @@
 // Engine: the continuous-batching loop. Each step drains the inbox (new requests, cancels), asks the
-// Scheduler for a batch, runs it as one Runner::step, samples every logits row with that request's own
-// params and RNG, then reports kPrefill/kTokens/kFinish events. Not a scheduler (engine/scheduler.cpp)
+// Scheduler for a batch, runs it as one Runner step, picks every logits row's token with that request's own
+// params and RNG (argmax and plain draws where the logits are, processors and logprobs by the host sampler:
+// plan_picks), then reports kPrefill/kTokens/kFinish events. Not a scheduler (engine/scheduler.cpp)
 // and not text handling. Invariants: the Scheduler, the Runner and live_ are touched only by the loop
 // thread; mu_ guards only the inbox, the cancel list and the stats snapshot, and is never held while a
 // forward runs or a sink is called; every accepted request ends with exactly one kFinish or kError.
@@ -12,13 +13,14 @@
 // Runners with a sliding-window block space: a second PrefixCache over that pool (same keys) goes to the
 // Scheduler with the window, every chunk carries the sequence's sliding table, and the RAM/SSD tiers keep and
 // restore the sliding blocks of a hit's window with its full-space blocks (engine_tiers.cpp).
+#include "engine/engine.h"
+
 #include <algorithm>
 #include <chrono>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "engine/engine.h"
-
 #include "kernels/device.h"
 
 namespace bunsen::engine {
@@ -217,6 +219,10 @@ Engine::Engine(Runner& runner, EngineOptions options)
   rows_.reserve(batch);
   scratch_.resize(batch);
   row_chunks_.reserve(batch);
+  picks_.reserve(batch);
+  host_rows_.reserve(batch);
+  device_sampling_ =
+      opts_.device_sampling.value_or(runner_.device().is_cuda() && env_flag("BUNSEN_DEVICE_SAMPLING", true));
   if (opts_.max_batch > 1) {
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n = opts_.sampling_threads > 0 ? opts_.sampling_threads : std::min(hw, 8);
@@ -389,18 +395,22 @@ bool Engine::step_once() {
     chunks_.push_back(SeqChunk{&s.table, s.tokens.data() + c.start_pos, c.n_tokens, c.start_pos,
                                c.needs_logits ? SeqChunk::Logits::kLast : SeqChunk::Logits::kNone, &s.swa_table});
   }
-  Tensor logits;
-  const bool greedy = !chunks_.empty() && all_rows_greedy(out);
+  Tensor host_logits;
+  const bool all_argmax = plan_picks(out);
   bool decode_only = true;
   for (const ScheduledChunk& c : out.chunks) decode_only = decode_only && c.is_decode;
-  std::span<const int32_t> argmax_ids;
+  std::span<const int32_t> ids;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     restore_states(out);
-    if (greedy)
-      argmax_ids = runner_.step_argmax(chunks_);
-    else if (!chunks_.empty())
-      logits = runner_.step(chunks_);
+    if (chunks_.empty()) {
+    } else if (all_argmax) {
+      ids = runner_.step_argmax(chunks_);
+    } else {
+      const Runner::Picked picked = runner_.step_pick(chunks_, picks_);
+      ids = picked.ids;
+      host_logits = picked.host_logits;
+    }
     save_states(out);
   } catch (const std::exception& e) {
     fail_step(out, e.what());
@@ -411,10 +421,7 @@ bool Engine::step_once() {
   (decode_only ? counters_.decode_forward_s : counters_.mixed_forward_s) +=
       std::chrono::duration<double>(t1 - t0).count();
   if (decode_only && !chunks_.empty()) ++counters_.decode_steps;
-  if (greedy)
-    take_argmax(out, argmax_ids);
-  else
-    sample_rows(out, logits);
+  pick_rows(out, ids, host_logits);
   counters_.sampling_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const std::vector<SeqId> finished = scheduler_.on_step_done(sampled_);
   if (!chunks_.empty()) ++counters_.steps;
@@ -423,69 +430,81 @@ bool Engine::step_once() {
   return !chunks_.empty();
 }
 
-bool Engine::all_rows_greedy(const SchedulerOutput& out) const {
+bool Engine::plan_picks(const SchedulerOutput& out) {
+  using Kind = Runner::RowPick::Kind;
+  picks_.clear();
+  bool all_argmax = true;
   for (const ScheduledChunk& c : out.chunks) {
     if (!c.needs_logits) continue;
-    const Live& live = *live_.at(c.id);
+    Live& live = *live_.at(c.id);
     const sampling::SamplingParams& p = live.sampling;
-    if (!p.greedy() || p.any_processor() || live.top_logprobs >= 0) return false;
-  }
-  return true;
-}
-
-void Engine::take_argmax(const SchedulerOutput& out, std::span<const int32_t> ids) {
-  sampled_.clear();
-  row_failed_.clear();
-  row_errors_.clear();
-  rows_.resize(static_cast<size_t>(out.n_logit_rows()));
-  size_t r = 0;
-  for (const ScheduledChunk& c : out.chunks) {
-    if (!c.needs_logits) continue;
-    rows_[r] = sampling::SampleResult{};
-    rows_[r].token = std::max(ids[r], 0);
-    if (ids[r] < 0) {  // the same failure sample_row reports, so broken logits never become token 0
-      row_failed_.push_back(c.id);
-      row_errors_.push_back("sampling: every logit is NaN");
-      scheduler_.cancel(c.id);
+    const bool plain = !p.any_processor() && live.top_logprobs < 0;
+    Runner::RowPick pick;
+    if (plain && p.greedy()) {
+      pick.kind = Kind::kArgmax;
+    } else if (plain && device_sampling_) {
+      pick.kind = Kind::kSample;  // the draw sample_row would take from the same RNG (one per token)
+      pick.spec = kernels::SampleSpec{p.temperature, p.top_k, p.top_p, p.min_p, live.rng.next_double()};
+    } else {
+      pick.kind = Kind::kHost;
     }
-    sampled_.push_back(SampledToken{c.id, rows_[r].token});
-    ++r;
+    all_argmax = all_argmax && pick.kind == Kind::kArgmax;
+    picks_.push_back(pick);
   }
+  return all_argmax;
 }
 
-// Rows are independent (own params, RNG and scratch), so they are sampled side by side; what a row threw
-// is recorded and handled after the parallel part (the scheduler is not thread-safe).
-void Engine::sample_rows(const SchedulerOutput& out, const Tensor& logits) {
+// Device-picked rows take the runner's ids (-1: the failure sample_row reports for the same row, so broken
+// logits never become token 0); host rows are sampled side by side (rows are independent: own params, RNG
+// and scratch). What a row threw is recorded and handled after the parallel part (the scheduler is not
+// thread-safe).
+void Engine::pick_rows(const SchedulerOutput& out, std::span<const int32_t> ids, const Tensor& host_logits) {
+  using Kind = Runner::RowPick::Kind;
   sampled_.clear();
   row_failed_.clear();
   row_errors_.clear();
-  const auto n_rows = static_cast<size_t>(out.n_logit_rows());
+  const size_t n_rows = picks_.size();
   rows_.resize(n_rows);
   if (scratch_.size() < n_rows) scratch_.resize(n_rows);
   row_error_.assign(n_rows, std::string());
-  const int64_t vocab = vocab_size();
   row_chunks_.clear();
   for (const ScheduledChunk& c : out.chunks)
     if (c.needs_logits) row_chunks_.push_back(&c);
+  host_rows_.clear();
+  for (size_t r = 0; r < n_rows; ++r) {
+    if (picks_[r].kind == Kind::kHost) {
+      host_rows_.push_back(static_cast<int64_t>(r));
+      continue;
+    }
+    rows_[r] = sampling::SampleResult{};
+    rows_[r].token = std::max(ids[r], 0);
+    if (ids[r] < 0)
+      row_error_[r] = picks_[r].kind == Kind::kArgmax
+                          ? "sampling: every logit is NaN"
+                          : "sampling: no finite logit to sample from (all NaN or -inf)";
+  }
+  const int64_t vocab = vocab_size();
   auto sample_one = [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const ScheduledChunk& c = *row_chunks_[static_cast<size_t>(r)];
+    for (int64_t i = begin; i < end; ++i) {
+      const auto r = static_cast<size_t>(host_rows_[static_cast<size_t>(i)]);
+      const ScheduledChunk& c = *row_chunks_[r];
       Live& live = *live_.at(c.id);
       const Sequence& s = scheduler_.get(c.id);
       const sampling::TokenContext ctx{s.prompt(), s.generated(), opts_.xtc_exempt};
       try {
-        rows_[r] = sampling::sample_row(logits.ptr<float>() + r * vocab, vocab, live.sampling, ctx, live.rng,
-                                        scratch_[static_cast<size_t>(r)], live.top_logprobs);
+        rows_[r] = sampling::sample_row(host_logits.ptr<float>() + i * vocab, vocab, live.sampling, ctx,
+                                        live.rng, scratch_[r], live.top_logprobs);
       } catch (const std::exception& e) {
-        row_error_[static_cast<size_t>(r)] = e.what();
+        row_error_[r] = e.what();
         rows_[r] = sampling::SampleResult{};
       }
     }
   };
-  if (sample_pool_ && n_rows > 1)
-    sample_pool_->parallel_for(static_cast<int64_t>(n_rows), 1, sample_one);
+  const auto n_host = static_cast<int64_t>(host_rows_.size());
+  if (sample_pool_ && n_host > 1)
+    sample_pool_->parallel_for(n_host, 1, sample_one);
   else
-    sample_one(0, static_cast<int64_t>(n_rows));
+    sample_one(0, n_host);
   for (size_t r = 0; r < n_rows; ++r) {
     const SeqId id = row_chunks_[r]->id;
     if (!row_error_[r].empty()) {  // this request ends with kError; the others go on

@@ -202,6 +202,11 @@ struct EngineOptions {
   // `bunsen serve` sets it for CUDA only (a CPU pool is host RAM already). With a sliding-window block
   // space the bytes are split between the two spaces in the proportion of their device pools.
   uint64_t ram_cache_bytes = 0;
+  // Where plain sampled rows (temperature > 0, no processor, no logprobs) are drawn: on the runner's device
+  // (ops.h's sample() fed the request's next uniform: the host sampler's token from the same logits, and
+  // only the rows that need the host sampler copied back) or on the host. Unset: on the device for CUDA
+  // runners (BUNSEN_DEVICE_SAMPLING=0 turns it off), on the host for CPU ones.
+  std::optional<bool> device_sampling{};
 };
 
 // The namespace the Engine derives from what it has: the model config's architecture fields (type,
@@ -245,11 +250,13 @@ class Engine final : public Backend {
   bool step_once();  // false: nothing could be scheduled
   void take_inbox();                         // inbox_/cancels_ -> scheduler (engine thread)
   void admit(std::unique_ptr<Pending> p);    // one new request into the scheduler
-  void sample_rows(const SchedulerOutput& out, const Tensor& logits);
-  // True when every row of `out` is plain greedy (no processors, no logprobs): the step then asks the
-  // Runner for argmax ids only (computed on the GPU), instead of whole logits rows.
-  bool all_rows_greedy(const SchedulerOutput& out) const;
-  void take_argmax(const SchedulerOutput& out, std::span<const int32_t> ids);
+  // How each logits row of `out` gets its token (picks_): plain greedy rows (no processors, no logprobs)
+  // by argmax where the logits are, plain sampled rows by the device sampler when device_sampling_ (their
+  // uniform drawn from the request's RNG here), the rest by the host sampler. True when every row is argmax:
+  // the step then asks the Runner for argmax ids only.
+  bool plan_picks(const SchedulerOutput& out);
+  // rows_ and sampled_ from the runner's ids (device-picked rows) and host_logits (the kHost rows in order).
+  void pick_rows(const SchedulerOutput& out, std::span<const int32_t> ids, const Tensor& host_logits);
   void emit_step_events(const SchedulerOutput& out, const std::vector<SeqId>& finished);
   void end_request(RequestId id, EngineEvent::Kind kind, FinishReason why, const std::string& error);
   void fail_step(const SchedulerOutput& out, const std::string& error);  // the step's requests: kError
@@ -374,6 +381,9 @@ class Engine final : public Backend {
   std::vector<sampling::SamplerScratch> scratch_;  // one per logits row (rows are sampled in parallel)
   std::vector<std::string> row_error_;             // per row: what sampling threw ("" = fine)
   std::vector<const ScheduledChunk*> row_chunks_;  // the chunk of each logits row
+  std::vector<Runner::RowPick> picks_;             // how each logits row is picked (plan_picks)
+  std::vector<int64_t> host_rows_;                 // the logits rows the host sampler takes, in order
+  bool device_sampling_ = false;                   // EngineOptions::device_sampling, resolved
   std::unique_ptr<ThreadPool> sample_pool_;        // samples a step's rows side by side
   std::unique_ptr<kv::SsdTier> ssd_;               // null when the SSD tier is off
   BlockSpace blocks_;                              // the full space's per-block tensors (RAM and SSD tiers)

@@ -110,6 +110,7 @@ Runner::Runner(model::Model& model, const RunnerOptions& opts, kernels::Context 
     logits_host_ = kernels::DeviceMemory::allocate(Device::cpu(), logit_bytes);
     ids_host_ = kernels::DeviceMemory::allocate(Device::cpu(), ids_bytes);
   }
+  pick_specs_.reserve(static_cast<size_t>(opts_.max_logit_rows));
 }
 
 Runner::MetaLayout Runner::meta_layout(int64_t n, int64_t n_out, int64_t n_seqs) const {
@@ -376,6 +377,58 @@ std::span<const int32_t> Runner::wait_tokens(const PendingTokens& p) {
 
 std::span<const int32_t> Runner::step_argmax(std::span<const SeqChunk> chunks) {
   return wait_tokens(enqueue_tokens(chunks));
+}
+
+Runner::Picked Runner::step_pick(std::span<const SeqChunk> chunks, std::span<const RowPick> rows) {
+  const int64_t n_out = forward_step(chunks, nullptr);
+  check(static_cast<int64_t>(rows.size()) == n_out, "engine",
+        strfmt("step_pick: %zu picks for %lld logits rows", rows.size(), static_cast<long long>(n_out)));
+  const int64_t vocab = model_.config().vocab_size;
+  const bool cuda = device_.is_cuda();
+  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
+  int32_t* ids_h = ids_host(slot_);
+  // On CUDA the ids go where enqueue_tokens puts them (meta_device_'s token ids, read by this step already).
+  const Tensor ids = cuda ? Tensor::view(meta_device_.data(), DType::kI32, {n_out}, device_)
+                          : Tensor::view(ids_h, DType::kI32, {n_out});
+  const Tensor logits = cuda ? Tensor::view(logits_device_.data(), DType::kF32, {n_out, vocab}, device_)
+                             : Tensor::view(logits_host_.data(), DType::kF32, {n_out, vocab});
+  using Kind = RowPick::Kind;
+  // Runs [r0, r1) of one kind: argmax over every row once when any wants it, a sample() launch per run of
+  // sampled rows (their ids overwrite the argmax's), a copy per run of host rows.
+  bool any_argmax = false;
+  for (const RowPick& p : rows) any_argmax = any_argmax || p.kind == Kind::kArgmax;
+  if (any_argmax) kernels::argmax(ctx_, ids, logits);
+  auto run_end = [&](int64_t r0) {
+    int64_t r1 = r0 + 1;
+    while (r1 < n_out && rows[static_cast<size_t>(r1)].kind == rows[static_cast<size_t>(r0)].kind) ++r1;
+    return r1;
+  };
+  for (int64_t r0 = 0, r1; r0 < n_out; r0 = r1) {
+    r1 = run_end(r0);
+    if (rows[static_cast<size_t>(r0)].kind != Kind::kSample) continue;
+    pick_specs_.clear();
+    for (int64_t r = r0; r < r1; ++r) pick_specs_.push_back(rows[static_cast<size_t>(r)].spec);
+    kernels::sample(ctx_, ids.slice(0, r0, r1), logits.slice(0, r0, r1), pick_specs_);
+  }
+  if (cuda)
+    kernels::copy_async(ctx_, ids_h, meta_device_.data(), static_cast<size_t>(n_out) * sizeof(int32_t));
+  // The host rows, packed in row order into logits_host_ (on the CPU moved down within it: row k <= r).
+  auto* host = static_cast<char*>(logits_host_.data());
+  int64_t n_host = 0;
+  for (int64_t r0 = 0, r1; r0 < n_out; r0 = r1) {
+    r1 = run_end(r0);
+    if (rows[static_cast<size_t>(r0)].kind != Kind::kHost) continue;
+    const size_t bytes = static_cast<size_t>(r1 - r0) * row_bytes;
+    char* dst = host + static_cast<size_t>(n_host) * row_bytes;
+    if (cuda)
+      kernels::copy_async(ctx_, dst, static_cast<const char*>(logits_device_.data()) + r0 * row_bytes, bytes);
+    else if (n_host != r0)
+      std::memmove(dst, host + static_cast<size_t>(r0) * row_bytes, bytes);
+    n_host += r1 - r0;
+  }
+  if (cuda) kernels::synchronize(ctx_);  // also keeps the pinned metadata untouched until its copy has run
+  return {{ids_h, static_cast<size_t>(n_out)},
+          Tensor::view(logits_host_.data(), DType::kF32, {n_host, vocab})};
 }
 
 }  // namespace bunsen::engine

@@ -3,7 +3,7 @@
 // decide which chunks run; block tables are grown by the caller (Sequence) before a step. Invariants: every
 // buffer (host or device) is sized at construction and step() allocates nothing; on CUDA a step makes one
 // host-to-device copy of its packed metadata and one device-to-host copy of its logits (of its picked ids
-// for step_argmax / enqueue_tokens); logits returned by step() are host memory and stay valid until the next
+// for step_argmax / enqueue_tokens; of the ids and the host-sampled rows for step_pick); logits returned by step() are host memory and stay valid until the next
 // step. On CUDA, decode-only steps (every chunk one token, last-row logits, no hook) are padded to a
 // batch-size bucket (powers of two up to max_seqs) and replayed from a CUDA graph captured the first time
 // that bucket runs; padded rows write no KV (slot -1) and their logits are never copied back.
@@ -130,6 +130,20 @@ class Runner {
   PendingTokens enqueue_tokens(std::span<const SeqChunk> chunks, bool feed = false,
                                std::span<const kernels::SampleSpec> sample = {});
   std::span<const int32_t> wait_tokens(const PendingTokens& p);
+  // A batch whose rows pick their tokens differently (the serving engine): each logits row is taken by
+  // argmax or by ops.h's sample() where the logits are (its spec's u drawn from the row's RNG by the caller),
+  // or comes back to the host for the host sampler (processors, logprobs). Only kHost rows are copied.
+  struct RowPick {
+    enum class Kind : uint8_t { kArgmax, kSample, kHost };
+    Kind kind = Kind::kArgmax;
+    kernels::SampleSpec spec{};  // kSample only
+  };
+  struct Picked {
+    std::span<const int32_t> ids;  // [n_out]: the kArgmax / kSample rows' tokens (-1: no candidate)
+    Tensor host_logits;            // [n_host, vocab] f32 host: the kHost rows' logits, in row order
+  };
+  // Runs the forward and picks rows[r] for logits row r (one pick per row). Valid until the next step.
+  Picked step_pick(std::span<const SeqChunk> chunks, std::span<const RowPick> rows);
   Device device() const { return device_; }
 
   model::Model& model() { return model_; }
@@ -234,6 +248,7 @@ class Runner {
   kernels::DeviceMemory logits_host_;    // [max_logit_rows, vocab_size] f32 (pinned on CUDA)
   kernels::DeviceMemory logits_device_;  // CUDA: where forward writes the logits
   kernels::DeviceMemory ids_host_;       // [kSlots, max_logit_rows] i32: picked ids (pinned on CUDA)
+  std::vector<kernels::SampleSpec> pick_specs_;  // step_pick: one run of sampled rows
   kernels::DeviceStream stream_;          // CUDA: the runner's own stream when the caller gave none
   std::map<int64_t, kernels::DeviceGraph> graphs_;  // decode bucket -> captured step
   size_t graph_scratch_ = 0;  // scratch arena size the graphs were captured with (growth frees it)

@@ -160,6 +160,96 @@ TEST(Engine, SeededSamplingIsTheSameAloneAndInABatch) {
   EXPECT_GT(differs_from_greedy, 0);  // the requests really sampled
 }
 
+// EngineOptions::device_sampling: plain sampled rows drawn by ops.h's sample() where the logits are (on the
+// CPU its reference), the rows that need the host sampler (penalties, logit_bias, logprobs) copied back,
+// greedy rows by argmax, all in one batch: every request's tokens and logprobs equal the host-only engine's.
+TEST(Engine, DeviceSamplingDrawsTheHostSamplersTokensInMixedBatches) {
+  auto m = tiny_model();
+  std::vector<EngineRequest> ereqs;
+  const std::vector<Req> reqs = mixed_requests(24);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    sampling::SamplingParams sp;
+    sp.temperature = 0.7f + 0.1f * static_cast<float>(i % 4);
+    sp.seed = 500 + i;
+    int top_logprobs = -1;
+    switch (i % 6) {
+      case 0:
+        sp = greedy();
+        break;
+      case 1:
+        sp.top_p = 0.9f;
+        break;
+      case 2:
+        sp.top_k = 20;
+        sp.min_p = 0.02f;
+        break;
+      case 3:
+        sp.repetition_penalty = 1.3f;
+        break;  // a processor: the host sampler
+      case 4:
+        top_logprobs = 3;
+        break;  // logprobs: the host sampler
+      default:
+        sp.logit_bias = {{7, 2.5f}};
+        break;  // a processor: the host sampler
+    }
+    ereqs.push_back(to_request(reqs[i], sp, top_logprobs));
+  }
+  std::vector<std::unique_ptr<Collector>> got[2];
+  for (int device : {0, 1}) {
+    Runner runner(*m, runner_opts(8, 64), cpu_ctx());
+    EngineOptions eo{8, 64, {}, {}};
+    eo.device_sampling = device == 1;
+    Engine engine(runner, eo);
+    got[device] = run_all(engine, ereqs);
+  }
+  int sampled_differs_from_greedy = 0;
+  Runner single(*m, runner_opts(1, 16), cpu_ctx());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(got[1][i]->tokens(), got[0][i]->tokens());
+    EXPECT_EQ(static_cast<int64_t>(got[1][i]->tokens().size()), reqs[i].max_tokens);
+    const auto a = got[0][i]->token_outs(), b = got[1][i]->token_outs();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t t = 0; t < a.size(); ++t) {
+      EXPECT_EQ(a[t].logprob, b[t].logprob);
+      EXPECT_EQ(a[t].top.size(), b[t].top.size());
+    }
+    if (i % 6 == 1 || i % 6 == 2) {
+      GenerateOptions go;
+      go.sampling = greedy();
+      go.max_tokens = reqs[i].max_tokens;
+      sampled_differs_from_greedy += got[1][i]->tokens() != generate(single, reqs[i].prompt, go).tokens;
+    }
+  }
+  EXPECT_GT(sampled_differs_from_greedy, 0);  // the device-drawn rows really sampled
+}
+
+// Sampled rows whose logits have no candidate end with the host sampler's error on either path.
+TEST(Engine, DeviceSampledRowsWithoutCandidatesEndWithTheHostSamplersError) {
+  auto m = tiny_model(/*nan_final_norm=*/true);  // every logit is NaN
+  std::string errors[2];
+  for (int device : {0, 1}) {
+    Runner runner(*m, runner_opts(4, 32), cpu_ctx());
+    EngineOptions eo{4, 32, {}, {}};
+    eo.device_sampling = device == 1;
+    Engine engine(runner, eo);
+    sampling::SamplingParams sp;
+    sp.temperature = 0.9f;
+    sp.seed = 3;
+    auto cs = run_all(engine,
+                      {to_request({make_prompt(1, 6), 4}, sp), to_request({make_prompt(2, 6), 4}, greedy())});
+    for (auto& c : cs) {
+      EXPECT_EQ(c->last().kind, EngineEvent::Kind::kError);
+      EXPECT_TRUE(c->tokens().empty());
+    }
+    errors[device] = cs[0]->last().error + " | " + cs[1]->last().error;
+    EXPECT_TRUE(eventually([&] { return engine.stats().kv_blocks_free == runner.pool().n_blocks(); }));
+  }
+  EXPECT_EQ(errors[1], errors[0]);
+  EXPECT_NE(errors[0].find("no finite logit"), std::string::npos) << errors[0];
+}
+
 TEST(Engine, TopLogprobsAreSortedAndIncludeTheGreedyChoice) {
   auto m = tiny_model();
   Runner runner(*m, runner_opts(4, 32), cpu_ctx());
