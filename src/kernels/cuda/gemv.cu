@@ -693,18 +693,25 @@ bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& 
     return launch_pdl(kernel, grid, dim3(kThreads), smem, stream, a, split, rk, nm);
   };
   auto pick = [&](auto norm) {
-    constexpr bool kN = decltype(norm)::value;
+    constexpr bool kN = decltype(norm)::value;  // the prologue: m <= kGemvNormMaxM (norm_ok)
+    static_assert(kGemvNormMaxM == 2, "the prologue's instances below are m = 1 and 2");
     if (small > 0) {
       constexpr int kR = kRowsSmall;
-      return a.m == 1   ? go(gemv_vec_rope_kernel<1, kR, true, kN>)
-             : a.m == 2 ? go(gemv_vec_rope_kernel<2, kR, true, kN>)
-             : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kR, true, kN>)
-                        : go(gemv_vec_rope_kernel<8, kR, true, kN>);
+      if constexpr (kN)
+        return a.m == 1 ? go(gemv_vec_rope_kernel<1, kR, true, true>)
+                        : go(gemv_vec_rope_kernel<2, kR, true, true>);
+      return a.m == 1   ? go(gemv_vec_rope_kernel<1, kR, true, false>)
+             : a.m == 2 ? go(gemv_vec_rope_kernel<2, kR, true, false>)
+             : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kR, true, false>)
+                        : go(gemv_vec_rope_kernel<8, kR, true, false>);
     }
-    return a.m == 1   ? go(gemv_vec_rope_kernel<1, kRowsFew, false, kN>)
-           : a.m == 2 ? go(gemv_vec_rope_kernel<2, kRowsFew, false, kN>)
-           : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kRowsMany, false, kN>)
-                      : go(gemv_vec_rope_kernel<8, kRowsMany, false, kN>);
+    if constexpr (kN)
+      return a.m == 1 ? go(gemv_vec_rope_kernel<1, kRowsFew, false, true>)
+                      : go(gemv_vec_rope_kernel<2, kRowsFew, false, true>);
+    return a.m == 1   ? go(gemv_vec_rope_kernel<1, kRowsFew, false, false>)
+           : a.m == 2 ? go(gemv_vec_rope_kernel<2, kRowsFew, false, false>)
+           : a.m <= 4 ? go(gemv_vec_rope_kernel<4, kRowsMany, false, false>)
+                      : go(gemv_vec_rope_kernel<8, kRowsMany, false, false>);
   };
   const cudaError_t e = n != nullptr ? pick(std::true_type{}) : pick(std::false_type{});
   check_cuda(e, "linear_qkv_rope_kv",
@@ -720,20 +727,17 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
     const dim3 grid(static_cast<unsigned>((total_groups(a, rows) + per - 1) / per));
     return launch_pdl(kernel, grid, dim3(kThreads), norm_smem(a, n), stream, a, split, n);
   };
+  static_assert(kGemvNormMaxM == 2, "launch_gemv's m = 1 and 2 instances (norm_ok checked m)");
   const int small = small_split<Bf16, Bf16, kGlu>(a);
   if (small > 0) {
     constexpr int kR = kRowsSmall;
     if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR, kGlu, true>, kR, small);
-    if (a.m == 2) return go(gemv_vec_norm_kernel<2, kR, kGlu, true>, kR, small);
-    if (a.m <= 4) return go(gemv_vec_norm_kernel<4, kR, kGlu, true>, kR, small);
-    return go(gemv_vec_norm_kernel<8, kR, kGlu, true>, kR, small);
+    return go(gemv_vec_norm_kernel<2, kR, kGlu, true>, kR, small);
   }
   const int split = launch_split<Bf16, Bf16, kGlu>(a);
-  constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew, kR2 = kRowsMany;
+  constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew;
   if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false>, kR1, split);
-  if (a.m == 2) return go(gemv_vec_norm_kernel<2, kR1, kGlu, false>, kR1, split);
-  if (a.m <= 4) return go(gemv_vec_norm_kernel<4, kR2, kGlu, false>, kR2, split);
-  return go(gemv_vec_norm_kernel<8, kR2, kGlu, false>, kR2, split);
+  return go(gemv_vec_norm_kernel<2, kR1, kGlu, false>, kR1, split);
 }
 
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {

@@ -129,9 +129,9 @@ struct GemvNorm {
   float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
 };
 
-// Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds without
-// spilling there), k % 8 == 0, k <= kGemvNormMaxK, x (m * k bf16) and the norm weights in 48 KB of shared
-// memory.
+// Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds: no spill
+// at m = 1 but the gated one's 8 bytes, 16-52 bytes at m = 2; hundreds at m = 4, 8), k % 8 == 0, k <=
+// kGemvNormMaxK, x (m * k bf16) and the norm weights in 48 KB of shared memory.
 constexpr int64_t kGemvNormMaxM = 2, kGemvNormMaxK = 4096;
 
 // gemv_multi of a (1 <= a.m <= kGemvNormMaxM, bf16 weights, a.x_dtype bf16; a.x unused) with its x computed
