@@ -27,6 +27,7 @@ using detail::desc;
 using detail::fail;
 using detail::on_cuda;
 using detail::pool_of;
+using detail::rows_overlap;
 using detail::use_ref;
 
 void need_dtype(const char* op, const char* name, const Tensor& t, DType d) {
@@ -194,14 +195,7 @@ void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float 
       fail(op, desc("x_in", x_in) + " must have the dtype and row stride of " + desc("x", x));
   }
   const bool copy_in = !x_in.empty() && x_in.data != x.data;  // else in place
-  if (copy_in) {
-    const auto hi = [](const Tensor& t) {  // one past the last byte of the rows
-      const Rows r = as_rows(t);
-      return r.data + ((r.n_rows - 1) * r.stride + r.n_cols) * static_cast<int64_t>(dtype_size(r.dtype));
-    };
-    if (as_rows(x_in).data < hi(x) && as_rows(x).data < hi(x_in))
-      fail(op, desc("x_in", x_in) + " overlaps " + desc("x", x));
-  }
+  if (copy_in && rows_overlap(x_in, x)) fail(op, desc("x_in", x_in) + " overlaps " + desc("x", x));
   if (gpu) return cuda_route::add_rms_norm(ctx, out, x, y, w, eps, y_scale, w_offset, copy_in ? x_in : x);
   if (copy_in) {  // x = x_in, row by row (same dtype and stride)
     const Rows xi = as_rows(x_in), xo = as_rows(x);

@@ -24,6 +24,7 @@ namespace {
 
 using detail::desc;
 using detail::fail;
+using detail::rows_overlap;
 
 #ifdef BUNSEN_HAVE_CUDA
 static_assert(kFusedDecodeMaxTokens == cuda::kGemvMaxM, "the fused decode limit is the GEMV's row limit");
@@ -93,15 +94,6 @@ void need_index(const char* op, const char* name, const Tensor& t, DType dtype, 
 }
 
 #ifdef BUNSEN_HAVE_CUDA
-// True when the row spans of a and b share a byte.
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto end = [](const Rows& r) {
-    return r.data + ((r.n_rows - 1) * r.stride + r.n_cols) * static_cast<int64_t>(dtype_size(r.dtype));
-  };
-  const Rows ra = as_rows(a), rb = as_rows(b);
-  return ra.n_rows > 0 && rb.n_rows > 0 && ra.data < end(rb) && rb.data < end(ra);
-}
-
 // pre against x, the projection's input (add_rms_norm's checks, for the fused launch that skips that op).
 void need_pre(const char* op, const Tensor& x, const AddRmsNorm& p) {
   const Rows xr = as_rows(x);
@@ -118,7 +110,7 @@ void need_pre(const char* op, const Tensor& x, const AddRmsNorm& p) {
        op,
        desc("pre.w", p.w) +
            strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols));
-  need(!overlaps(p.x_in, p.x_out) && !overlaps(p.y, p.x_out), op,
+  need(!rows_overlap(p.x_in, p.x_out) && !rows_overlap(p.y, p.x_out), op,
        desc("pre.x_out", p.x_out) + " must not overlap pre.x_in or pre.y");
 }
 

@@ -18,6 +18,7 @@ namespace {
 
 using detail::desc;
 using detail::fail;
+using detail::rows_overlap;
 
 void need(bool ok, const char* op, const std::string& what) {
   if (!ok) fail(op, what);
@@ -37,25 +38,6 @@ void need_norm_weight(const char* op, const char* name, const Tensor& w, int64_t
   need(
       is_float(w.dtype) && w.ndim == 1 && w.shape[0] == d && (d <= 1 || w.strides[0] == 1) && !w.empty(), op,
       desc(name, w) + strfmt(" must be a contiguous f32, f16 or bf16 vector of %lld elements", (long long)d));
-}
-
-// The byte range a rows tensor spans (empty range for no rows).
-struct Span {
-  const char* begin = nullptr;
-  const char* end = nullptr;
-};
-
-Span span_of(const Tensor& t) {
-  if (t.empty() || t.numel() == 0) return {};
-  const Rows r = as_rows(t);
-  const auto es = static_cast<int64_t>(dtype_size(t.dtype));
-  const char* b = static_cast<const char*>(t.data);
-  return {b, b + ((r.n_rows - 1) * r.stride + r.n_cols) * es};
-}
-
-bool overlap(const Tensor& a, const Tensor& b) {
-  const Span x = span_of(a), y = span_of(b);
-  return x.begin != nullptr && y.begin != nullptr && x.begin < y.end && y.begin < x.end;
 }
 
 // The weight an empty CPU norm weight stands for: n ones (thread-local, only grows).
@@ -111,7 +93,7 @@ void rms_norm_qkv(Context& ctx, const QkvNorm& a, float eps) {
   if (a.v_from_k)
     need(!a.k.empty() && !a.v.empty() && as_rows(a.k).n_rows == as_rows(a.v).n_rows, op,
          "v_from_k needs k and v with the same rows: " + desc("k", a.k) + ", " + desc("v", a.v));
-  need(!overlap(a.q, a.k) && !overlap(a.q, a.v) && !overlap(a.k, a.v), op,
+  need(!rows_overlap(a.q, a.k) && !rows_overlap(a.q, a.v) && !rows_overlap(a.k, a.v), op,
        desc("q", a.q) + ", " + desc("k", a.k) + " and " + desc("v", a.v) + " must not overlap");
   if (!gpu) {
     auto w_or_ones = [&](const Tensor& w) { return w.empty() ? cpu_ones(d) : w; };
@@ -145,13 +127,14 @@ void post_norm_residual(Context& ctx, const PostNormResidual& a, float eps) {
   need_norm_weight(op, "w_post", a.w_post, d, false);
   need(a.out.empty() == a.w_next.empty(), op,
        desc("out", a.out) + " and " + desc("w_next", a.w_next) + " must be given together");
-  need(!overlap(a.x, a.y), op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
+  need(!rows_overlap(a.x, a.y), op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
   if (!a.out.empty()) {
     need_act_rows(op, "out", a.out, gpu);
     need(same_shape(a.out, a.x), op,
          desc("out", a.out) + " and " + desc("x", a.x) + " must have the same shape");
     need_norm_weight(op, "w_next", a.w_next, d, false);
-    need(!overlap(a.out, a.x) && !overlap(a.out, a.y), op, desc("out", a.out) + " must not overlap x or y");
+    need(!rows_overlap(a.out, a.x) && !rows_overlap(a.out, a.y), op,
+         desc("out", a.out) + " must not overlap x or y");
   }
   if (!gpu) {
     rms_norm(ctx, a.y, a.y, a.w_post, eps, a.w_offset);

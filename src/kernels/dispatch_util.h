@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
+#include "kernels/rows.h"
 
 namespace bunsen::kernels::detail {
 
@@ -25,6 +26,16 @@ inline ThreadPool& pool_of(Context& ctx) { return ctx.pool ? *ctx.pool : ThreadP
 }
 
 inline std::string desc(const char* name, const Tensor& t) { return std::string(name) + " " + t.shape_str(); }
+
+// True when the byte ranges two row-strided tensors span share a byte (false when either has no elements).
+inline bool rows_overlap(const Tensor& a, const Tensor& b) {
+  if (a.empty() || b.empty() || a.numel() == 0 || b.numel() == 0) return false;
+  const auto span_end = [](const Rows& r) {
+    return r.data + ((r.n_rows - 1) * r.stride + r.n_cols) * static_cast<int64_t>(dtype_size(r.dtype));
+  };
+  const Rows ra = as_rows(a), rb = as_rows(b);
+  return ra.data < span_end(rb) && rb.data < span_end(ra);
+}
 
 // True when the (non-empty) tensors all live on one CUDA device, false when all are on the CPU; throws for
 // a mix, or for CUDA tensors in a build without the CUDA backend.
