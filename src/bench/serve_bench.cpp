@@ -126,24 +126,26 @@ ServeBenchResult aggregate(const std::vector<RequestTrace>& traces, double wall_
 }
 
 std::string ServeBenchResult::to_json() const {
-  nlohmann::json j = {{"url", url},
-                      {"model", model},
-                      {"concurrency", concurrency},
-                      {"requests", requests},
-                      {"prompt_len", prompt_len},
-                      {"gen_len", gen_len},
-                      {"completed", completed},
-                      {"failed", failed},
-                      {"errors", errors},
-                      {"wall_s", wall_s},
-                      {"output_tokens", output_tokens},
-                      {"prompt_tokens", prompt_tokens},
-                      {"output_tok_s", output_tok_s},
-                      {"total_tok_s", total_tok_s},
-                      {"request_s", request_s},
-                      {"ttft_ms", stats_json(ttft_ms)},
-                      {"itl_ms", stats_json(itl_ms)},
-                      {"e2e_ms", stats_json(e2e_ms)}};
+  nlohmann::json j = {
+      {"url", url},
+      {"model", model},
+      {"concurrency", concurrency},
+      {"requests", requests},
+      {"prompt_len", prompt_len},
+      {"gen_len", gen_len},
+      {"sampling", {{"temperature", temperature}, {"top_p", top_p}, {"top_k", top_k}, {"min_p", min_p}}},
+      {"completed", completed},
+      {"failed", failed},
+      {"errors", errors},
+      {"wall_s", wall_s},
+      {"output_tokens", output_tokens},
+      {"prompt_tokens", prompt_tokens},
+      {"output_tok_s", output_tok_s},
+      {"total_tok_s", total_tok_s},
+      {"request_s", request_s},
+      {"ttft_ms", stats_json(ttft_ms)},
+      {"itl_ms", stats_json(itl_ms)},
+      {"e2e_ms", stats_json(e2e_ms)}};
   return j.dump();
 }
 
@@ -152,6 +154,11 @@ std::string ServeBenchResult::to_text() const {
   s += strfmt("  concurrency %d, %d requests: %d completed, %d failed; prompt %lld tokens, gen %lld tokens\n",
               concurrency, requests, completed, failed, static_cast<long long>(prompt_len),
               static_cast<long long>(gen_len));
+  s += temperature > 0
+           ? strfmt(
+                 "  sampling        temperature %g, top_p %g, top_k %lld, min_p %g (seed = request index)\n",
+                 temperature, top_p, static_cast<long long>(top_k), min_p)
+           : std::string("  sampling        greedy\n");
   s += strfmt("  wall time       %10.2f s\n", wall_s);
   s += strfmt("  output tokens   %10lld   (prompt tokens %lld)\n", static_cast<long long>(output_tokens),
               static_cast<long long>(prompt_tokens));

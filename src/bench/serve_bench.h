@@ -23,6 +23,10 @@ struct ServeBenchOptions {
   std::string model;        // "": the first id of GET /v1/models
   bool progress = false;    // a progress bar on stderr
   double read_timeout_s = 600;
+  // Sampling of every request: temperature 0 = greedy (the other fields are then not sent); else request
+  // k also carries seed k (reproducible runs) and top_p / top_k / min_p where not off.
+  double temperature = 0, top_p = 1, min_p = 0;
+  int64_t top_k = 0;
 };
 
 // Summary of one latency sample set, in ms (all 0 when empty).
@@ -59,6 +63,8 @@ struct ServeBenchResult {
   std::string url, model;
   int concurrency = 0, requests = 0;
   int64_t prompt_len = 0, gen_len = 0;
+  double temperature = 0, top_p = 1, min_p = 0;  // the options' sampling (to_json / to_text report it)
+  int64_t top_k = 0;
   int completed = 0, failed = 0;
   std::vector<std::string> errors;  // the first few failure messages
   double wall_s = 0;

@@ -81,13 +81,20 @@ std::string request_body(const Shared& sh, int k) {
   std::uniform_int_distribution<int64_t> dist(sh.id_lo, sh.id_hi - 1);
   std::vector<int64_t> prompt(static_cast<size_t>(sh.opts->prompt_len));
   for (int64_t& t : prompt) t = dist(rng);
-  const nlohmann::json body = {{"model", sh.model},
-                               {"prompt", prompt},
-                               {"max_tokens", sh.opts->gen_len},
-                               {"stream", true},
-                               {"ignore_eos", true},
-                               {"temperature", 0},
-                               {"stream_options", {{"include_usage", true}}}};
+  const ServeBenchOptions& o = *sh.opts;
+  nlohmann::json body = {{"model", sh.model},
+                         {"prompt", prompt},
+                         {"max_tokens", o.gen_len},
+                         {"stream", true},
+                         {"ignore_eos", true},
+                         {"temperature", o.temperature},
+                         {"stream_options", {{"include_usage", true}}}};
+  if (o.temperature > 0) {
+    body["seed"] = k;
+    if (o.top_p < 1) body["top_p"] = o.top_p;
+    if (o.top_k > 0) body["top_k"] = o.top_k;
+    if (o.min_p > 0) body["min_p"] = o.min_p;
+  }
   return body.dump();
 }
 
@@ -212,6 +219,10 @@ ServeBenchResult run_serve_bench(const ServeBenchOptions& opts) {
   r.concurrency = opts.concurrency;
   r.prompt_len = opts.prompt_len;
   r.gen_len = opts.gen_len;
+  r.temperature = opts.temperature;
+  r.top_p = opts.top_p;
+  r.top_k = opts.top_k;
+  r.min_p = opts.min_p;
   return r;
 }
 

@@ -1,9 +1,11 @@
 // `bunsen benchmark`: speed of a model or a synthetic shape against the measured roofline; with --serve URL,
 // a serving benchmark of concurrent streaming clients against a running server. Text or JSON.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
+#include <limits>
 
 #include "bench/benchmark.h"
 #include "bench/serve_bench.h"
@@ -26,10 +28,14 @@ const std::vector<OptionSpec> kSpecs = {
     {"prompt-len", "N", "prompt tokens for the prefill measurement (default 512; 1024 with --serve)", "p"},
     {"gen", "N", "tokens to decode after the prompt (default 128; 256 with --serve)", "n"},
     {"decode-batch", "B,B", "also time decode with B sequences per step (e.g. 16,64), as the server batches"},
-    {"mixed-prefill", "P", "with --decode-batch: each timed step also prefills a P-token prompt chunk (a serving step)"},
+    {"mixed-prefill", "P",
+     "with --decode-batch: each timed step also prefills a P-token prompt chunk (a serving step)"},
     {"prefill-lens", "N,N",
      "further prompt lengths timed for prefill only (default: none on cpu, 512,2048 on cuda)"},
-    {"temperature", "T", "sample the timed decode at temperature T, seed 0 (default 0 = greedy)"},
+    {"temperature", "T",
+     "sample at temperature T (default 0 = greedy): the timed decode with seed 0; with --serve every "
+     "request, "
+     "seeded with its index"},
     {"top-p", "P", "with --temperature: nucleus threshold (default 1 = off)"},
     {"top-k", "K", "with --temperature: top-k (default 0 = off)"},
     {"min-p", "P", "with --temperature: min-p (default 0 = off)"},
@@ -38,7 +44,8 @@ const std::vector<OptionSpec> kSpecs = {
     {"json", "", "print the result as JSON"},
     {"list-shapes", "", "list the --synthetic shapes"},
     {"device", "DEV", kDeviceHelp},
-    {"serve", "URL", "serving benchmark against a running server's /v1/completions (e.g. http://127.0.0.1:8080)"},
+    {"serve", "URL",
+     "serving benchmark against a running server's /v1/completions (e.g. http://127.0.0.1:8080)"},
     {"concurrency", "N", "--serve: concurrent streaming clients (default 16)", "c"},
     {"requests", "N", "--serve: requests in total (default 4 x concurrency)"},
     {"api-key", "KEY", "--serve: bearer token for the server"},
@@ -46,11 +53,25 @@ const std::vector<OptionSpec> kSpecs = {
     {"help", "", "show this help", "h"},
 };
 
+// --temperature, --top-p, --top-k, --min-p (defaults: greedy, filters off), checked.
+void read_sampling(const Args& a, double& temperature, double& top_p, int64_t& top_k, double& min_p) {
+  temperature = a.number("temperature", 0.0);
+  top_p = a.number("top-p", 1.0);
+  top_k = a.integer("top-k", 0);
+  min_p = a.number("min-p", 0.0);
+  check(temperature >= 0, "cli", "bunsen benchmark: --temperature must be >= 0");
+  check(top_p > 0 && top_p <= 1, "cli", "bunsen benchmark: --top-p must be in (0, 1]");
+  check(top_k >= 0 && top_k <= std::numeric_limits<int32_t>::max(), "cli",
+        "bunsen benchmark: --top-k must be >= 0");
+  check(min_p >= 0 && min_p <= 1, "cli", "bunsen benchmark: --min-p must be in [0, 1]");
+  check(temperature > 0 || !(a.has("top-p") || a.has("top-k") || a.has("min-p")), "cli",
+        "bunsen benchmark: --top-p, --top-k and --min-p need --temperature > 0");
+}
+
 // --serve: prompt 1024 and gen 256 by default (the serving shape).
 int run_serve(const Args& a) {
   for (const char* f : {"model", "synthetic", "dtype", "quant", "prefill-lens", "decode-batch",
-                        "mixed-prefill", "threads", "no-probe", "device", "temperature", "top-p", "top-k",
-                        "min-p"})
+                        "mixed-prefill", "threads", "no-probe", "device"})
     check(!a.has(f), "cli", std::string("bunsen benchmark: --") + f + " does not apply to --serve");
   bench::ServeBenchOptions o;
   o.url = *a.str("serve");
@@ -60,6 +81,7 @@ int run_serve(const Args& a) {
   o.gen_len = a.integer("gen", 256);
   o.api_key = a.str("api-key", "");
   o.seed = static_cast<uint64_t>(a.integer("seed", 0));
+  read_sampling(a, o.temperature, o.top_p, o.top_k, o.min_p);
   check(o.concurrency >= 1 && o.concurrency <= 4096, "cli", "bunsen benchmark: --concurrency must be in [1, 4096]");
   check(o.requests >= 1, "cli", "bunsen benchmark: --requests must be at least 1");
   check(o.prompt_len >= 1 && o.gen_len >= 1, "cli", "bunsen benchmark: --prompt-len and --gen must be at least 1");
@@ -149,17 +171,14 @@ int cmd_benchmark(int argc, char** argv) {
   check(o.mixed_prefill == 0 || !o.decode_batches.empty(), "cli", "bunsen benchmark: --mixed-prefill needs --decode-batch");
   o.threads = static_cast<int>(a.integer("threads", 0));
   o.probe = !a.flag("no-probe");
-  o.sampling.temperature = static_cast<float>(a.number("temperature", 0.0));
-  o.sampling.top_p = static_cast<float>(a.number("top-p", 1.0));
-  o.sampling.top_k = static_cast<int>(a.integer("top-k", 0));
-  o.sampling.min_p = static_cast<float>(a.number("min-p", 0.0));
+  double temperature = 0, top_p = 1, min_p = 0;
+  int64_t top_k = 0;
+  read_sampling(a, temperature, top_p, top_k, min_p);
+  o.sampling.temperature = static_cast<float>(temperature);
+  o.sampling.top_p = static_cast<float>(top_p);
+  o.sampling.top_k = static_cast<int>(top_k);
+  o.sampling.min_p = static_cast<float>(min_p);
   o.sampling.seed = 0;
-  check(o.sampling.temperature >= 0, "cli", "bunsen benchmark: --temperature must be >= 0");
-  check(o.sampling.top_p > 0 && o.sampling.top_p <= 1, "cli", "bunsen benchmark: --top-p must be in (0, 1]");
-  check(o.sampling.top_k >= 0, "cli", "bunsen benchmark: --top-k must be >= 0");
-  check(o.sampling.min_p >= 0 && o.sampling.min_p <= 1, "cli", "bunsen benchmark: --min-p must be in [0, 1]");
-  check(o.sampling.temperature > 0 || !(a.has("top-p") || a.has("top-k") || a.has("min-p")), "cli",
-        "bunsen benchmark: --top-p, --top-k and --min-p need --temperature > 0");
   bench::BenchmarkResult r = bench::run_benchmark(o);
   std::printf("%s\n", a.flag("json") ? r.to_json().c_str() : r.to_text().c_str());
   return 0;

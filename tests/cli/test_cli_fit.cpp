@@ -125,13 +125,16 @@ TEST(CliFit, OneLineErrors) {
     int code;
     const char* needle;
   };
-  for (const Case& c : {Case{"fit --ctx 0 --no-probe", 2, "--ctx"}, Case{"fit a b", 2, "unexpected argument 'b'"},
-                        Case{"fit --synthetic llama3.1-8b --model x", 2, "not both"},
-                        Case{"fit --synthetic nope --no-probe", 1, "llama3.1-8b"},
-                        Case{"fit /nonexistent/model --no-probe", 1, "/nonexistent/model"},
-                        Case{"benchmark --concurrency 2", 2, "--serve only"},
-                        Case{"benchmark --serve http://127.0.0.1:1 --synthetic x", 2, "does not apply"},
-                        Case{refused.c_str(), 1, "cannot connect"}}) {
+  for (const Case& c :
+       {Case{"fit --ctx 0 --no-probe", 2, "--ctx"}, Case{"fit a b", 2, "unexpected argument 'b'"},
+        Case{"fit --synthetic llama3.1-8b --model x", 2, "not both"},
+        Case{"fit --synthetic nope --no-probe", 1, "llama3.1-8b"},
+        Case{"fit /nonexistent/model --no-probe", 1, "/nonexistent/model"},
+        Case{"benchmark --concurrency 2", 2, "--serve only"},
+        Case{"benchmark --serve http://127.0.0.1:1 --synthetic x", 2, "does not apply"},
+        Case{"benchmark --serve http://127.0.0.1:1 --top-p 0.9", 2, "need --temperature"},
+        Case{"benchmark --serve http://127.0.0.1:1 --temperature -1", 2, "--temperature"},
+        Case{refused.c_str(), 1, "cannot connect"}}) {
     Proc r = run(c.args);
     EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
@@ -198,6 +201,19 @@ TEST(CliBenchmarkServe, AgainstTheRealServer) {
     EXPECT_LE(j[k]["p50"].get<double>(), j[k]["p99"].get<double>()) << k;
   }
   EXPECT_GT(j["output_tok_s"].get<double>(), 0);
+  EXPECT_EQ(j["sampling"]["temperature"], 0);
+
+  // Sampled requests (seed = request index): all complete, and the report says how they sampled.
+  r = run("benchmark --serve " + server.url() +
+          " --concurrency 3 --requests 6 --prompt-len 40 --gen 8 --temperature 0.8 --top-p 0.9 --top-k 40 "
+          "--json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json js = json::parse(r.out);
+  EXPECT_EQ(js["completed"], 6) << r.out;
+  EXPECT_EQ(js["output_tokens"], 6 * 8);
+  EXPECT_DOUBLE_EQ(js["sampling"]["temperature"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(js["sampling"]["top_p"].get<double>(), 0.9);
+  EXPECT_EQ(js["sampling"]["top_k"], 40);
 }
 
 }  // namespace

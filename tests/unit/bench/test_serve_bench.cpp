@@ -65,6 +65,8 @@ TEST(ServeBench, CountsTokensAndOrderedPercentiles) {
     EXPECT_EQ(b.at("stream"), true);
     EXPECT_EQ(b.at("ignore_eos"), true);
     EXPECT_EQ(b.at("temperature"), 0);
+    EXPECT_FALSE(b.contains("seed"));  // greedy: no sampling fields
+    EXPECT_FALSE(b.contains("top_p"));
     EXPECT_EQ(b.at("stream_options").at("include_usage"), true);
     ASSERT_EQ(b.at("prompt").size(), 64u);
     for (const auto& id : b.at("prompt")) {
@@ -100,6 +102,31 @@ TEST(ServeBench, FailuresAreCountedWithTheirMessages) {
   EXPECT_GE(cut + no_done, 1);
   EXPECT_EQ(http503 + cut + no_done, 5);
   expect_ordered(r.ttft_ms, "ttft");
+}
+
+// Sampled runs: every body carries the temperature, the filters that are on and seed = the request index.
+TEST(ServeBench, SampledRequestsCarryTheirSettingsAndSeeds) {
+  FakeCompletionsServer server(FakeServerConfig{});
+  ServeBenchOptions o = options(server, 2, 5);
+  o.temperature = 0.7;
+  o.top_p = 0.95;
+  o.min_p = 0.05;
+  const ServeBenchResult r = run_serve_bench(o);
+  EXPECT_EQ(r.completed, 5);
+  std::lock_guard<std::mutex> lk(server.mu);
+  ASSERT_EQ(server.bodies.size(), 5u);
+  std::set<int64_t> seeds;
+  for (const nlohmann::json& b : server.bodies) {
+    EXPECT_DOUBLE_EQ(b.at("temperature").get<double>(), 0.7);
+    EXPECT_DOUBLE_EQ(b.at("top_p").get<double>(), 0.95);
+    EXPECT_DOUBLE_EQ(b.at("min_p").get<double>(), 0.05);
+    EXPECT_FALSE(b.contains("top_k"));  // off
+    seeds.insert(b.at("seed").get<int64_t>());
+  }
+  EXPECT_EQ(seeds, (std::set<int64_t>{0, 1, 2, 3, 4}));
+  const nlohmann::json j = nlohmann::json::parse(r.to_json());
+  EXPECT_DOUBLE_EQ(j.at("sampling").at("top_p").get<double>(), 0.95);
+  EXPECT_NE(r.to_text().find("temperature 0.7"), std::string::npos) << r.to_text();
 }
 
 TEST(ServeBench, SeedDecidesThePrompts) {
