@@ -138,14 +138,17 @@ std::atomic<int> g_fused_norm{-1};
 
 }  // namespace
 
-void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts) {
+void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts, const AddRmsNorm* pre) {
   const char* op = "linear_multi";
   need(!parts.empty() && parts.size() <= 4, op, strfmt("%zu parts (1..4)", parts.size()));
-  std::vector<const Tensor*> ts{&x};
+  const AddRmsNorm none;
+  const AddRmsNorm& pn = pre != nullptr ? *pre : none;
+  std::vector<const Tensor*> ts{&x, &pn.x_in, &pn.y, &pn.x_out, &pn.w};
   for (const LinearPart& p : parts) ts.insert(ts.end(), {&p.out, &p.w, &p.bias});
   bool gpu = false;
   for (const Tensor* t : ts) gpu = on_cuda(op, {&x, t}) || gpu;
   if (!gpu) {
+    if (pre != nullptr) add_rms_norm(ctx, x, pn);
     for (const LinearPart& p : parts) linear(ctx, p.out, x, p.w, p.bias);
     return;
   }
@@ -155,7 +158,14 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts) {
     need_linear_shapes(op, parts[i].out, x, parts[i].w, parts[i].bias);
     dev[i] = dev_part(parts[i].out, parts[i].w, parts[i].bias);
   }
-  cuda::linear_multi(ctx.cuda_stream, dev_rows(x), dev, static_cast<int>(parts.size()));
+  const int n = static_cast<int>(parts.size());
+  if (pre != nullptr) {
+    need_pre(op, x, pn);
+    if (fused_norm_enabled() && cuda::linear_multi_norm(ctx.cuda_stream, dev_rows(x), dev, n, dev_pre(pn)))
+      return;
+    add_rms_norm(ctx, x, pn);
+  }
+  cuda::linear_multi(ctx.cuda_stream, dev_rows(x), dev, n);
 #endif
 }
 
@@ -331,8 +341,7 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
     if (cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a)) return true;
   }
 #endif
-  if (pre != nullptr) add_rms_norm(ctx, x, pn);
-  linear_multi(ctx, x, qkv);
+  linear_multi(ctx, x, qkv, pre);
   rope_kv_write(ctx, q3, k3, v3, cache, positions, slot_mapping, p);
   return false;
 }

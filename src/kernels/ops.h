@@ -249,7 +249,8 @@ struct LinearPart {
 // part. CUDA: one GEMV launch over all parts' rows when m <= kFusedDecodeMaxTokens (batch invariant like
 // linear; the k split may differ from a lone linear's, so equal to it up to f32 summation order), else
 // linear() per part.
-void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts);
+// With pre: add_rms_norm(pre) into x first (see AddRmsNorm; the CUDA GEMV computes it in its prologue).
+void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts, const AddRmsNorm* pre = nullptr);
 
 // linear_multi(x, qkv) then rope_kv_write(q3, k3, v3, cache, positions, slot_mapping, p), with q3, k3, v3 the
 // three parts' outputs seen as [m, heads, head_dim]. CPU, and every case CUDA's fold does not take: exactly

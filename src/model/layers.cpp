@@ -144,7 +144,8 @@ size_t workspace_bytes(std::span<const WorkspaceSpec> specs) {
   return total;
 }
 
-void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts) {
+void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts,
+             const kernels::AddRmsNorm* pre) {
   constexpr size_t kMax = 4;
   bool all_float = parts.size() >= 1 && parts.size() <= kMax, all_quant = all_float;
   for (const auto& [l, out] : parts) {
@@ -155,8 +156,9 @@ void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<co
     std::array<kernels::LinearPart, kMax> lp;
     size_t n = 0;
     for (const auto& [l, out] : parts) lp[n++] = {out, l->w, l->b};
-    return kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n));
+    return kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n), pre);
   }
+  if (pre != nullptr) kernels::add_rms_norm(ctx, x, *pre);
   if (all_quant) {
     std::array<kernels::QuantLinearPart, kMax> qp;
     size_t n = 0;

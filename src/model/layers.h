@@ -62,8 +62,10 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t end);
 
 // outs[i] = linears[i](x) for 1..4 projections of one input (q/k/v, gate/up): one fused GEMV launch on CUDA
 // decode steps when all are float (linear_multi) or all quantized (linear_q_multi), the plain linears
-// otherwise; on the CPU exactly the plain linears.
-void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts);
+// otherwise; on the CPU exactly the plain linears. pre (optional): the residual add and norm that produce x
+// (kernels::AddRmsNorm), inside the float launch where it applies, else add_rms_norm first.
+void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts,
+             const kernels::AddRmsNorm* pre = nullptr);
 
 // gate and up can take kernels::linear_q_swiglu's fused launch: both quantized with one shape, 4 or 8 bits,
 // one group size and scale dtype.

@@ -1,11 +1,12 @@
 // The residual add and RMSNorm folded into the decode projections' GEMV prologue (kernels::AddRmsNorm on
-// linear_swiglu and linear_qkv_rope_kv, gemv.cu's norm_prologue) against add_rms_norm (out of place, x_in
-// to x_out) followed by the unfused projection: outputs, the new residual x_out and (q/k/v) the paged cache
-// bit for bit, x_in untouched, over m 1..3 (3 falls back), both GEMV paths, widths whose norm block is not a
-// multiple of the GEMV block (2560: 10 warps; 1000: 4 warps with a partial one), f32 and bf16 y and norm
-// weights, a residual multiplier and a weight offset. The fused launch leaves the projection's input buffer
-// untouched (its x lives in shared memory), which tells the fused path from the fallback. Model level:
-// llama-like fixtures decode to the same logits with the prologue on and off, eagerly and from CUDA graphs.
+// linear_swiglu, linear_multi and linear_qkv_rope_kv, gemv.cu's norm_prologue) against add_rms_norm (out of
+// place, x_in to x_out) followed by the unfused projection: outputs, the new residual x_out and (q/k/v) the
+// paged cache bit for bit, x_in untouched, over m 1..3 (3 falls back), both GEMV paths, widths whose norm
+// block is not a multiple of the GEMV block (2560: 10 warps; 1000: 4 warps with a partial one), f32 and bf16
+// y and norm weights, a residual multiplier and a weight offset. The fused launch leaves the projection's
+// input buffer untouched (its x lives in shared memory), which tells the fused path from the fallback. Model
+// level: llama-like fixtures decode to the same logits with the prologue on and off, eagerly and from CUDA
+// graphs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -98,6 +99,42 @@ TEST_F(CudaTest, FusedNormSwigluEqualsAddRmsNormThenSwiglu) {
         kernels::linear_swiglu(ctx_, out[1].tensor, in.h[1].tensor, wg.tensor, wu.tensor, {}, {},
                                kernels::GluAct::kSilu, &p1);
         EXPECT_TRUE(same_bytes(out[0], out[1])) << "act";
+        EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
+        in.expect_fused(m <= 2);
+        if (HasFailure()) return;
+      }
+    });
+    if (HasFailure()) break;
+  }
+  kernels::set_fused_norm_for_testing(-1);
+}
+
+// linear_multi (q/k/v without the rope fold: Qwen3's q/k norms come between) with a pre.
+TEST_F(CudaTest, FusedNormLinearMultiEqualsAddRmsNormThenLinearMulti) {
+  std::mt19937 rng(2030);
+  kernels::set_fused_norm_for_testing(1);
+  for (const NormCase& c : kNormCases) {
+    auto rnd = [&](std::initializer_list<int64_t> shape) {
+      return DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, shape, rng).tensor);
+    };
+    const DeviceTensor wq = rnd({1024, c.d}), wk = rnd({256, c.d}), wv = rnd({256, c.d});
+    kernels::test::for_each_gemv_path([&] {
+      for (int64_t m : {1, 2, 3}) {
+        SCOPED_TRACE(strfmt("d %lld y %s w %s m %lld", (long long)c.d, dtype_name(c.y_dtype),
+                            dtype_name(c.w_dtype), (long long)m));
+        NormInputs in(c, m, rng);
+        DeviceTensor q[2] = {rnd({m, 1024}), rnd({m, 1024})}, k[2] = {rnd({m, 256}), rnd({m, 256})},
+                     v[2] = {rnd({m, 256}), rnd({m, 256})};
+        for (int way = 0; way < 2; ++way) {
+          const kernels::LinearPart parts[3] = {
+              {q[way].tensor, wq.tensor, {}}, {k[way].tensor, wk.tensor, {}}, {v[way].tensor, wv.tensor, {}}};
+          const kernels::AddRmsNorm p = in.pre(c, way);
+          if (way == 0) kernels::add_rms_norm(ctx_, in.h[0].tensor, p);
+          kernels::linear_multi(ctx_, in.h[way].tensor, parts, way == 1 ? &p : nullptr);
+        }
+        EXPECT_TRUE(same_bytes(q[0], q[1])) << "q";
+        EXPECT_TRUE(same_bytes(k[0], k[1])) << "k";
+        EXPECT_TRUE(same_bytes(v[0], v[1])) << "v";
         EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
         in.expect_fused(m <= 2);
         if (HasFailure()) return;

@@ -99,7 +99,8 @@ TEST(FusedCpu, RopeKvWriteEqualsRopeRopeKvWrite) {
 }
 
 // add_rms_norm from a separate x_in (the residual's second buffer) equals the in-place op on a copy of x_in
-// and leaves x_in as it was; linear_swiglu with a pre (AddRmsNorm) is add_rms_norm then linear_swiglu.
+// and leaves x_in as it was; linear_swiglu and linear_multi with a pre (AddRmsNorm) are add_rms_norm then
+// the op.
 TEST(FusedCpu, AddRmsNormFromXInAndSwigluPreEqualTheInPlaceOps) {
   Context ctx;
   std::mt19937 rng(505);
@@ -125,6 +126,23 @@ TEST(FusedCpu, AddRmsNormFromXInAndSwigluPreEqualTheInPlaceOps) {
     linear_swiglu(ctx, a_got.tensor, h2.tensor, wg.tensor, wu.tensor, {}, {}, GluAct::kSilu, &pre);
     EXPECT_TRUE(same_bits(a_got.tensor, a_want.tensor)) << "swiglu with pre, m " << m;
     EXPECT_TRUE(same_bits(x2.tensor, x_want.tensor)) << "pre.x_out, m " << m;
+
+    // linear_multi with a pre: add_rms_norm, then every part.
+    OwnedTensor w1 = random_tensor(DType::kBF16, {f, d}, rng), w2 = random_tensor(DType::kF32, {7, d}, rng);
+    OwnedTensor b2 = random_tensor(DType::kF32, {7}, rng);
+    OwnedTensor o1_want = OwnedTensor::make(DType::kF32, {m, f}),
+                o1_got = OwnedTensor::make(DType::kF32, {m, f});
+    OwnedTensor o2_want = OwnedTensor::make(DType::kF32, {m, 7}),
+                o2_got = OwnedTensor::make(DType::kF32, {m, 7});
+    OwnedTensor x3 = random_tensor(DType::kF32, {m, d}, rng), h3 = OwnedTensor::make(DType::kF32, {m, d});
+    const LinearPart want[2] = {{o1_want.tensor, w1.tensor, {}}, {o2_want.tensor, w2.tensor, b2.tensor}};
+    const LinearPart got[2] = {{o1_got.tensor, w1.tensor, {}}, {o2_got.tensor, w2.tensor, b2.tensor}};
+    linear_multi(ctx, h_want.tensor, want);
+    const AddRmsNorm pre3{x_in.tensor, y.tensor, x3.tensor, w.tensor, 1e-5f, 0.5f, 1.0f};
+    linear_multi(ctx, h3.tensor, got, &pre3);
+    EXPECT_TRUE(same_bits(o1_got.tensor, o1_want.tensor)) << "linear_multi with pre, part 0, m " << m;
+    EXPECT_TRUE(same_bits(o2_got.tensor, o2_want.tensor)) << "linear_multi with pre, part 1, m " << m;
+    EXPECT_TRUE(same_bits(x3.tensor, x_want.tensor)) << "linear_multi pre.x_out, m " << m;
   }
   OwnedTensor a = random_tensor(DType::kF32, {2, 8}, rng), b = random_tensor(DType::kF32, {2, 8}, rng);
   OwnedTensor w = random_tensor(DType::kF32, {8}, rng), o = OwnedTensor::make(DType::kF32, {2, 8});

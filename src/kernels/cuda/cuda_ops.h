@@ -246,6 +246,10 @@ struct DevAddNorm {
   DType w_dtype = DType::kF32;
   float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
 };
+// linear_multi with x (bf16, not written) computed from pre in the GEMV's prologue, where linear_multi takes
+// one GEMV launch with bf16 weights, 1 <= m <= 2, d <= 4096. False, nothing launched, otherwise.
+bool linear_multi_norm(void* stream, DevRows x, const DevLinearPart* parts, int n_parts,
+                       const DevAddNorm& pre);
 // linear_swiglu with x (bf16, not written) computed from pre in the GEMV's prologue: bf16 weights, 1 <= m <=
 // 2, d <= 4096 on the vectorised path. False, nothing launched, otherwise.
 bool linear_swiglu_norm(void* stream, DevRows out, DevRows x, const DevLinearPart& gate,

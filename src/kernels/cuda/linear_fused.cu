@@ -58,9 +58,9 @@ bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
   return true;
 }
 
-}  // namespace
-
-void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts) {
+// Whether linear_multi's parts take one GEMV launch (one weight and output dtype, one bias dtype, m within
+// the GEMV's rows or the path forced); the launch's arguments in a.
+bool multi_launch(DevRows x, const DevLinearPart* parts, int n_parts, GemvMultiArgs& a) {
   if (n_parts < 1 || n_parts > kMaxLinearParts)
     throw Error("cuda", strfmt("linear_multi: %d parts (1..%d)", n_parts, kMaxLinearParts));
   const LinearPath path = linear_path();
@@ -74,16 +74,35 @@ void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_par
     bias_dtype = parts[p].bias_dtype;
     have_bias_dtype = true;
   }
-  if (!fused) {
+  if (!fused) return false;
+  a = multi_args(x, parts[0].w.dtype, parts[0].out.dtype, bias_dtype);
+  for (int p = 0; p < n_parts; ++p) a.part[p] = gemv_part(parts[p]);
+  a.n_parts = n_parts;
+  return true;
+}
+
+}  // namespace
+
+void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts) {
+  GemvMultiArgs a;
+  if (!multi_launch(x, parts, n_parts, a)) {
     for (int p = 0; p < n_parts; ++p)
       linear(stream, parts[p].out, x, parts[p].w, parts[p].bias, parts[p].bias_dtype);
     return;
   }
-  GemvMultiArgs a = multi_args(x, parts[0].w.dtype, parts[0].out.dtype, bias_dtype);
-  for (int p = 0; p < n_parts; ++p) a.part[p] = gemv_part(parts[p]);
-  a.n_parts = n_parts;
   gemv_multi(as_stream(stream), a);
   check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
+}
+
+bool linear_multi_norm(void* stream, DevRows x, const DevLinearPart* parts, int n_parts,
+                       const DevAddNorm& pre) {
+  GemvMultiArgs a;
+  GemvNorm n;
+  if (x.n_rows < 1 || x.n_rows > kGemvMaxM || !multi_launch(x, parts, n_parts, a) || !gemv_norm(pre, x, n))
+    return false;
+  if (!gemv_multi_norm(as_stream(stream), a, n)) return false;
+  check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
+  return true;
 }
 
 bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, const DevRopeKv& r,

@@ -177,8 +177,7 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
     const kernels::LinearPart parts[3] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
     kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope, pre);
   } else {
-    if (pre != nullptr) kernels::add_rms_norm(ctx, h, *pre);
-    project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
+    project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}}, pre);  // one GEMV launch on CUDA decode steps
     if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
       Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
       kernels::rms_norm(ctx, qh, qh, l.q_norm, static_cast<float>(cfg_.rms_norm_eps));
