@@ -223,6 +223,7 @@ Engine::Engine(Runner& runner, EngineOptions options)
   host_rows_.reserve(batch);
   device_sampling_ =
       opts_.device_sampling.value_or(runner_.device().is_cuda() && env_flag("BUNSEN_DEVICE_SAMPLING", true));
+  if (device_sampling_) runner_.reserve_sampling(opts_.max_batch);  // before any decode graph is captured
   if (opts_.max_batch > 1) {
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int n = opts_.sampling_threads > 0 ? opts_.sampling_threads : std::min(hw, 8);

@@ -379,6 +379,10 @@ std::span<const int32_t> Runner::step_argmax(std::span<const SeqChunk> chunks) {
   return wait_tokens(enqueue_tokens(chunks));
 }
 
+void Runner::reserve_sampling(int64_t rows) {
+  if (device_.is_cuda()) kernels::reserve_sample_scratch(ctx_, rows, model_.config().vocab_size);
+}
+
 Runner::Picked Runner::step_pick(std::span<const SeqChunk> chunks, std::span<const RowPick> rows) {
   const int64_t n_out = forward_step(chunks, nullptr);
   check(static_cast<int64_t>(rows.size()) == n_out, "engine",

@@ -144,6 +144,9 @@ class Runner {
   };
   // Runs the forward and picks rows[r] for logits row r (one pick per row). Valid until the next step.
   Picked step_pick(std::span<const SeqChunk> chunks, std::span<const RowPick> rows);
+  // Sizes what kSample picks of up to `rows` rows need on the device now (CUDA: the stream's scratch), so
+  // that sampling steps allocate nothing and drop no captured graph. Nothing on the CPU.
+  void reserve_sampling(int64_t rows);
   Device device() const { return device_; }
 
   model::Model& model() { return model_; }

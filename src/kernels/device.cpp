@@ -129,6 +129,10 @@ void DeviceGraph::launch(Context& ctx) const {
 
 size_t scratch_capacity(Context& ctx) { return cuda::scratch_capacity(ctx.cuda_stream); }
 
+void reserve_sample_scratch(Context& ctx, int64_t rows, int64_t n) {
+  if (rows > 0 && n > 0) cuda::reserve_scratch(ctx.cuda_stream, cuda::sample_scratch_bytes(rows, n));
+}
+
 void copy_async(Context& ctx, void* dst, const void* src, size_t bytes) {
   cuda::copy_async(dst, src, bytes, ctx.cuda_stream);
 }
@@ -210,6 +214,8 @@ DeviceGraph DeviceGraph::end_capture(Context&) { not_built("DeviceGraph::end_cap
 void DeviceGraph::abort_capture(Context&) {}
 void DeviceGraph::launch(Context&) const { not_built("DeviceGraph::launch"); }
 size_t scratch_capacity(Context&) { return 0; }
+
+void reserve_sample_scratch(Context&, int64_t, int64_t) {}
 
 void copy_async(Context&, void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);  // host to host: the only kind without CUDA

@@ -104,6 +104,9 @@ class DeviceGraph {
 };
 // Bytes of the per-stream scratch arena of ctx's stream (graphs captured earlier are stale once it grew).
 size_t scratch_capacity(Context& ctx);
+// Grows ctx's scratch arena (a CUDA context's stream) to what ops.h's sample() needs for `rows` rows of n
+// logits, so that sampling allocates nothing later (and drops no captured graph); nothing without CUDA.
+void reserve_sample_scratch(Context& ctx, int64_t rows, int64_t n);
 
 // One host range (pageable, e.g. an mmap) and where it goes on the device.
 struct HostToDevice {

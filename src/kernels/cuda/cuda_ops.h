@@ -213,6 +213,8 @@ struct SampleRow {
   double u;
 };
 void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows);
+// The scratch sample() takes for rows of n logits (one launch's rows at most: launches reuse it).
+size_t sample_scratch_bytes(int64_t rows, int64_t n);
 // sample()'s histogram atomics: -1 = BUNSEN_SAMPLE_HIST (read once; "first" or peers by default), 0 = the
 // first active lane's bin aggregated, the others per lane, 1 = every bin's lanes aggregated
 // (__match_any_sync).

@@ -411,6 +411,11 @@ void set_sample_hist_for_testing(int mode) {
   g_hist.store(mode);
 }
 
+size_t sample_scratch_bytes(int64_t rows, int64_t n) {
+  const int64_t m = rows < kMaxRows ? rows : kMaxRows;
+  return static_cast<size_t>(m * n) * (sizeof(uint32_t) + sizeof(float));
+}
+
 void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
   // kHistFirst is opt-in until it has run on a GPU (BUNSEN_SAMPLE_HIST=first; see docs/PERFORMANCE.md).
   static const int env_hist = env_str("BUNSEN_SAMPLE_HIST") == "first" ? kHistFirst : kHistPeers;
@@ -421,8 +426,7 @@ void sample(void* stream, int32_t* out, DevRows x, const SampleRow* rows) {
     Specs specs{};
     for (int64_t i = 0; i < m; ++i) specs.r[i] = rows[r0 + i];
     const size_t cells = static_cast<size_t>(m * x.n_cols);
-    auto* keys =
-        static_cast<uint32_t*>(scratch(stream, cells * (sizeof(uint32_t) + sizeof(float)), "sample"));
+    auto* keys = static_cast<uint32_t*>(scratch(stream, sample_scratch_bytes(m, x.n_cols), "sample"));
     sample_kernel<<<static_cast<unsigned>(m), kThreads, 0, as_stream(stream)>>>(
         out + r0, static_cast<const float*>(x.data) + r0 * x.stride, x.stride, x.n_cols, keys,
         reinterpret_cast<float*>(keys + cells), specs, hist);
