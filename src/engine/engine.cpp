@@ -404,10 +404,9 @@ bool Engine::step_once() {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     restore_states(out);
-    if (chunks_.empty()) {
-    } else if (all_argmax) {
+    if (!chunks_.empty() && all_argmax) {
       ids = runner_.step_argmax(chunks_);
-    } else {
+    } else if (!chunks_.empty()) {
       const Runner::Picked picked = runner_.step_pick(chunks_, picks_);
       ids = picked.ids;
       host_logits = picked.host_logits;
