@@ -18,11 +18,10 @@
 
 #include "core/env.h"
 #include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/linear.cuh"
-#include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rope_math.cuh"
-#include "kernels/cuda/vec8.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -341,104 +340,6 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
   }
 }
 
-// ---- the norm prologue (GemvNorm) ----
-// Virtual threads of rms_norm_vec_kernel per thread: that kernel runs d / 8 threads (rounded up to whole
-// warps) of 8 elements each; thread t here plays its threads t + s * kThreads, so its warps are this
-// block's warps (warp + s * kWarps) lane for lane. Dynamic shared memory: x [m, d] bf16, then the norm
-// weights [d] in their dtype (copied before the PDL wait). Few registers on top of the early weight loads
-// (the small launches keep their occupancy): the sums of squares are taken first, then x_in and y are read
-// again (L1) for the normalised values.
-constexpr int kNormVirt = static_cast<int>(kGemvNormMaxK / 8 / kThreads);
-
-__device__ __forceinline__ void load8_any(const void* p, bool bf16, int64_t j, float (&v)[8]) {
-  if (bf16)
-    vec8::load8(static_cast<const Bf16*>(p) + j, v);
-  else
-    vec8::load8(static_cast<const float*>(p) + j, v);
-}
-
-// The norm weights' copy in shared memory (after x's m * d bf16 values).
-__device__ __forceinline__ char* norm_w_smem(char* smem, int64_t m, int64_t d) {
-  return smem + m * d * static_cast<int64_t>(sizeof(Bf16));
-}
-
-// Issues the asynchronous copy of this thread's norm weights (its virtual threads' 8 elements each).
-__device__ __forceinline__ void norm_prefetch_w(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
-  const int64_t wsz = nm.w_bf16 ? 2 : 4;
-  char* dst = norm_w_smem(smem, m, d);
-  const char* src = static_cast<const char*>(nm.w);
-#pragma unroll
-  for (int s = 0; s < kNormVirt; ++s) {
-    const int64_t j = static_cast<int64_t>(threadIdx.x + s * kThreads) * 8;
-    if (j >= d) continue;
-    for (int64_t b = 0; b < 8 * wsz; b += 16) cp_async_16(dst + j * wsz + b, src + j * wsz + b);
-  }
-  cp_async_commit_group();
-}
-
-// x_out = x_in + y * y_scale of one virtual thread's 8 elements (row i, from column j).
-__device__ __forceinline__ void norm_sum8(const GemvNorm& nm, int i, int64_t j, float (&v)[8]) {
-  float yv[8];
-  vec8::load8(nm.x_in + i * nm.x_stride + j, v);
-  load8_any(nm.y, nm.y_bf16, i * nm.y_stride + j, yv);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = fmaf(yv[e], nm.y_scale, v[e]);
-}
-
-// smem's x[i, :] = bf16(rms_norm(x_out[i, :]) * (w + w_offset)) for the launch's m rows, x_out = x_in + y *
-// y_scale (stored by block 0): rms_norm_vec_kernel<kAdd, Bf16, float, YT, WT>'s formulas, fma chain per
-// virtual thread and block_sum's tree, so the same bits. Ends with a barrier (x complete).
-template <int kM>
-__device__ __forceinline__ void norm_prologue(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
-  __shared__ float red[32];
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  const int n_vwarps = static_cast<int>((d / 8 + 31) / 32);
-  Bf16* h = reinterpret_cast<Bf16*>(smem);
-  const char* wsm = norm_w_smem(smem, m, d);
-  cp_async_wait_group<0>();  // this thread's own weight copies (each thread reads only those)
-#pragma unroll
-  for (int i = 0; i < kM; ++i) {
-    if (i >= m) break;
-    float ss[kNormVirt];
-#pragma unroll
-    for (int s = 0; s < kNormVirt; ++s) {
-      const int64_t j = static_cast<int64_t>(t + s * kThreads) * 8;
-      ss[s] = 0.0f;
-      if (j < d) {
-        float v[8];
-        norm_sum8(nm, i, j, v);
-        if (blockIdx.x == 0) vec8::store8(nm.x_out + i * nm.x_stride + j, v);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss[s] = fmaf(v[e], v[e], ss[s]);
-      }
-      ss[s] = warp_sum(ss[s]);
-    }
-    __syncthreads();  // red may still be read for the previous row
-    if (lane == 0)
-#pragma unroll
-      for (int s = 0; s < kNormVirt; ++s)
-        if (warp + s * kWarps < n_vwarps) red[warp + s * kWarps] = ss[s];
-    __syncthreads();
-    const float tot = warp_sum(lane < n_vwarps ? red[lane] : 0.0f);
-    const float inv = 1.0f / sqrtf(tot / static_cast<float>(d) + nm.eps);
-#pragma unroll
-    for (int s = 0; s < kNormVirt; ++s) {
-      const int64_t j = static_cast<int64_t>(t + s * kThreads) * 8;
-      if (j >= d) continue;
-      float v[8], wv[8];
-      norm_sum8(nm, i, j, v);
-      if (nm.w_bf16)
-        vec8::load8(reinterpret_cast<const Bf16*>(wsm) + j, wv);
-      else
-        vec8::load8(reinterpret_cast<const float*>(wsm) + j, wv);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * (wv[e] + nm.w_offset);
-      vec8::store8(h + i * d + j, v);
-    }
-  }
-  __syncthreads();
-}
-
 // Warps of a block form groups of `split` warps (1, 2, 4 or 8); a group owns kRows weight rows and its
 // warps take interleaved slices of k, so launches with few rows still put enough loads in flight. Each
 // warp keeps two iterations of loads in flight (double buffering); the first is issued before pdl_wait()
@@ -447,8 +348,8 @@ __device__ __forceinline__ void norm_prologue(const GemvNorm& nm, int64_t m, int
 // iterations has all its weights requested while the previous kernel finishes; the loads move, the
 // summation order does not.
 // kRope (gemv_vec_rope_kernel): the q/k/v fold, rows from locate_rope and the store from store_rope.
-// kNorm: x is computed by norm_prologue (after pdl_wait, while the early weight loads fly) into dynamic
-// shared memory ([m, k] bf16); bf16 weights only.
+// kNorm: x is computed by gemv_norm::prologue (gemv_norm.cuh; after pdl_wait, while the early weight loads
+// fly) into dynamic shared memory ([m, k] bf16); bf16 weights only.
 template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope, bool kNorm>
 __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk,
                                               const GemvNorm* nm) {
@@ -478,9 +379,9 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
   if constexpr (kEarly) {
     if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
   }
-  if constexpr (kNorm) norm_prefetch_w(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
+  if constexpr (kNorm) gemv_norm::prefetch_w<kThreads>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   pdl_wait();
-  if constexpr (kNorm) norm_prologue<kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
+  if constexpr (kNorm) gemv_norm::prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   if constexpr (kEarly) {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);

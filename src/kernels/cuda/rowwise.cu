@@ -106,8 +106,8 @@ using vec8::store8;
 
 // out = x * rsqrt(mean(x^2) + eps) * (w + w_offset) for one row per block; with kAdd, first
 // x = x_in + y * y_scale (x stored rounded to XT, the norm taken over the stored values; x_in is x itself or
-// a buffer of its stride not overlapping it). gemv.cu's norm prologue (norm_prologue) reproduces this
-// kernel's arithmetic and reduction tree for x f32: keep the two in step.
+// a buffer of its stride not overlapping it). gemv_norm.cuh's prologue (the GEMV's norm prologue) reproduces
+// this kernel's arithmetic and reduction tree for x f32: keep the two in step.
 template <bool kAdd, typename OT, typename XT, typename YT, typename WT>
 __global__ void __launch_bounds__(kVecMaxThreads)
     rms_norm_vec_kernel(OT* out, int64_t os, XT* x, const XT* x_in, int64_t xs, const YT* y, int64_t ys,
