@@ -134,6 +134,16 @@ cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
 
 std::atomic<int> g_fused_norm{-1};
 
+// A projection's pre on CUDA, checked: true when fused(its device form) ran the projection with the norm in
+// its GEMV prologue (fused_norm_enabled() and the launch applies); otherwise add_rms_norm into x, false.
+template <class Fused>
+bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p, Fused fused) {
+  need_pre(op, x, p);
+  if (fused_norm_enabled() && fused(dev_pre(p))) return true;
+  add_rms_norm(ctx, x, p);
+  return false;
+}
+
 #endif
 
 }  // namespace
@@ -159,12 +169,10 @@ void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts, con
     dev[i] = dev_part(parts[i].out, parts[i].w, parts[i].bias);
   }
   const int n = static_cast<int>(parts.size());
-  if (pre != nullptr) {
-    need_pre(op, x, pn);
-    if (fused_norm_enabled() && cuda::linear_multi_norm(ctx.cuda_stream, dev_rows(x), dev, n, dev_pre(pn)))
-      return;
-    add_rms_norm(ctx, x, pn);
-  }
+  if (pre != nullptr && pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {
+        return cuda::linear_multi_norm(ctx.cuda_stream, dev_rows(x), dev, n, dp);
+      }))
+    return;
   cuda::linear_multi(ctx.cuda_stream, dev_rows(x), dev, n);
 #endif
 }
@@ -196,13 +204,10 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
 #ifdef BUNSEN_HAVE_CUDA
   const cuda::DevLinearPart gate = dev_part(out, w_gate, b_gate), up = dev_part(out, w_up, b_up);
   const bool gelu = act == GluAct::kGeluTanh;
-  if (pre != nullptr) {
-    need_pre(op, x, p);
-    if (fused_norm_enabled() &&
-        cuda::linear_swiglu_norm(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu, dev_pre(p)))
-      return;
-    add_rms_norm(ctx, x, p);
-  }
+  if (pre != nullptr && pre_in_prologue(ctx, op, x, p, [&](const cuda::DevAddNorm& dp) {
+        return cuda::linear_swiglu_norm(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu, dp);
+      }))
+    return;
   cuda::linear_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu);
 #endif
 }
@@ -331,12 +336,11 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
            desc("part out", qkv[i].out) + " must be the memory of its heads view " + desc("heads", *outs[i]));
     const cuda::DevRopeKv a = rope_kv_args(op, q3, k3, v3, cache, positions, slot_mapping, p);
     if (pre != nullptr) {
-      need_pre(op, x, pn);
-      const cuda::DevAddNorm dp = dev_pre(pn);
-      if (fused_norm_enabled() && cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, &dp))
+      if (pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {
+            return cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, &dp);
+          }))
         return true;
-      add_rms_norm(ctx, x, pn);
-      pre = nullptr;
+      pre = nullptr;  // add_rms_norm ran
     }
     if (cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a)) return true;
   }
