@@ -132,8 +132,6 @@ cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
           p.w.dtype,        p.eps,         p.y_scale,         p.w_offset};
 }
 
-std::atomic<int> g_fused_norm{-1};
-
 // A projection's pre on CUDA, checked: true when fused(its device form) ran the projection with the norm in
 // its GEMV prologue (fused_norm_enabled() and the launch applies); otherwise add_rms_norm into x, false.
 template <class Fused>
@@ -285,10 +283,14 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
 #endif
 }
 
+namespace {
+std::atomic<int> g_fused_norm{-1};  // set_fused_norm_for_testing
+}  // namespace
+
 bool fused_norm_enabled() {
-#ifdef BUNSEN_HAVE_CUDA
   const int mode = g_fused_norm.load();
   if (mode >= 0) return mode == 1;
+#ifdef BUNSEN_HAVE_CUDA
   // Off unless asked for: the prologue has not yet run on a GPU (see docs/PERFORMANCE.md).
   static const bool env_on = env_flag("BUNSEN_FUSED_NORM", false);
   return env_on;
@@ -298,11 +300,7 @@ bool fused_norm_enabled() {
 }
 
 void set_fused_norm_for_testing(int mode) {
-#ifdef BUNSEN_HAVE_CUDA
   g_fused_norm.store(mode);
-#else
-  (void)mode;
-#endif
 }
 
 void set_qkv_rope_fold_for_testing(int mode) {

@@ -129,10 +129,12 @@ inline void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
   add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
 }
 // Whether a fused projection's `pre` runs in its GEMV prologue on CUDA: BUNSEN_FUSED_NORM=1 (read once;
-// unset or 0: add_rms_norm first), or the test hook. Callers that keep the residual in place unless the
-// prologue runs ask here. Always false without CUDA.
+// unset or 0: add_rms_norm first; no effect in a build without CUDA), or the test hook. Callers that keep
+// the residual in place unless the prologue runs ask here (model::norms_in_projections).
 bool fused_norm_enabled();
-// Test hook (process-wide): -1 = BUNSEN_FUSED_NORM, 0 = never, 1 = where it applies.
+// Test hook (process-wide): -1 = BUNSEN_FUSED_NORM, 0 = never, 1 = where it applies. 1 also holds on the CPU,
+// where the forwards then take the prologue's buffer path and every op runs add_rms_norm(pre) first (the
+// same bits), so that path is testable without a GPU.
 void set_fused_norm_for_testing(int mode);
 
 // ---- fused row-wise norms of the decode step (dispatch_rowwise.cpp, cuda/rowwise_fused.cu). On the CPU

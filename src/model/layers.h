@@ -82,6 +82,14 @@ void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, cons
                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf,
                kernels::GluAct kind = kernels::GluAct::kSilu, const kernels::AddRmsNorm* pre = nullptr);
 
+// Whether a forward passes each residual add + RMSNorm to the projection that reads it (a kernels::AddRmsNorm
+// `pre`; the residual alternates between two buffers, since the GEMV prologue writes x_out while other blocks
+// still read x_in): steps of <= kFusedDecodeMaxTokens tokens without an activation hook (hooks see every
+// layer's x in one buffer), with kernels::fused_norm_enabled() (on the CPU only under its test hook).
+inline bool norms_in_projections(bool hooked, int64_t n_tokens) {
+  return !hooked && n_tokens <= kernels::kFusedDecodeMaxTokens && kernels::fused_norm_enabled();
+}
+
 // The output head's input: rows xo ([n_out, d] f32) through the final RMSNorm, in place; for a quantized head
 // on CUDA, into the first n_out rows of bf16_buf instead ([>= n_out, d] bf16 and free by then, e.g. the
 // step's h): the tensor-core GEMV runs f32 x as bf16 hi + lo halves, twice the MMAs of a launch that is

@@ -225,13 +225,15 @@ TEST_F(CudaTest, FusedNormRejectsOverlappingResidualBuffers) {
   }
 }
 
-// Llama-like fixtures decode the golden greedy continuation to the same logits with the prologue on and
-// off, eagerly and replayed from CUDA graphs.
+// Every family whose forward passes its norms to the projections (llama-like, Qwen3-MoE with its dense and
+// routed layers, the Qwen3.5 / Qwen3-Next hybrids with DeltaNet and gated-attention mixers) decodes the
+// golden greedy continuation to the same logits with the prologue on and off, eagerly and replayed from CUDA
+// graphs.
 TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
   int fixtures = 0;
   const std::vector<std::string> all = fixture_names();
-  for (const std::string name :
-       {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3", "qwen3"}) {
+  for (const std::string name : {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3",
+                                 "qwen3", "qwen3_moe", "qwen3_moe_raw", "qwen3_5_text", "qwen3_next"}) {
     if (std::find(all.begin(), all.end(), name) == all.end()) continue;
     SCOPED_TRACE(name);
     ++fixtures;
@@ -255,7 +257,7 @@ TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
           << (graphs ? "graphs" : "eager") << ": prologue on and off differ";
     }
   }
-  EXPECT_GE(fixtures, 3);
+  EXPECT_GE(fixtures, 7);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "core/status.h"
 #include "model/layers.h"
+#include "model/residual.h"
 
 namespace bunsen::model::arch {
 namespace {
@@ -231,40 +232,24 @@ void LlamaLike::forward(const ForwardArgs& a) {
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);
   // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
-  // post-attention norm); only the last layer's MLP output is a plain add. On CUDA decode steps without a
-  // hook, with kernels::fused_norm_enabled(), the add and norm run inside the projection that reads them
-  // (kernels::AddRmsNorm: the GEMV's prologue), the residual alternating between the buffers x and x_alt;
-  // elsewhere add_rms_norm updates x.
-  const bool in_proj = a.hook == nullptr && x.device.is_cuda() && n <= kernels::kFusedDecodeMaxTokens &&
-                       kernels::fused_norm_enabled();
-  Tensor x_alt = t[11];
-  auto into_proj = [&](Tensor w) {  // x + proj * residual lands in x_alt, which becomes x
-    const kernels::AddRmsNorm p{x, proj, x_alt, w, eps, residual};
-    std::swap(x, x_alt);
-    return p;
-  };
+  // post-attention norm); only the last layer's MLP output is a plain add. With norms_in_projections (decode
+  // steps without a hook, kernels::fused_norm_enabled()) the add and norm run inside the projection that
+  // reads them (model::Residual: the GEMV's prologue on CUDA); elsewhere add_rms_norm updates x in place.
+  Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n), eps, residual);
   if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
+  const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
-    kernels::AddRmsNorm pre;
-    const bool pre_attn = in_proj && i > 0;
-    if (pre_attn) pre = into_proj(l.in_norm);
-    attention_block(a, l, a.kv[i], h, proj, pre_attn ? &pre : nullptr);
-    if (in_proj) {
-      pre = into_proj(l.post_norm);
-      mlp_block(ctx, l, h, proj, &pre);
-    } else {
-      kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, residual);
-      mlp_block(ctx, l, h, proj, nullptr);
-    }
-    if (i + 1 == layers_.size())
-      kernels::add_scaled(ctx, x, proj, residual);
-    else if (!in_proj)
-      kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps, residual);
-    if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
+    attention_block(a, l, a.kv[i], h, proj, pre);
+    mlp_block(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
+    if (i + 1 < layers_.size())
+      pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
+    else
+      kernels::add_scaled(ctx, res.x(), proj, residual);
+    if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
   }
-  kernels::gather_rows(ctx, xo, x, b.logit_rows);
+  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
   const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);

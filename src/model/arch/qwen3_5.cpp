@@ -8,12 +8,16 @@
 // On CUDA, steps of <= 2 tokens (batch-1 decode) run the DeltaNet's conv, delta rule and gated norm as one
 // launch (kernels::deltanet_decode_fused; BUNSEN_DELTANET_FUSED=0: the three ops).
 // On the CPU every activation is f32; on CUDA the residual stream and logit rows are f32, the rest bf16.
+// BUNSEN_FUSED_NORM=1 (kernels::fused_norm_enabled): on CUDA decode steps the residual add + norm before each
+// mixer and dense MLP runs in the prologue of its first projection (same bits as add_rms_norm first).
+#include "model/arch/qwen3_5.h"
+
 #include <array>
 #include <cmath>
 
 #include "core/status.h"
-#include "model/arch/qwen3_5.h"
 #include "model/arch/qwen3_5_parts.h"
+#include "model/residual.h"
 
 namespace bunsen::model::arch {
 namespace {
@@ -75,9 +79,10 @@ class Hybrid final : public Model {
   void forward(const ForwardArgs& a) override;
 
  private:
-  // x, h, proj, qg, k, v, attn, qkv, conv, z, b, a, core, gate, up, act, xo, shared, shared gate; then
-  // the MoE buffers (qwen3_next)
-  static constexpr size_t kBuffers = 19;
+  // x, h, proj, qg, k, v, attn, qkv, conv, z, b, a, core, gate, up, act, xo, shared, shared gate, x_alt
+  // (the residual's second buffer when the norms run in the projections' prologues); then the MoE buffers
+  // (qwen3_next)
+  static constexpr size_t kBuffers = 20;
   std::vector<WorkspaceSpec> buffer_specs(int64_t n, int64_t n_out) const {
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim, q_dim = cfg_.n_heads * hd, kv_dim = cfg_.n_kv_heads * hd;
     const int64_t f = std::max(cfg_.d_ff, hp_.d_shared);
@@ -86,18 +91,37 @@ class Hybrid final : public Model {
     // their rounding (HF keeps them in the model dtype; f32 is closer to its f32 goldens). So do the MLP's
     // gate and up of prefill steps, as the fused decode launch keeps them: rounded to bf16 before the SiLU
     // they put Qwen3-Next's prompt rows at cosine 0.995 against 0.9995 for its decode rows (H200).
-    std::vector<WorkspaceSpec> s = {
-        {f32, n, d},         {a, n, d},           {a, n, d},       {a, n, 2 * q_dim}, {a, n, kv_dim},
-        {a, n, kv_dim},      {a, n, q_dim},       {f32, n, hp_.conv_dim()}, {f32, n, hp_.conv_dim()},
-        {f32, n, hp_.value_dim()}, {f32, n, hp_.n_v}, {f32, n, hp_.n_v}, {f32, n, hp_.value_dim()}, {f32, n, f},
-        {f32, n, f},         {a, n, f},           {f32, n_out, d}, {a, n, d},        {a, n, 1}};
+    std::vector<WorkspaceSpec> s = {{f32, n, d},
+                                    {a, n, d},
+                                    {a, n, d},
+                                    {a, n, 2 * q_dim},
+                                    {a, n, kv_dim},
+                                    {a, n, kv_dim},
+                                    {a, n, q_dim},
+                                    {f32, n, hp_.conv_dim()},
+                                    {f32, n, hp_.conv_dim()},
+                                    {f32, n, hp_.value_dim()},
+                                    {f32, n, hp_.n_v},
+                                    {f32, n, hp_.n_v},
+                                    {f32, n, hp_.value_dim()},
+                                    {f32, n, f},
+                                    {f32, n, f},
+                                    {a, n, f},
+                                    {f32, n_out, d},
+                                    {a, n, d},
+                                    {a, n, 1},
+                                    {f32, n, d}};
     if (hp_.n_experts > 0) append_moe_workspace(s, hp_.moe_spec(d), n);
     return s;
   }
 
-  void attention(const ForwardArgs& a, const GatedAttention& l, const kernels::PagedKv& kv, Tensor h, Tensor out);
-  void deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::LinearState& st, Tensor h, Tensor out);
-  void mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out);
+  // pre (optional): the residual add + norm that produce h (kernels::AddRmsNorm), run inside the first
+  // projection's GEMV where it applies, else add_rms_norm first; null: h is ready.
+  void attention(const ForwardArgs& a, const GatedAttention& l, const kernels::PagedKv& kv, Tensor h,
+                 Tensor out, const kernels::AddRmsNorm* pre);
+  void deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::LinearState& st, Tensor h, Tensor out,
+                const kernels::AddRmsNorm* pre);
+  void mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out, const kernels::AddRmsNorm* pre);
 
   ModelConfig cfg_;
   HybridParams hp_;
@@ -112,12 +136,12 @@ class Hybrid final : public Model {
 };
 
 void Hybrid::attention(const ForwardArgs& a, const GatedAttention& l, const kernels::PagedKv& kv, Tensor h,
-                       Tensor out) {
+                       Tensor out, const kernels::AddRmsNorm* pre) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim, H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   const float eps = static_cast<float>(cfg_.rms_norm_eps), off = w_.norm_offset;
-  project(ctx, h, {{&l.q, qg_}, {&l.k, k_}, {&l.v, v_}});
+  project(ctx, h, {{&l.q, qg_}, {&l.k, k_}, {&l.v, v_}}, pre);
   const Tensor qg3 = qg_.reshape({n, H, 2 * hd});
   Tensor q3 = qg3.slice(2, 0, hd), gate3 = qg3.slice(2, hd, 2 * hd);
   Tensor k3 = k_.reshape({n, Hkv, hd}), v3 = v_.reshape({n, Hkv, hd}), o3 = attn_.reshape({n, H, hd});
@@ -144,11 +168,11 @@ void Hybrid::attention(const ForwardArgs& a, const GatedAttention& l, const kern
 }
 
 void Hybrid::deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::LinearState& st, Tensor h,
-                      Tensor out) {
+                      Tensor out, const kernels::AddRmsNorm* pre) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), kd = hp_.key_dim();
-  project(ctx, h, {{&l.qkv, qkv_}, {&l.z, z_}, {&l.b, b_}, {&l.a, a_}});
+  project(ctx, h, {{&l.qkv, qkv_}, {&l.z, z_}, {&l.b, b_}, {&l.a, a_}}, pre);
   const kernels::StateMeta meta{b.seq_starts, b.state_slots, b.positions};
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(hp_.dk)), eps = static_cast<float>(cfg_.rms_norm_eps);
   if (device().is_cuda()) {  // decode steps: conv, delta rule and gated norm in one launch where it applies
@@ -188,12 +212,18 @@ void Hybrid::deltanet(const ForwardArgs& a, const DeltaNet& l, const kernels::Li
   l.out(ctx, out, core_);
 }
 
-// Dense SwiGLU MLP; on MoE layers the routed experts plus sigmoid(shared_expert_gate(h)) * shared_expert(h).
-void Hybrid::mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
+// Dense SwiGLU MLP; on MoE layers the routed experts plus sigmoid(shared_expert_gate(h)) * shared_expert(h)
+// (h itself is read there: a pre runs as add_rms_norm first).
+void Hybrid::mlp(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out,
+                 const kernels::AddRmsNorm* pre) {
   const int64_t f = l.mlp.gate.out_features();
   Tensor gate = gate_.slice(1, 0, f), up = up_.slice(1, 0, f), act = act_.slice(1, 0, f);
   const Tensor dense_out = l.moe ? shared_ : out;
-  gated_mlp(ctx, l.mlp.gate, l.mlp.up, l.mlp.down, h, dense_out, act, gate, up);
+  if (l.moe && pre != nullptr) {
+    kernels::add_rms_norm(ctx, h, *pre);
+    pre = nullptr;
+  }
+  gated_mlp(ctx, l.mlp.gate, l.mlp.up, l.mlp.down, h, dense_out, act, gate, up, kernels::GluAct::kSilu, pre);
   if (!l.moe) return;
   moe_forward(ctx, *l.moe, out, h, moe_buf_);
   // [n, 1]: on CUDA a narrow output stays on the GEMV for any n (gemv.cu). It once ran as [1, n] = w . h^T
@@ -226,19 +256,28 @@ void Hybrid::forward(const ForwardArgs& a) {
   w_.embed(ctx, x, b.token_ids);
   if (a.hook) a.hook->on("embed", -1, x);
   if (a.hook) a.hook->on("decoder_in", -1, x);
+  // Each residual add is fused with the norm that follows it. With norms_in_projections (decode steps without
+  // a hook, kernels::fused_norm_enabled()) the add and norm run inside the projection that reads them
+  // (model::Residual, the GEMV's prologue on CUDA), as in llama.cpp's forward; elsewhere add_rms_norm updates
+  // x in place.
+  Residual res(x, t[19], norms_in_projections(a.hook != nullptr, n), eps, 1.0f, off);
   if (!w_.layers.empty()) kernels::rms_norm(ctx, h, x, w_.layers[0].in_norm, eps, off);
+  const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
   for (size_t i = 0; i < w_.layers.size(); ++i) {
     const Layer& l = w_.layers[i];
-    if (l.linear) deltanet(a, l.dn, a.state[i], h, proj);
-    else attention(a, l.at, a.kv[i], h, proj);
-    kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps, 1.0f, off);
-    mlp(ctx, l, h, proj);
+    if (l.linear)
+      deltanet(a, l.dn, a.state[i], h, proj, pre);
+    else
+      attention(a, l.at, a.kv[i], h, proj, pre);
+    mlp(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
     if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
-    if (i + 1 < w_.layers.size()) kernels::add_rms_norm(ctx, h, x, proj, w_.layers[i + 1].in_norm, eps, 1.0f, off);
-    else kernels::add_scaled(ctx, x, proj, 1.0f);
-    if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
+    if (i + 1 < w_.layers.size())
+      pre = res.add_norm(ctx, h, proj, w_.layers[i + 1].in_norm);
+    else
+      kernels::add_scaled(ctx, res.x(), proj, 1.0f);
+    if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
   }
-  kernels::gather_rows(ctx, xo, x, b.logit_rows);
+  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
   const Tensor ho = final_norm(ctx, w_.lm_head, xo, h, w_.final_norm, eps, off);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   w_.lm_head(ctx, a.logits, ho);

@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "model/layers.h"
 #include "model/moe.h"
+#include "model/residual.h"
 
 namespace bunsen::model::arch {
 namespace {
@@ -109,16 +110,19 @@ class Qwen3Moe final : public Model {
     const int64_t q_dim = cfg_.n_heads * cfg_.head_dim, kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
     const int64_t d = cfg_.d_model, f = cfg_.d_ff;
     const DType a = act_dtype_, f32 = DType::kF32;
-    std::vector<WorkspaceSpec> s = {{f32, n, d},    {a, n, d}, {a, n, q_dim}, {a, n, kv_dim},
-                                    {a, n, kv_dim}, {a, n, q_dim}, {a, n, d}, {a, n, f},
-                                    {a, n, f},      {a, n, f},     {f32, n_out, d}};
+    std::vector<WorkspaceSpec> s = {{f32, n, d},    {a, n, d},     {a, n, q_dim},   {a, n, kv_dim},
+                                    {a, n, kv_dim}, {a, n, q_dim}, {a, n, d},       {a, n, f},
+                                    {a, n, f},      {a, n, f},     {f32, n_out, d}, {f32, n, d}};
     append_moe_workspace(s, hp_.spec, n);
     return s;
   }
 
   void load();
-  void attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h, Tensor out);
-  void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out);
+  // pre (optional): the residual add + norm that produce h (kernels::AddRmsNorm), inside the first
+  // projection's GEMV where it applies, else add_rms_norm first (always on routed-expert layers).
+  void attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h, Tensor out,
+                       const kernels::AddRmsNorm* pre);
+  void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out, const kernels::AddRmsNorm* pre);
 
   ModelConfig cfg_;
   MoeHparams hp_;
@@ -170,11 +174,11 @@ void Qwen3Moe::load() {
 }
 
 void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kernels::PagedKv& kv, Tensor h,
-                               Tensor out) {
+                               Tensor out, const kernels::AddRmsNorm* pre) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const int64_t n = b.n_tokens(), hd = cfg_.head_dim;
-  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}});  // one GEMV launch on CUDA decode steps
+  project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}}, pre);  // one GEMV launch on CUDA decode steps
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor qh = q_.reshape({n * cfg_.n_heads, hd}), kh = k_.reshape({n * cfg_.n_kv_heads, hd});
   kernels::rms_norm(ctx, qh, qh, l.q_norm, eps);
@@ -198,9 +202,13 @@ void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kerne
   l.o(ctx, out, attn_);
 }
 
-void Qwen3Moe::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out) {
-  if (l.moe) return moe_forward(ctx, *l.moe, out, h, moe_buf_);
-  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_);
+void Qwen3Moe::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out,
+                         const kernels::AddRmsNorm* pre) {
+  if (l.moe) {
+    if (pre != nullptr) kernels::add_rms_norm(ctx, h, *pre);
+    return moe_forward(ctx, *l.moe, out, h, moe_buf_);
+  }
+  gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_, kernels::GluAct::kSilu, pre);
 }
 
 void Qwen3Moe::forward(const ForwardArgs& a) {
@@ -214,7 +222,7 @@ void Qwen3Moe::forward(const ForwardArgs& a) {
   ws.reset();
   const auto specs = buffer_specs(n, n_out);
   std::vector<Tensor> t;
-  for (size_t i = 0; i < 11; ++i) t.push_back(ws.alloc(specs[i].dtype, {specs[i].rows, specs[i].cols}));
+  for (size_t i = 0; i < 12; ++i) t.push_back(ws.alloc(specs[i].dtype, {specs[i].rows, specs[i].cols}));
   Tensor x = t[0], h = t[1], proj = t[6], xo = t[10];
   q_ = t[2], k_ = t[3], v_ = t[4], attn_ = t[5], gate_ = t[7], up_ = t[8], act_ = t[9];
   moe_buf_ = alloc_moe_buffers(ws, hp_.spec, n);
@@ -223,20 +231,24 @@ void Qwen3Moe::forward(const ForwardArgs& a) {
   embed_(ctx, x, b.token_ids);
   if (a.hook) a.hook->on("embed", -1, x);
   if (a.hook) a.hook->on("decoder_in", -1, x);
+  // As llama.cpp's forward: with norms_in_projections (decode steps without a hook, fused_norm_enabled())
+  // each residual add + norm runs in the prologue of the projection that reads it (model::Residual; routed-
+  // expert layers run it as add_rms_norm); elsewhere add_rms_norm updates x in place.
+  Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n), eps);
   if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
+  const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    attention_block(a, l, a.kv[i], h, proj);
-    kernels::add_rms_norm(ctx, h, x, proj, l.post_norm, eps);
-    mlp_block(ctx, l, h, proj);
+    attention_block(a, l, a.kv[i], h, proj, pre);
+    mlp_block(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
     if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
     if (i + 1 < layers_.size())
-      kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps);
+      pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
     else
-      kernels::add_scaled(ctx, x, proj);
-    if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
+      kernels::add_scaled(ctx, res.x(), proj);
+    if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
   }
-  kernels::gather_rows(ctx, xo, x, b.logit_rows);
+  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
   const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);
