@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The next device call's plan as one script (docs/PERFORMANCE.md, "Latest"): validates and A/Bs the
+# opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
+#   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
+#   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
+# STAGE: tests, decode, sampled, serve, trace (default: all; tests alone take ~5.5 minutes, decode + sampled
+# ~6, serve ~3: split them over calls, e.g. `tests`, then `decode sampled trace`, then `serve`).
+# Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
+# time limit still returns what finished. Stages (each bounded by `timeout`):
+#   1. the tests of the unvalidated paths (*FusedNorm*, *CudaSample*, *StepPick*), then the whole test_cuda in
+#      four parallel shards;
+#   2. batch-1 decode A/B (scripts/bench_ab.py, reps alternating): BUNSEN_FUSED_NORM 0|1 and
+#      BUNSEN_L2_PREFETCH 0|16|64 on llama3.1-8b and llama3.2-1b; fused norm on qwen3-8b, qwen3.5-4b;
+#      L2 prefetch on the 8B 4-bit;
+#   3. sampled decode: BUNSEN_SAMPLE_HIST peers|first, 8B and 1B, temperature 0.8 top-p 0.95;
+#   4. serving, 64 streams of the 8B, greedy and sampled, BUNSEN_DEVICE_SAMPLING 0|1 on the server;
+#   5. a kernel trace of the 1B step with the fused norm on (when the trace library was packed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+G=.gpu
+R=${OUT:-gpu-session-out}/r
+mkdir -p "$R"
+[ -d /work/main ] || ln -sfn "$PWD" /work/main 2>/dev/null  # test_cuda finds its fixtures where it was built
+export LD_LIBRARY_PATH=$PWD/$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export BUNSEN_CACHE=/tmp/bunsen-gpu-session
+unxz_to() {
+  [ -e "${1%.xz}" ] && return 0
+  xz -d -k "$1" 2>/dev/null ||
+    python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" "$1" "${1%.xz}"
+}
+for f in "$G/bunsen.xz" "$G/test_cuda.xz" "$G/lib/libcupti.so.13.xz"; do [ -f "$f" ] && unxz_to "$f"; done
+chmod +x "$G/bunsen" "$G/test_cuda"
+snap() {
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/tmp.tgz" -C "$OUT" r && mv "$OUT/tmp.tgz" "$OUT/results.tgz"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
+
+tests() {
+  timeout 120 "$G/test_cuda" --gtest_filter='*FusedNorm*:*CudaSample*:*StepPick*' >"$R/new_tests.txt" 2>&1
+  echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
+  for i in 0 1 2 3; do
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${SHARD_T:-200}" "$G/test_cuda" \
+      --gtest_filter='-*FusedNorm*:*CudaSample*:*StepPick*' >"$R/shard$i.txt" 2>&1 &
+  done
+  wait
+  for i in 0 1 2 3; do
+    echo "shard $i: $(grep -c '^\[       OK' "$R/shard$i.txt") ok, $(grep -c '^\[  FAILED' "$R/shard$i.txt") failed"
+  done
+  grep -h '^\[  FAILED' "$R"/new_tests.txt "$R"/shard*.txt | sort -u | head -20
+  snap
+}
+
+ab() {  # out-name, bunsen benchmark args, case:ENV=..[,ENV=..] ...
+  local name=$1 args=$2
+  shift 2
+  timeout "${AB_T:-150}" python3 scripts/bench_ab.py --bunsen "$G/bunsen" --reps 2 --out "$R/$name" \
+    --args "--device cuda --prompt-len 1024 --prefill-lens 1024 --gen 128 --no-probe $args" "$@" \
+    >"$R/$name.txt" 2>&1
+  echo "== $name (rc $?)"
+  tail -8 "$R/$name.txt"
+  snap
+}
+decode() {
+  ab ab_8b "--synthetic llama3.1-8b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1 \
+    norm_pf16:BUNSEN_FUSED_NORM=1,BUNSEN_L2_PREFETCH=16 norm_pf64:BUNSEN_FUSED_NORM=1,BUNSEN_L2_PREFETCH=64
+  ab ab_1b "--synthetic llama3.2-1b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1 \
+    norm_pf16:BUNSEN_FUSED_NORM=1,BUNSEN_L2_PREFETCH=16 norm_pf64:BUNSEN_FUSED_NORM=1,BUNSEN_L2_PREFETCH=64
+  ab ab_qwen35 "--synthetic qwen3.5-4b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1
+  ab ab_qwen3 "--synthetic qwen3-8b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1
+  ab ab_8b_q4 "--synthetic llama3.1-8b --quant 4" base:BUNSEN_L2_PREFETCH=0 pf64:BUNSEN_L2_PREFETCH=64
+}
+
+sampled() {
+  ab ab_8b_sampled "--synthetic llama3.1-8b --temperature 0.8 --top-p 0.95" \
+    peers:BUNSEN_SAMPLE_HIST=peers first:BUNSEN_SAMPLE_HIST=first
+  ab ab_1b_sampled "--synthetic llama3.2-1b --temperature 0.8 --top-p 0.95" \
+    peers:BUNSEN_SAMPLE_HIST=peers first:BUNSEN_SAMPLE_HIST=first
+}
+
+SERVE_ARGS=${SERVE_ARGS:---synthetic llama3.1-8b --device cuda --batch 64 --ctx 1536}
+CLIENT_ARGS=${CLIENT_ARGS:---concurrency 64 --requests 128 --prompt-len 1024 --gen 256}
+serve() {  # 64 streams of the 8B, greedy and sampled, with the engine's device sampling off and on
+  local port=18080 ds
+  for ds in 0 1; do
+    # shellcheck disable=SC2086
+    BUNSEN_DEVICE_SAMPLING=$ds timeout 170 "$G/bunsen" serve $SERVE_ARGS --port $port >"$R/serve_ds$ds.log" 2>&1 &
+    local pid=$! up=0
+    for _ in $(seq 120); do
+      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
+      sleep 1
+    done
+    if [ $up = 1 ]; then
+      for mode in greedy sampled; do
+        local extra=""
+        [ $mode = sampled ] && extra="--temperature 0.8 --top-p 0.95"
+        # shellcheck disable=SC2086
+        timeout 60 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" $CLIENT_ARGS $extra --json \
+          >"$R/serve_ds${ds}_$mode.json" 2>"$R/serve_ds${ds}_$mode.err"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['output_tok_s'], 'tok/s,', \
+          d['completed'], 'done, TTFT p99', d['ttft_ms']['p99'], 'ms, ITL p50', d['itl_ms']['p50'], 'ms')" \
+          "$R/serve_ds${ds}_$mode.json" "device_sampling=$ds $mode" 2>/dev/null || echo "device_sampling=$ds $mode FAILED"
+      done
+    else
+      echo "server (BUNSEN_DEVICE_SAMPLING=$ds) did not come up"; tail -3 "$R/serve_ds$ds.log"
+    fi
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+    snap
+  done
+}
+
+trace() {  # where the 1B's step goes with the norms in the prologues
+  if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
+    BUNSEN_FUSED_NORM=1 LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_1b.csv" \
+      timeout 60 "$G/bunsen" benchmark --device cuda --synthetic llama3.2-1b --prompt-len 1024 --prefill-lens 1024 \
+      --gen 64 --no-probe --json >"$R/trace_1b.json" 2>&1
+    python3 scripts/kernel_trace.py "$R/trace_1b.csv" --by-shape >"$R/trace_1b.txt" 2>&1
+    head -40 "$R/trace_1b.txt"
+    xz -9 "$R/trace_1b.csv"
+  fi
+  snap
+}
+
+[ $# -gt 0 ] || set -- tests decode sampled serve trace
+for stage in "$@"; do
+  case $stage in
+    tests | decode | sampled | serve | trace) $stage ;;
+    *) echo "unknown stage $stage (tests, decode, sampled, serve, trace)" >&2; exit 2 ;;
+  esac
+done
