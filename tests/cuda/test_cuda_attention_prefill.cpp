@@ -94,7 +94,7 @@ TEST_F(CudaTest, PrefillTensorCoresSlidingWindowAndSoftcap) {
         for (bool release : {false, true}) {
           if (release && window == 0) continue;
           Scenario s = batch_scenario(4, head_dim, {200, 333, 90}, {200, 70, 90});
-          s.params = {0.4f, window, softcap};  // scale large enough for the soft-cap to bite
+          s.params = {0.4f, window, softcap, {}};  // scale large enough for the soft-cap to bite
           s.release_out_of_window = release;
           check_all(ctx_, s,
                     strfmt("hd %lld window %d softcap %g release %d", (long long)head_dim, window, softcap,

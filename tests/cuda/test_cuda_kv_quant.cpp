@@ -185,7 +185,7 @@ TEST_F(CudaTest, QuantKvSlidingWindowAndSoftcap) {
     for (int window : {1, 7, 300})
       for (float softcap : {0.0f, 5.0f}) {
         Scenario s = quant_decode_scenario(4, 128, kMixedLens);
-        s.params = {0.3f, window, softcap};
+        s.params = {0.3f, window, softcap, {}};
         s.release_out_of_window = true;
         check_quant_attention(ctx_, s, f, 64, strfmt("decode window %d softcap %g", window, softcap), 502);
         Scenario p = s;

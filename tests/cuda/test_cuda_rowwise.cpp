@@ -185,37 +185,55 @@ TEST_F(CudaTest, SoftmaxMatchesReferenceIncludingMaskedEntriesAndVocabRows) {
     }
 }
 
+// Every split of a row over blocks (one block per row, several with a merge launch, chosen from the shapes:
+// -1) gives ref::argmax's index: the first maximum, -0 equal to +0, NaN never winning, -1 for an all-NaN row;
+// ties and the winner sit in different blocks' columns for the split runs.
 TEST_F(CudaTest, ArgmaxFirstMaximumNanNeverWins) {
+  struct Reset {
+    ~Reset() { cuda::set_argmax_parts_for_testing(0); }
+  } reset;
   std::mt19937 rng(107);
-  for (DType dt : kActDtypes)
-    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{33}, int64_t{4095}, int64_t{151936}}) {
-      const int64_t m = 7;
-      OwnedTensor x = random_tensor(dt, {m, n}, rng, -5.0f, 5.0f);
-      if (n >= 3) {
-        store_f(x.tensor.row_ptr(1), dt, n - 1, 100.0f);  // ties: first one wins
-        store_f(x.tensor.row_ptr(1), dt, 1, 100.0f);
-        store_f(x.tensor.row_ptr(2), dt, 0, NAN);  // NaN never wins
-        store_f(x.tensor.row_ptr(2), dt, n / 2, 50.0f);
+  for (int parts : {-1, 1, 3, 64})
+    for (DType dt : kActDtypes)
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{33}, int64_t{4095}, int64_t{128256}, int64_t{151936},
+                        int64_t{262144}}) {
+        cuda::set_argmax_parts_for_testing(parts);
+        const int64_t m = 8;
+        OwnedTensor x = random_tensor(dt, {m, n}, rng, -5.0f, 5.0f);
+        if (n >= 3) {
+          store_f(x.tensor.row_ptr(1), dt, n - 1, 100.0f);  // ties: first one wins
+          store_f(x.tensor.row_ptr(1), dt, 1, 100.0f);
+          store_f(x.tensor.row_ptr(2), dt, 0, NAN);  // NaN never wins
+          store_f(x.tensor.row_ptr(2), dt, n / 2, 50.0f);
+          for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(6), dt, j, -1.0f);  // -0 ties +0
+          store_f(x.tensor.row_ptr(6), dt, n - 1, 0.0f);
+          store_f(x.tensor.row_ptr(6), dt, 1, -0.0f);
+        }
+        for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(3), dt, j, NAN);        // all NaN -> -1
+        for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(4), dt, j, -INFINITY);  // all -inf -> 0
+        store_f(x.tensor.row_ptr(5), dt, n - 1, INFINITY);
+        for (int64_t j = 0; j + 1 < n; ++j) store_f(x.tensor.row_ptr(7), dt, j, NAN);  // one value, the last
+        store_f(x.tensor.row_ptr(7), dt, n - 1, -3.0f);
+        OwnedTensor want = OwnedTensor::make(DType::kI32, {m});
+        ref::argmax(want.tensor, to_f32(x.tensor).tensor);
+        DeviceTensor xd = DeviceTensor::upload(x.tensor);
+        DeviceTensor od = DeviceTensor::upload(want.tensor);
+        cuda::copy_to_device(od.tensor.data, std::vector<int32_t>(m, -7).data(), m * sizeof(int32_t));
+        argmax(ctx_, od.tensor, xd.tensor);
+        OwnedTensor got = od.download();
+        const std::string what =
+            strfmt("parts %d %s n %lld", parts, dtype_name(dt), static_cast<long long>(n));
+        for (int64_t i = 0; i < m; ++i)
+          EXPECT_EQ(got.tensor.ptr<int32_t>()[i], want.tensor.ptr<int32_t>()[i]) << what << " row " << i;
+        if (n >= 3) {
+          EXPECT_EQ(got.tensor.ptr<int32_t>()[1], 1) << what;
+          EXPECT_EQ(got.tensor.ptr<int32_t>()[6], 1) << what;
+        }
+        EXPECT_EQ(got.tensor.ptr<int32_t>()[3], -1) << what;  // all NaN
+        EXPECT_EQ(got.tensor.ptr<int32_t>()[4], 0) << what;
+        EXPECT_EQ(got.tensor.ptr<int32_t>()[5], n - 1) << what;
+        EXPECT_EQ(got.tensor.ptr<int32_t>()[7], n - 1) << what;
       }
-      for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(3), dt, j, NAN);        // all NaN -> -1
-      for (int64_t j = 0; j < n; ++j) store_f(x.tensor.row_ptr(4), dt, j, -INFINITY);  // all -inf -> 0
-      store_f(x.tensor.row_ptr(5), dt, n - 1, INFINITY);
-      OwnedTensor want = OwnedTensor::make(DType::kI32, {m});
-      ref::argmax(want.tensor, to_f32(x.tensor).tensor);
-      DeviceTensor xd = DeviceTensor::upload(x.tensor);
-      DeviceTensor od = DeviceTensor::upload(want.tensor);
-      cuda::copy_to_device(od.tensor.data, std::vector<int32_t>(m, -7).data(), m * sizeof(int32_t));
-      argmax(ctx_, od.tensor, xd.tensor);
-      OwnedTensor got = od.download();
-      for (int64_t i = 0; i < m; ++i)
-        EXPECT_EQ(got.tensor.ptr<int32_t>()[i], want.tensor.ptr<int32_t>()[i])
-            << dtype_name(dt) << " n " << n << " row " << i;
-      if (n >= 3) {
-        EXPECT_EQ(got.tensor.ptr<int32_t>()[1], 1);
-      }
-      EXPECT_EQ(got.tensor.ptr<int32_t>()[3], -1);  // all NaN
-      EXPECT_EQ(got.tensor.ptr<int32_t>()[5], n - 1);
-    }
 }
 
 }  // namespace

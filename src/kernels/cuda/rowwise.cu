@@ -6,7 +6,13 @@
 // rms_norm and add_rms_norm take a vectorised path for rows of d % 8 == 0 and d <= 8192 with 16-byte
 // aligned rows (the model widths): one block of d / 8 threads per row, 8 elements per thread in registers,
 // one block reduction; the rest is scalar (coalesced). Invariants: same formulas as ref/ (rms_norm's mean
-// in f32; argmax: first maximum, NaN never wins).
+// in f32; argmax: first maximum, NaN never wins). With BUNSEN_ARGMAX_SPLIT=1 argmax spreads a long row (a
+// vocabulary: 128k-262k logits) over several blocks and merges their candidates in a second launch: one block
+// reading a whole 128k row took 14.9 us between two decode steps on the H200.
+#include <algorithm>
+#include <atomic>
+
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/vec8.cuh"
@@ -279,29 +285,75 @@ __device__ __forceinline__ void argmax_scan(float& v, int64_t& idx, const XT* xr
   }
 }
 
-template <typename XT>
-__global__ void argmax_kernel(int32_t* out, const XT* x, int64_t xs, int64_t n_rows, int64_t n_cols) {
+// The block's best (v, idx) by arg_better, at thread 0.
+__device__ __forceinline__ void block_arg_better(float& v, int64_t& idx) {
   __shared__ float red_v[32];
   __shared__ int64_t red_i[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    arg_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
+  __syncthreads();  // red_* of a previous call have been read
+  if (lane == 0) {
+    red_v[warp] = v;
+    red_i[warp] = idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) arg_better(v, idx, red_v[w], red_i[w]);
+}
+
+template <typename XT>
+__global__ void argmax_kernel(int32_t* out, const XT* x, int64_t xs, int64_t n_rows, int64_t n_cols) {
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     float v = -INFINITY;
     int64_t idx = -1;
     argmax_scan(v, idx, x + r * xs, n_cols);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      arg_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
-    __syncthreads();  // red_* of the previous row have been read
-    if (lane == 0) {
-      red_v[warp] = v;
-      red_i[warp] = idx;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) arg_better(v, idx, red_v[w], red_i[w]);
-      out[r] = static_cast<int32_t>(idx);  // -1: the row is all NaN
-    }
+    block_arg_better(v, idx);
+    if (threadIdx.x == 0) out[r] = static_cast<int32_t>(idx);  // -1: the row is all NaN
   }
+}
+
+// ---- argmax of long rows over several blocks per row: blockIdx.x takes columns [p * chunk, (p + 1) * chunk)
+// of row blockIdx.y and writes its best as an arg_key; argmax_merge_kernel takes each row's largest key. ----
+
+// (v, j) as one u64 whose unsigned order is arg_better's: the order-preserving bits of v (-0 as +0, so equal
+// values give equal keys; v is never NaN) above the complement of j (the smaller index wins a tie). No
+// candidate is 0: every non-NaN value's key is >= that of -inf, 0x007fffff << 32.
+__device__ __forceinline__ uint64_t arg_key(float v, int64_t j) {
+  uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  b ^= (b >> 31) != 0u ? 0xffffffffu : 0x80000000u;
+  return (static_cast<uint64_t>(b) << 32) | (0xffffffffu - static_cast<uint32_t>(j));
+}
+
+template <typename XT>
+__global__ void argmax_parts_kernel(uint64_t* keys, const XT* x, int64_t xs, int64_t n_cols, int64_t chunk) {
+  const int64_t r = blockIdx.y, c0 = static_cast<int64_t>(blockIdx.x) * chunk;
+  float v = -INFINITY;
+  int64_t idx = -1;
+  if (c0 < n_cols) argmax_scan(v, idx, x + r * xs + c0, n_cols - c0 < chunk ? n_cols - c0 : chunk);
+  block_arg_better(v, idx);
+  if (threadIdx.x == 0) keys[r * gridDim.x + blockIdx.x] = idx < 0 ? 0 : arg_key(v, c0 + idx);
+}
+
+constexpr int kMergeWarps = 4;
+
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    argmax_merge_kernel(int32_t* out, const uint64_t* keys, int64_t n_rows, int parts) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kMergeWarps + (threadIdx.x >> 5);
+  if (r >= n_rows) return;
+  const int lane = threadIdx.x & 31;
+  uint64_t best = 0;
+  for (int p = lane; p < parts; p += 32) {
+    const uint64_t k = keys[r * parts + p];
+    best = k > best ? k : best;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint64_t k = __shfl_xor_sync(0xffffffffu, best, o);
+    best = k > best ? k : best;
+  }
+  if (lane == 0) out[r] = best == 0 ? -1 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
 }
 
 template <typename OT, typename XT>
@@ -474,12 +526,54 @@ void softmax(void* stream, DevRows x) {
   check_launch("softmax", [&] { return rows_desc("x", x); });
 }
 
+namespace {
+
+std::atomic<int> g_argmax_parts{0};  // set_argmax_parts_for_testing
+
+// Blocks per row for argmax: with BUNSEN_ARGMAX_SPLIT=1 (read once; off until an H200 run has measured it)
+// long rows (a vocabulary) are spread over blocks of ~kArgmaxPartCols columns, no more than fill about two
+// waves of blocks over all rows; 1 keeps one block per row (argmax_kernel).
+constexpr int64_t kArgmaxPartCols = 4096, kArgmaxSplitMin = 16384, kArgmaxMaxParts = 256;
+int argmax_parts(int64_t rows, int64_t cols) {
+  static const bool env_split = env_flag("BUNSEN_ARGMAX_SPLIT", false);
+  const int forced = g_argmax_parts.load();
+  if (forced == 0 && !env_split) return 1;
+  if (forced > 0 && rows <= 65535)
+    return static_cast<int>(std::min<int64_t>({forced, kArgmaxMaxParts, std::max<int64_t>(cols, 1)}));
+  if (cols < kArgmaxSplitMin || rows > 65535) return 1;  // gridDim.y holds the rows
+  const int64_t by_cols = (cols + kArgmaxPartCols - 1) / kArgmaxPartCols;
+  const int64_t by_grid = std::max<int64_t>(1, 2 * sm_count() / std::max<int64_t>(rows, 1));
+  return static_cast<int>(std::min<int64_t>({by_cols, by_grid, kArgmaxMaxParts}));
+}
+
+}  // namespace
+
+void set_argmax_parts_for_testing(int parts) {
+  g_argmax_parts.store(parts);
+}
+
+// One block per row, or argmax_parts blocks per row and a merge launch (candidate keys in the stream's
+// scratch arena; the argmax runs outside the decode graphs, and the Runner recaptures them if the arena
+// grows).
 void argmax(void* stream, int32_t* out, DevRows x) {
   if (x.n_rows == 0) return;
+  const int parts = argmax_parts(x.n_rows, x.n_cols);
   with_act_type(x.dtype, [&](auto xt) {
     using XT = typename decltype(xt)::type;
-    argmax_kernel<XT><<<row_blocks(x.n_rows), row_threads(x.n_cols, 1024), 0, as_stream(stream)>>>(
-        out, static_cast<const XT*>(x.data), x.stride, x.n_rows, x.n_cols);
+    if (parts <= 1) {
+      argmax_kernel<XT><<<row_blocks(x.n_rows), row_threads(x.n_cols, 1024), 0, as_stream(stream)>>>(
+          out, static_cast<const XT*>(x.data), x.stride, x.n_rows, x.n_cols);
+      return;
+    }
+    auto* keys = static_cast<uint64_t*>(scratch(
+        stream, static_cast<size_t>(x.n_rows) * static_cast<size_t>(parts) * sizeof(uint64_t), "argmax"));
+    // Chunks of whole 16-byte groups keep every block's f32 slice aligned as the row is.
+    const int64_t chunk = ((x.n_cols + parts - 1) / parts + 3) / 4 * 4;
+    argmax_parts_kernel<XT>
+        <<<dim3(static_cast<unsigned>(parts), static_cast<unsigned>(x.n_rows)), 256, 0, as_stream(stream)>>>(
+            keys, static_cast<const XT*>(x.data), x.stride, x.n_cols, chunk);
+    argmax_merge_kernel<<<static_cast<unsigned>((x.n_rows + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32,
+                          0, as_stream(stream)>>>(out, keys, x.n_rows, parts);
   });
   check_launch("argmax", [&] { return rows_desc("x", x); });
 }
