@@ -4,7 +4,7 @@
 #   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: tests, decode, families, sampled, serve, trace (default: all). Times: tests ~5.5 minutes, decode ~3.5,
-# families ~3, sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `tests trace`,
+# families ~3.5, sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `tests trace`,
 # then `decode families`, then `sampled serve`.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
@@ -12,7 +12,8 @@
 #      four parallel shards;
 #   2. batch-1 decode A/B (scripts/bench_ab.py, reps alternating): BUNSEN_FUSED_NORM 0|1, BUNSEN_L2_PREFETCH
 #      0|16|64 and BUNSEN_ARGMAX_SPLIT on llama3.1-8b and llama3.2-1b; then (families) the fused norm on
-#      qwen3-8b and qwen3.5-4b, L2 prefetch and argmax split on the 8B 4-bit, argmax split on gemma4-e4b;
+#      qwen3-8b, qwen3.5-4b and gemma4-e4b (its post-norm form), L2 prefetch and argmax split on the 8B 4-bit,
+#      argmax split on gemma4-e4b;
 #   3. sampled decode: BUNSEN_SAMPLE_HIST peers|first, 8B and 1B, temperature 0.8 top-p 0.95;
 #   4. serving, 64 streams of the 8B, greedy and sampled, BUNSEN_DEVICE_SAMPLING 0|1 on the server;
 #   5. a kernel trace of the 1B step with the fused norm on (when the trace library was packed).
@@ -76,7 +77,8 @@ families() {
   ab ab_qwen3 "--synthetic qwen3-8b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1
   ab ab_8b_q4 "--synthetic llama3.1-8b --quant 4" base:BUNSEN_L2_PREFETCH=0 pf64:BUNSEN_L2_PREFETCH=64 \
     split:BUNSEN_ARGMAX_SPLIT=1
-  ab ab_e4b "--synthetic gemma4-e4b" base:BUNSEN_ARGMAX_SPLIT=0 split:BUNSEN_ARGMAX_SPLIT=1
+  ab ab_e4b "--synthetic gemma4-e4b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1 \
+    split:BUNSEN_ARGMAX_SPLIT=1 norm_split:BUNSEN_FUSED_NORM=1,BUNSEN_ARGMAX_SPLIT=1
 }
 
 sampled() {

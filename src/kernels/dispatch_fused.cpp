@@ -6,11 +6,13 @@
 // Invariants: errors are Error("kernels", "<op>: ...") naming the tensors; CUDA index tensors are checked
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <atomic>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "core/env.h"
 #include "core/status.h"
+#include "kernels/device.h"
 #include "kernels/dispatch_cuda.h"
 #include "kernels/dispatch_util.h"
 #include "kernels/ops.h"
@@ -112,6 +114,13 @@ void need_pre(const char* op, const Tensor& x, const AddRmsNorm& p) {
            strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols));
   need(!rows_overlap(p.x_in, p.x_out) && !rows_overlap(p.y, p.x_out), op,
        desc("pre.x_out", p.x_out) + " must not overlap pre.x_in or pre.y");
+  if (p.y_w.empty()) return;
+  need(is_float(p.y_w.dtype) && p.y_w.ndim == 1 && p.y_w.shape[0] == xr.n_cols &&
+           (p.y_w.shape[0] <= 1 || p.y_w.strides[0] == 1) && p.y_w.data != nullptr && p.y_scale == 1.0f,
+       op,
+       desc("pre.y_w", p.y_w) +
+           strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols) +
+           strfmt(" (y_scale %g must be 1 in the post-norm form)", p.y_scale));
 }
 
 cuda::DevRows dev_rows(const Tensor& t) {
@@ -128,8 +137,12 @@ cuda::DevLinearPart dev_part(const Tensor& out, const Tensor& w, const Tensor& b
 }
 
 cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
-  return {dev_rows(p.x_in), dev_rows(p.y), dev_rows(p.x_out), p.w.data,
-          p.w.dtype,        p.eps,         p.y_scale,         p.w_offset};
+  cuda::DevAddNorm d{dev_rows(p.x_in), dev_rows(p.y), dev_rows(p.x_out), p.w.data,
+                     p.w.dtype,        p.eps,         p.y_scale,         p.w_offset};
+  d.y_w = p.y_w.empty() ? nullptr : p.y_w.data;
+  d.y_w_dtype = p.y_w.empty() ? DType::kF32 : p.y_w.dtype;
+  d.x_scale = p.x_scale;
+  return d;
 }
 
 // A projection's pre on CUDA, checked: true when fused(its device form) ran the projection with the norm in
@@ -281,6 +294,40 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
 #ifdef BUNSEN_HAVE_CUDA
   cuda::rope_kv_write(ctx.cuda_stream, rope_kv_args(op, q, k, v, cache, positions, slot_mapping, p));
 #endif
+}
+
+void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
+  if (p.y_w.empty()) return add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
+  const char* op = "add_rms_norm";
+  need(p.y_scale == 1.0f, op,
+       strfmt("the post-norm form (pre.y_w given) takes y_scale 1, not %g", p.y_scale));
+  if (!p.x_in.empty()) {  // x_out = x_in, then the sandwich step in place on x_out
+    need(p.x_in.dtype == DType::kF32 && p.x_out.dtype == DType::kF32 && same_shape(p.x_in, p.x_out) &&
+             rows_ok(p.x_in) && rows_ok(p.x_out) && !rows_overlap(p.x_in, p.x_out) &&
+             p.x_in.device == p.x_out.device,
+         op,
+         desc("pre.x_in", p.x_in) + " and " + desc("pre.x_out", p.x_out) +
+             " must be non-overlapping f32 row-strided tensors of one shape and device");
+    const Rows in = as_rows(p.x_in), to = as_rows(p.x_out);
+    const size_t width = static_cast<size_t>(in.n_cols) * sizeof(float);
+    if (p.x_out.device.is_cuda()) {
+      copy_2d_async(ctx, p.x_out.data, static_cast<size_t>(to.stride) * sizeof(float), p.x_in.data,
+                    static_cast<size_t>(in.stride) * sizeof(float), width, static_cast<size_t>(in.n_rows));
+    } else {
+      for (int64_t r = 0; r < in.n_rows && width > 0; ++r)
+        std::memcpy(static_cast<float*>(p.x_out.data) + r * to.stride,
+                    static_cast<const float*>(p.x_in.data) + r * in.stride, width);
+    }
+  }
+  post_norm_residual(ctx,
+                     {.x = p.x_out,
+                      .y = p.y,
+                      .w_post = p.y_w,
+                      .out = out,
+                      .w_next = p.w,
+                      .x_scale = p.x_scale,
+                      .w_offset = p.w_offset},
+                     p.eps);
 }
 
 namespace {

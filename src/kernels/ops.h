@@ -119,15 +119,19 @@ void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float 
 // block computes the norm from x_in and y into shared memory (the same bits as add_rms_norm) and one block
 // writes x_out, so x_in and x_out are two buffers (ping-pong) and x itself is not written; elsewhere
 // add_rms_norm runs first (x written).
+// Post-norm form (Gemma's post-attention / post-feed-forward norms), y_w given: x_out = (x_in + rms_norm(y) *
+// (y_w + w_offset)) * x_scale, the norm's product rounded to y's dtype -- post_norm_residual's bits, with
+// y_scale 1; y is unspecified afterwards (the CPU form normalises it in place).
 struct AddRmsNorm {
   Tensor x_in, y, x_out;  // [m, d]: x_in, x_out f32, not overlapping; y f32|bf16
   Tensor w;               // [d] any float
   float eps = 1e-6f, y_scale = 1.0f, w_offset = 0.0f;
+  Tensor y_w{};          // [d] any float, or empty: y is added as it is
+  float x_scale = 1.0f;  // post-norm form only
 };
-// p's unfused form: add_rms_norm(out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in).
-inline void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
-  add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
-}
+// p's unfused form: add_rms_norm(out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in); the post-norm
+// form copies x_in into x_out, then post_norm_residual({x_out, y, y_w, out, w, x_scale, w_offset}).
+void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p);
 // Whether a fused projection's `pre` runs in its GEMV prologue on CUDA: BUNSEN_FUSED_NORM=1 (read once;
 // unset or 0: add_rms_norm first; no effect in a build without CUDA), or the test hook. Callers that keep
 // the residual in place unless the prologue runs ask here (model::norms_in_projections).

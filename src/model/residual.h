@@ -1,6 +1,7 @@
-// The residual stream of a pre-norm decoder whose residual add + RMSNorm may run inside the projection that
-// reads the normalised activations (kernels::AddRmsNorm as a `pre`, the GEMV prologue on CUDA): the forwards
-// of the llama-like, Qwen3-MoE and Qwen3.5 families. Not a norm kernel and not a layer.
+// The residual stream of a decoder whose residual add + RMSNorm may run inside the projection that reads the
+// normalised activations (kernels::AddRmsNorm as a `pre`, the GEMV prologue on CUDA): the forwards of the
+// llama-like, Qwen3-MoE and Qwen3.5 families (add_norm) and Gemma 4's sandwich norms (add_post_norm). Not a
+// norm kernel and not a layer.
 // Invariant: with in_proj, x alternates between two buffers (the prologue writes the new x while other blocks
 // still read the old one); add_norm's pre is consumed before the next add_norm call.
 #pragma once
@@ -28,6 +29,23 @@ class Residual {
       return nullptr;
     }
     pre_ = {x_, y, alt_, w, eps_, y_scale_, w_offset_};
+    std::swap(x_, alt_);
+    return &pre_;
+  }
+
+  // The post-norm form (y_scale must be 1): x = (x + rms_norm(y) * (y_w + w_offset)) * x_scale, then h =
+  // rms_norm(x) * (w + w_offset); y is unspecified afterwards. Without in_proj kernels::post_norm_residual
+  // runs now (null); with it, as add_norm.
+  const kernels::AddRmsNorm* add_post_norm(kernels::Context& ctx, Tensor h, Tensor y, Tensor y_w, Tensor w,
+                                           float x_scale) {
+    if (!in_proj_) {
+      kernels::post_norm_residual(
+          ctx,
+          {.x = x_, .y = y, .w_post = y_w, .out = h, .w_next = w, .x_scale = x_scale, .w_offset = w_offset_},
+          eps_);
+      return nullptr;
+    }
+    pre_ = {x_, y, alt_, w, eps_, 1.0f, w_offset_, y_w, x_scale};
     std::swap(x_, alt_);
     return &pre_;
   }

@@ -4,9 +4,10 @@
 // paged cache bit for bit, x_in untouched, over m 1..3 (3 falls back), both GEMV paths, widths whose norm
 // block is not a multiple of the GEMV block (2560: 10 warps; 1000: 4 warps with a partial one), f32 and bf16
 // y and norm weights, a residual multiplier and a weight offset. The fused launch leaves the projection's
-// input buffer untouched (its x lives in shared memory), which tells the fused path from the fallback. Model
-// level: llama-like fixtures decode to the same logits with the prologue on and off, eagerly and from CUDA
-// graphs.
+// input buffer untouched (its x lives in shared memory), which tells the fused path from the fallback. The
+// post-norm form (Gemma's sandwich norms, AddRmsNorm::y_w) against post_norm_residual on a copy of x_in, the
+// same way. Model level: every wired family's fixtures decode to the same logits with the prologue on and
+// off, eagerly and from CUDA graphs.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,16 +36,23 @@ struct NormCase {
   int64_t d;
   DType y_dtype, w_dtype;
   float y_scale, w_offset;
+  bool post = false;  // the post-norm form: y_w (w_dtype) and x_scale
+  float x_scale = 1.0f;
 };
 
 constexpr NormCase kNormCases[] = {{4096, DType::kBF16, DType::kF32, 1.0f, 0.0f},
                                    {2048, DType::kBF16, DType::kBF16, 0.5f, 0.0f},
                                    {2560, DType::kF32, DType::kF32, 1.0f, 1.0f},
                                    {1000, DType::kBF16, DType::kF32, 1.0f, 0.0f}};
+// Gemma 4 e4b's width with bf16 weights and a layer scalar, its 26B-A4B's (2816), and odd cases.
+constexpr NormCase kPostCases[] = {{2560, DType::kBF16, DType::kBF16, 1.0f, 0.0f, true, 0.75f},
+                                   {2816, DType::kBF16, DType::kBF16, 1.0f, 0.0f, true, 1.0f},
+                                   {4096, DType::kF32, DType::kF32, 1.0f, 1.0f, true, 1.25f},
+                                   {1000, DType::kBF16, DType::kF32, 1.0f, 0.0f, true, 0.5f}};
 
 // The inputs of one AddRmsNorm over [m, d] and two copies of everything it writes ([0] unfused, [1] fused).
 struct NormInputs {
-  DeviceTensor x_in, y, w, x_out[2], h[2];
+  DeviceTensor x_in, y, w, y_w, x_out[2], h[2];
   OwnedTensor x_in_host, h_host;
 
   NormInputs(const NormCase& c, int64_t m, std::mt19937& rng) {
@@ -55,6 +63,7 @@ struct NormInputs {
     x_in = DeviceTensor::upload(x_in_host.tensor);
     y = DeviceTensor::upload(rnd(c.y_dtype, {m, c.d}, -2.0f, 2.0f).tensor);
     w = DeviceTensor::upload(rnd(c.w_dtype, {c.d}, 0.5f, 1.5f).tensor);
+    if (c.post) y_w = DeviceTensor::upload(rnd(c.w_dtype, {c.d}, 0.5f, 1.5f).tensor);
     const OwnedTensor xo = rnd(DType::kF32, {m, c.d}, -1.0f, 1.0f);
     h_host = rnd(DType::kBF16, {m, c.d}, -1.0f, 1.0f);
     for (int i = 0; i < 2; ++i) {
@@ -64,6 +73,9 @@ struct NormInputs {
   }
 
   kernels::AddRmsNorm pre(const NormCase& c, int way) const {
+    if (c.post)
+      return {x_in.tensor, y.tensor,   x_out[way].tensor, w.tensor, 1e-5f,
+              1.0f,        c.w_offset, y_w.tensor,        c.x_scale};
     return {x_in.tensor, y.tensor, x_out[way].tensor, w.tensor, 1e-5f, c.y_scale, c.w_offset};
   }
 
@@ -137,6 +149,74 @@ TEST_F(CudaTest, FusedNormLinearMultiEqualsAddRmsNormThenLinearMulti) {
         EXPECT_TRUE(same_bytes(v[0], v[1])) << "v";
         EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
         in.expect_fused(m <= 2);
+        if (HasFailure()) return;
+      }
+    });
+    if (HasFailure()) break;
+  }
+  kernels::set_fused_norm_for_testing(-1);
+}
+
+// The post-norm form: the GeGLU gate/up (Gemma's feed-forward) and linear_multi (the next layer's q/k/v)
+// against post_norm_residual on a copy of x_in then the plain launch; the unfused way runs kernels::
+// add_rms_norm(pre), itself checked against post_norm_residual in place on x_out here. y is read only.
+TEST_F(CudaTest, FusedNormPostFormEqualsPostNormResidualThenProjection) {
+  std::mt19937 rng(2031);
+  kernels::set_fused_norm_for_testing(1);
+  for (const NormCase& c : kPostCases) {
+    const int64_t f = 1536;
+    auto rnd = [&](std::initializer_list<int64_t> shape) {
+      return DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, shape, rng).tensor);
+    };
+    const DeviceTensor wg = rnd({f, c.d}), wu = rnd({f, c.d}), wq = rnd({1024, c.d}), wk = rnd({256, c.d});
+    kernels::test::for_each_gemv_path([&] {
+      for (int64_t m : {1, 2, 3}) {
+        SCOPED_TRACE(strfmt("d %lld y %s w %s m %lld x_scale %g", (long long)c.d, dtype_name(c.y_dtype),
+                            dtype_name(c.w_dtype), (long long)m, c.x_scale));
+        {  // gate/up with GeGLU gating
+          NormInputs in(c, m, rng);
+          const OwnedTensor y_host = in.y.download();
+          DeviceTensor out[2] = {rnd({m, f}), rnd({m, f})};
+          const kernels::AddRmsNorm p0 = in.pre(c, 0), p1 = in.pre(c, 1);
+          kernels::add_rms_norm(ctx_, in.h[0].tensor, p0);
+          kernels::linear_swiglu(ctx_, out[0].tensor, in.h[0].tensor, wg.tensor, wu.tensor, {}, {},
+                                 kernels::GluAct::kGeluTanh);
+          kernels::linear_swiglu(ctx_, out[1].tensor, in.h[1].tensor, wg.tensor, wu.tensor, {}, {},
+                                 kernels::GluAct::kGeluTanh, &p1);
+          EXPECT_TRUE(same_bytes(out[0], out[1])) << "act";
+          EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
+          in.expect_fused(m <= 2);
+          const OwnedTensor y_after = in.y.download();
+          EXPECT_EQ(std::memcmp(y_after.tensor.data, y_host.tensor.data, y_host.tensor.nbytes()), 0) << "y";
+          // add_rms_norm(pre) is post_norm_residual on x_out = x_in.
+          DeviceTensor x = DeviceTensor::upload(in.x_in_host.tensor), h = rnd({m, c.d});
+          kernels::post_norm_residual(ctx_,
+                                      {.x = x.tensor,
+                                       .y = in.y.tensor,
+                                       .w_post = in.y_w.tensor,
+                                       .out = h.tensor,
+                                       .w_next = in.w.tensor,
+                                       .x_scale = c.x_scale,
+                                       .w_offset = c.w_offset},
+                                      1e-5f);
+          EXPECT_TRUE(same_bytes(x, in.x_out[0])) << "add_rms_norm(pre) x_out vs post_norm_residual";
+          EXPECT_TRUE(same_bytes(h, in.h[0])) << "add_rms_norm(pre) h vs post_norm_residual";
+        }
+        {  // q/k
+          NormInputs in(c, m, rng);
+          DeviceTensor q[2] = {rnd({m, 1024}), rnd({m, 1024})}, k[2] = {rnd({m, 256}), rnd({m, 256})};
+          for (int way = 0; way < 2; ++way) {
+            const kernels::LinearPart parts[2] = {{q[way].tensor, wq.tensor, {}},
+                                                  {k[way].tensor, wk.tensor, {}}};
+            const kernels::AddRmsNorm p = in.pre(c, way);
+            if (way == 0) kernels::add_rms_norm(ctx_, in.h[0].tensor, p);
+            kernels::linear_multi(ctx_, in.h[way].tensor, parts, way == 1 ? &p : nullptr);
+          }
+          EXPECT_TRUE(same_bytes(q[0], q[1])) << "q";
+          EXPECT_TRUE(same_bytes(k[0], k[1])) << "k";
+          EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
+          in.expect_fused(m <= 2);
+        }
         if (HasFailure()) return;
       }
     });
@@ -226,14 +306,15 @@ TEST_F(CudaTest, FusedNormRejectsOverlappingResidualBuffers) {
 }
 
 // Every family whose forward passes its norms to the projections (llama-like, Qwen3-MoE with its dense and
-// routed layers, the Qwen3.5 / Qwen3-Next hybrids with DeltaNet and gated-attention mixers) decodes the
-// golden greedy continuation to the same logits with the prologue on and off, eagerly and replayed from CUDA
-// graphs.
+// routed layers, the Qwen3.5 / Qwen3-Next hybrids with DeltaNet and gated-attention mixers, Gemma 4 with its
+// post-norms, per-layer inputs and MoE) decodes the golden greedy continuation to the same logits with the
+// prologue on and off, eagerly and replayed from CUDA graphs.
 TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
   int fixtures = 0;
   const std::vector<std::string> all = fixture_names();
-  for (const std::string name : {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3",
-                                 "qwen3", "qwen3_moe", "qwen3_moe_raw", "qwen3_5_text", "qwen3_next"}) {
+  for (const std::string name :
+       {"llama3", "llama_yarn", "mistral", "phi3", "qwen2", "granite", "smollm3", "qwen3", "qwen3_moe",
+        "qwen3_moe_raw", "qwen3_5_text", "qwen3_next", "gemma4_text", "gemma4_moe"}) {
     if (std::find(all.begin(), all.end(), name) == all.end()) continue;
     SCOPED_TRACE(name);
     ++fixtures;
@@ -257,7 +338,7 @@ TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
           << (graphs ? "graphs" : "eager") << ": prologue on and off differ";
     }
   }
-  EXPECT_GE(fixtures, 7);
+  EXPECT_GE(fixtures, 9);
 }
 
 }  // namespace

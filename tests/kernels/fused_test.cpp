@@ -1,7 +1,7 @@
 // The fused decode ops on the CPU (linear_multi, linear_swiglu with and without a pre norm, rope_kv_write,
 // add_rms_norm from a separate x_in) equal, bit for bit, the unfused op sequences they stand for (the model's
 // CPU path and golden tests rely on it), at odd sizes, every weight dtype, with and without biases, f32/bf16
-// caches and partial/no rotation; plus their argument errors.
+// caches and partial/no rotation; the post-norm form of a pre; plus their argument errors.
 #include <cstring>
 
 #include "kernel_test_util.h"
@@ -158,6 +158,83 @@ TEST(FusedCpu, AddRmsNormFromXInAndSwigluPreEqualTheInPlaceOps) {
                      wide.tensor.slice(1, 4, 12));
       },
       {"add_rms_norm", "overlaps"});
+}
+
+// The post-norm form of a pre (AddRmsNorm::y_w, Gemma's sandwich norms): add_rms_norm(pre) equals
+// post_norm_residual in place on a copy of x_in (x_in untouched), and linear_swiglu / linear_multi with it
+// are that, then the op; its argument errors.
+TEST(FusedCpu, PostNormPreEqualsPostNormResidualOnACopy) {
+  Context ctx;
+  std::mt19937 rng(506);
+  for (int64_t m : {1, 2, 5}) {
+    const int64_t d = 40, f = 19;
+    OwnedTensor x_in = random_tensor(DType::kF32, {m, d}, rng), y = random_tensor(DType::kF32, {m, d}, rng);
+    OwnedTensor w = random_tensor(DType::kBF16, {d}, rng), y_w = random_tensor(DType::kBF16, {d}, rng);
+    OwnedTensor keep = clone(x_in.tensor), x_want = clone(x_in.tensor), y_want = clone(y.tensor);
+    OwnedTensor h_want = OwnedTensor::make(DType::kF32, {m, d});
+    post_norm_residual(ctx,
+                       {.x = x_want.tensor,
+                        .y = y_want.tensor,
+                        .w_post = y_w.tensor,
+                        .out = h_want.tensor,
+                        .w_next = w.tensor,
+                        .x_scale = 0.75f,
+                        .w_offset = 1.0f},
+                       1e-5f);
+    auto pre_into = [&](const OwnedTensor& x_out, const OwnedTensor& y_scratch) {
+      return AddRmsNorm{x_in.tensor, y_scratch.tensor, x_out.tensor, w.tensor, 1e-5f, 1.0f,
+                        1.0f,        y_w.tensor,       0.75f};
+    };
+    {
+      OwnedTensor x_got = random_tensor(DType::kF32, {m, d}, rng), y_got = clone(y.tensor);
+      OwnedTensor h_got = OwnedTensor::make(DType::kF32, {m, d});
+      add_rms_norm(ctx, h_got.tensor, pre_into(x_got, y_got));
+      EXPECT_TRUE(same_bits(x_got.tensor, x_want.tensor)) << "x_out, m " << m;
+      EXPECT_TRUE(same_bits(h_got.tensor, h_want.tensor)) << "out, m " << m;
+      EXPECT_TRUE(same_bits(x_in.tensor, keep.tensor)) << "x_in changed, m " << m;
+    }
+    OwnedTensor wg = random_tensor(DType::kBF16, {f, d}, rng), wu = random_tensor(DType::kBF16, {f, d}, rng);
+    OwnedTensor a_want = OwnedTensor::make(DType::kF32, {m, f}),
+                a_got = OwnedTensor::make(DType::kF32, {m, f});
+    linear_swiglu(ctx, a_want.tensor, h_want.tensor, wg.tensor, wu.tensor, {}, {}, GluAct::kGeluTanh);
+    OwnedTensor x2 = random_tensor(DType::kF32, {m, d}, rng), y2 = clone(y.tensor);
+    OwnedTensor h2 = OwnedTensor::make(DType::kF32, {m, d});
+    const AddRmsNorm pre2 = pre_into(x2, y2);
+    linear_swiglu(ctx, a_got.tensor, h2.tensor, wg.tensor, wu.tensor, {}, {}, GluAct::kGeluTanh, &pre2);
+    EXPECT_TRUE(same_bits(a_got.tensor, a_want.tensor)) << "geglu with a post-norm pre, m " << m;
+    EXPECT_TRUE(same_bits(x2.tensor, x_want.tensor)) << "geglu pre.x_out, m " << m;
+    OwnedTensor o_want = OwnedTensor::make(DType::kF32, {m, f}),
+                o_got = OwnedTensor::make(DType::kF32, {m, f});
+    const LinearPart want[1] = {{o_want.tensor, wg.tensor, {}}}, got[1] = {{o_got.tensor, wg.tensor, {}}};
+    linear_multi(ctx, h_want.tensor, want);
+    OwnedTensor x3 = random_tensor(DType::kF32, {m, d}, rng), y3 = clone(y.tensor);
+    OwnedTensor h3 = OwnedTensor::make(DType::kF32, {m, d});
+    const AddRmsNorm pre3 = pre_into(x3, y3);
+    linear_multi(ctx, h3.tensor, got, &pre3);
+    EXPECT_TRUE(same_bits(o_got.tensor, o_want.tensor)) << "linear_multi with a post-norm pre, m " << m;
+    EXPECT_TRUE(same_bits(x3.tensor, x_want.tensor)) << "linear_multi pre.x_out, m " << m;
+  }
+  OwnedTensor a = random_tensor(DType::kF32, {2, 8}, rng), b = random_tensor(DType::kF32, {2, 8}, rng);
+  OwnedTensor c = random_tensor(DType::kF32, {2, 8}, rng), o = OwnedTensor::make(DType::kF32, {2, 8});
+  OwnedTensor w = random_tensor(DType::kF32, {8}, rng), w7 = random_tensor(DType::kF32, {7}, rng);
+  expect_kernel_error(
+      [&] {
+        add_rms_norm(ctx, o.tensor,
+                     AddRmsNorm{a.tensor, b.tensor, c.tensor, w.tensor, 1e-5f, 0.5f, 0.0f, w.tensor});
+      },
+      {"add_rms_norm", "y_scale"});
+  expect_kernel_error(
+      [&] {
+        add_rms_norm(ctx, o.tensor,
+                     AddRmsNorm{a.tensor, b.tensor, c.tensor, w.tensor, 1e-5f, 1.0f, 0.0f, w7.tensor});
+      },
+      {"post_norm_residual", "w_post"});
+  expect_kernel_error(
+      [&] {
+        add_rms_norm(ctx, o.tensor,
+                     AddRmsNorm{a.tensor, b.tensor, a.tensor, w.tensor, 1e-5f, 1.0f, 0.0f, w.tensor});
+      },
+      {"add_rms_norm", "x_in"});
 }
 
 TEST(FusedCpu, ArgumentErrorsNameTheOp) {

@@ -250,6 +250,9 @@ struct DevAddNorm {
   const void* w = nullptr;  // [d]
   DType w_dtype = DType::kF32;
   float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
+  const void* y_w = nullptr;  // [d], or null; the post-norm form (ops.h AddRmsNorm)
+  DType y_w_dtype = DType::kF32;
+  float x_scale = 1.0f;
 };
 // linear_multi with x (bf16, not written) computed from pre in the GEMV's prologue, where linear_multi takes
 // one GEMV launch with bf16 weights, 1 <= m <= 2, d <= 4096. False, nothing launched, otherwise.

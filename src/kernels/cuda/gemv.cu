@@ -349,8 +349,9 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
 // summation order does not.
 // kRope (gemv_vec_rope_kernel): the q/k/v fold, rows from locate_rope and the store from store_rope.
 // kNorm: x is computed by gemv_norm::prologue (gemv_norm.cuh; after pdl_wait, while the early weight loads
-// fly) into dynamic shared memory ([m, k] bf16); bf16 weights only.
-template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope, bool kNorm>
+// fly) into dynamic shared memory ([m, k] bf16); bf16 weights only. kPost: by its post-norm form instead.
+template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope, bool kNorm,
+          bool kPost = false>
 __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk,
                                               const GemvNorm* nm) {
   static_assert(!kNorm || (std::is_same_v<WT, Bf16> && std::is_same_v<XT, Bf16>), "norm prologue: bf16 only");
@@ -381,7 +382,10 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
   }
   if constexpr (kNorm) gemv_norm::prefetch_w<kThreads>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   pdl_wait();
-  if constexpr (kNorm) gemv_norm::prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
+  if constexpr (kPost)
+    gemv_norm::post_prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
+  else if constexpr (kNorm)
+    gemv_norm::prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   if constexpr (kEarly) {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
@@ -435,12 +439,12 @@ __global__ void __launch_bounds__(kThreads) gemv_vec_kernel(const __grid_constan
 // the prologue's kernels are held to it.
 constexpr int kSmallMinBlocks = 4;
 
-// gemv_vec_kernel with the norm prologue (bf16 weights and x).
-template <int kM, int kRows, bool kGlu, bool kEarly>
+// gemv_vec_kernel with the norm prologue (bf16 weights and x); kPost: its post-norm form (nm.y_w set).
+template <int kM, int kRows, bool kGlu, bool kEarly, bool kPost>
 __global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
     gemv_vec_norm_kernel(const __grid_constant__ GemvMultiArgs a, int split,
                          const __grid_constant__ GemvNorm nm) {
-  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, kGlu, kEarly, false, true>(a, split, nullptr, &nm);
+  gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, kGlu, kEarly, false, true, kPost>(a, split, nullptr, &nm);
 }
 
 // The q/k/v fold (bf16 weights, x and outputs; plain launches of three parts), with or without the norm
@@ -571,8 +575,8 @@ bool norm_ok(const GemvMultiArgs& a, const GemvNorm& n) {
   return a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 && a.m >= 1 && a.m <= kGemvNormMaxM &&
          a.k % 8 == 0 && a.k <= kGemvNormMaxK && norm_smem(a, n) <= kMaxSmem &&
          aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
-         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0) && n.x_stride >= a.k &&
-         n.y_stride >= a.k;
+         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0) && aligned16(n.y_w, 0) &&
+         n.x_stride >= a.k && n.y_stride >= a.k;
 }
 
 // The fold's launch: the plain launch's path, rows per warp group and k split (so q/k/v keep its bits).
@@ -581,7 +585,8 @@ bool norm_ok(const GemvMultiArgs& a, const GemvNorm& n) {
 bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& rk, const GemvNorm* n) {
   bool vec = (n != nullptr || aligned16(a.x, a.x_stride * 2)) && a.k % 8 == 0;
   for (int p = 0; p < a.n_parts; ++p) vec = vec && aligned16(a.part[p].w, a.part[p].w_stride * 2);
-  if (!vec || a.m < 1 || a.m > kGemvMaxM || (n != nullptr && !norm_ok(a, *n))) return false;
+  if (!vec || a.m < 1 || a.m > kGemvMaxM || (n != nullptr && (!norm_ok(a, *n) || n->y_w != nullptr)))
+    return false;  // (the fold has no post-norm prologue)
   const int small = small_split<Bf16, Bf16, false>(a);
   const int rows = small > 0 ? kRowsSmall : a.m <= 2 ? kRowsFew : kRowsMany;
   if (rk.head_dim % rows != 0 || a.part[0].n % rk.head_dim != 0 || a.part[1].n % rk.head_dim != 0) return false;
@@ -621,7 +626,7 @@ bool launch_rope(cudaStream_t stream, const GemvMultiArgs& a, const RopeKvArgs& 
 }
 
 // gemv_multi_norm's launch: launch_gemv's path, rows per warp group and split for bf16 weights and x.
-template <bool kGlu>
+template <bool kGlu, bool kPost>
 cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm& n) {
   auto go = [&](auto kernel, int rows, int split) {
     const int64_t per = kWarps / split;
@@ -632,13 +637,13 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   const int small = small_split<Bf16, Bf16, kGlu>(a);
   if (small > 0) {
     constexpr int kR = kRowsSmall;
-    if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR, kGlu, true>, kR, small);
-    return go(gemv_vec_norm_kernel<2, kR, kGlu, true>, kR, small);
+    if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR, kGlu, true, kPost>, kR, small);
+    return go(gemv_vec_norm_kernel<2, kR, kGlu, true, kPost>, kR, small);
   }
   const int split = launch_split<Bf16, Bf16, kGlu>(a);
   constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew;
-  if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false>, kR1, split);
-  return go(gemv_vec_norm_kernel<2, kR1, kGlu, false>, kR1, split);
+  if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false, kPost>, kR1, split);
+  return go(gemv_vec_norm_kernel<2, kR1, kGlu, false, kPost>, kR1, split);
 }
 
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
@@ -673,7 +678,10 @@ bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm
   bool ok = norm_ok(a, n);
   for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.part[p].w, a.part[p].w_stride * 2);
   if (!ok || total_groups(a, 2) == 0) return false;
-  const cudaError_t e = a.glu ? launch_norm<true>(stream, a, n) : launch_norm<false>(stream, a, n);
+  const bool post = n.y_w != nullptr;
+  const cudaError_t e =
+      a.glu ? (post ? launch_norm<true, true>(stream, a, n) : launch_norm<true, false>(stream, a, n))
+            : (post ? launch_norm<false, true>(stream, a, n) : launch_norm<false, false>(stream, a, n));
   check_cuda(e, "gemv (norm prologue)", [&] {
     return strfmt("m %lld k %lld parts %d glu %d", (long long)a.m, (long long)a.k, a.n_parts, (int)a.glu);
   });

@@ -127,6 +127,11 @@ struct GemvNorm {
   int64_t x_stride = 0, y_stride = 0;
   bool y_bf16 = false, w_bf16 = false;
   float eps = 0.0f, y_scale = 1.0f, w_offset = 0.0f;
+  // The post-norm form (ops.h AddRmsNorm with y_w): x_out = (x_in + y_t(rms_norm(y) * (y_w + w_offset))) *
+  // x_scale, y_t = y's dtype (post_norm_residual's bits); y_scale is 1 then.
+  const void* y_w = nullptr;  // [k] f32|bf16, or null
+  bool y_w_bf16 = false;
+  float x_scale = 1.0f;
 };
 
 // Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds: no spill
@@ -143,7 +148,8 @@ bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm
 // the store (r: plain bf16 cache; r.q/k/v describe the parts' outputs): one launch whose q/k/v, rotated q
 // and k and cache rows are those of gemv_multi + rope_kv_write bit for bit. False, nothing launched, when
 // the shapes or the launch's path (not the vectorised kernel) do not allow it.
-// With n: x computed by n's prologue as in gemv_multi_norm (false also when the prologue does not apply).
+// With n: x computed by n's prologue as in gemv_multi_norm (false also when the prologue does not apply, and
+// for n's post-norm form, which the fold does not take).
 bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r,
                   const GemvNorm* n = nullptr);
 

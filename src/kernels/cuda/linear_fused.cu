@@ -42,7 +42,9 @@ bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
                   pre.x_in.stride == pre.x_out.stride && pre.x_in.n_rows == x.n_rows &&
                   pre.x_out.n_rows == x.n_rows && pre.y.n_rows == x.n_rows && pre.x_in.n_cols == x.n_cols &&
                   pre.x_out.n_cols == x.n_cols && pre.y.n_cols == x.n_cols && x.dtype == DType::kBF16 &&
-                  pre.w != nullptr;
+                  pre.w != nullptr &&
+                  (pre.y_w == nullptr ||
+                   ((pre.y_w_dtype == DType::kF32 || pre.y_w_dtype == DType::kBF16) && pre.y_scale == 1.0f));
   if (!ok) return false;
   n.x_in = static_cast<const float*>(pre.x_in.data);
   n.x_out = static_cast<float*>(pre.x_out.data);
@@ -55,6 +57,9 @@ bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
   n.eps = pre.eps;
   n.y_scale = pre.y_scale;
   n.w_offset = pre.w_offset;
+  n.y_w = pre.y_w;
+  n.y_w_bf16 = pre.y_w_dtype == DType::kBF16;
+  n.x_scale = pre.x_scale;
   return true;
 }
 

@@ -2,14 +2,19 @@
 //   x += post_attn_norm(attn(in_norm(x)));  r = x
 //   f  = post_ffw_norm_1(mlp(pre_ffw_norm(r))) + post_ffw_norm_2(experts(pre_ffw_norm_2(r)))   (MoE layers)
 //   f  = mlp(pre_ffw_norm(r))                                                                  (dense layers)
-//   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));  x *= scalar
+//   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));  x *=
+//   scalar
 // Attention: q/k RMSNorm over head_dim, v RMSNorm without weight, scale 1, per-layer head_dim and KV heads,
-// K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write none).
-// Sliding layers (and the KV-shared layers of a sliding source) use StepBatch::slots_for/tables_for(window).
-// Row-wise chains run fused (kernels::rms_norm_qkv; kernels::post_norm_residual, whose last call of a layer
-// also applies the layer scalar and the next layer's in_norm into h); BUNSEN_GEMMA4_FUSED_NORMS=0 selects the
-// unfused op sequence, which gives bit-identical results on the CPU.
-// Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or the layer plan (gemma4_params.cpp).
+// K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write
+// none). Sliding layers (and the KV-shared layers of a sliding source) use
+// StepBatch::slots_for/tables_for(window). Row-wise chains run fused (kernels::rms_norm_qkv;
+// kernels::post_norm_residual, whose last call of a layer also applies the layer scalar and the next layer's
+// in_norm into h); BUNSEN_GEMMA4_FUSED_NORMS=0 selects the unfused op sequence, which gives bit-identical
+// results on the CPU. With them and norms_in_projections (decode steps, BUNSEN_FUSED_NORM=1) the two
+// post_norm_residual calls that produce h for a projection (the feed-forward's gate/up; the next layer's
+// q/k/v) run in that projection's GEMV prologue instead (model::Residual::add_post_norm: the residual
+// alternates between x and x_alt). Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or
+// the layer plan (gemma4_params.cpp).
 #include "model/arch/gemma4.h"
 
 #include <array>
@@ -21,6 +26,7 @@
 #include "core/status.h"
 #include "kernels/device.h"
 #include "model/arch/gemma4_weights.h"
+#include "model/residual.h"
 
 namespace bunsen::model::arch {
 namespace {
@@ -36,12 +42,22 @@ struct StepBuffers {
   Tensor ple, ple_tok;            // [n, n_layers * ple_dim] (PLE only)
   Tensor ple_gate, ple_act;       // [n, ple_dim] (PLE only)
   Tensor moe_in, router_in, moe;  // [n, d] (MoE only)
+  Tensor x_alt;                   // [n, d] f32: the residual's second buffer (model::Residual)
   MoeBuffers moe_buf;
 };
 
 // BUNSEN_GEMMA4_FUSED_NORMS=0: the unfused norm sequence (A/B runs, bisection); read once per model.
 bool fused_norms_from_env() {
   return env_flag("BUNSEN_GEMMA4_FUSED_NORMS", true);
+}
+
+// Whether every projection that would take a norm's pre (q/k/v, gate/up) has float weights; a quantized one
+// runs the pre as an op of its own (a copy more than the in-place path), so quantized models keep that path.
+bool float_projections(const Gemma4Weights& w) {
+  for (const Gemma4LayerWeights& l : w.layers)
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.gate, &l.up})
+      if (p->quantized()) return false;
+  return true;
 }
 
 // A contiguous [rows, cols] view over the start of a wider buffer (per-layer widths differ).
@@ -57,7 +73,8 @@ class Gemma4 final : public Model {
         weights_(std::move(weights)),
         act_dtype_(weights_.device().is_cuda() ? DType::kBF16 : DType::kF32),
         w_(load_gemma4_weights(weights_, cfg_, p_)),
-        fused_norms_(fused_norms_from_env()) {}
+        fused_norms_(fused_norms_from_env()),
+        float_projections_(float_projections(w_)) {}
 
   const ModelConfig& config() const override { return cfg_; }
   Device device() const override { return weights_.device(); }
@@ -83,9 +100,10 @@ class Gemma4 final : public Model {
   template <typename Take>
   StepBuffers plan(int64_t n, int64_t n_out, Take take) const;
   void embed(kernels::Context& ctx, const StepBatch& b, const StepBuffers& s, ActivationHook* hook);
-  void attention(const ForwardArgs& a, size_t i, const StepBuffers& s);
-  void feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s);
-  void per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s, const Tensor& next_in_norm);
+  // pre (optional): the norm that produces s.h, left to the first projection (model::Residual).
+  void attention(const ForwardArgs& a, size_t i, const StepBuffers& s, const kernels::AddRmsNorm* pre);
+  void feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s, const kernels::AddRmsNorm* pre);
+  void per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s);
   void qkv_norms(kernels::Context& ctx, size_t i, const Tensor& q, const Tensor& k, const Tensor& v);
 
   ModelConfig cfg_;
@@ -93,7 +111,8 @@ class Gemma4 final : public Model {
   WeightStore weights_;
   DType act_dtype_;  // f32 on the CPU, bf16 on CUDA
   Gemma4Weights w_;
-  bool fused_norms_;  // see fused_norms_from_env
+  bool fused_norms_;        // see fused_norms_from_env
+  bool float_projections_;  // every q/k/v and gate/up float: a pre can run in their GEMV prologues
 };
 
 template <typename Take>
@@ -128,6 +147,7 @@ StepBuffers Gemma4::plan(int64_t n, int64_t n_out, Take take) const {
     s.router_in = take(a, n, d);
     s.moe = take(a, n, d);
   }
+  s.x_alt = take(f32, n, d);
   return s;
 }
 
@@ -179,7 +199,7 @@ void Gemma4::qkv_norms(kernels::Context& ctx, size_t i, const Tensor& q, const T
   kernels::rms_norm(ctx, k_heads, k_heads, l.k_norm, eps);
 }
 
-void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
+void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s, const kernels::AddRmsNorm* pre) {
   kernels::Context& ctx = *a.ctx;
   const StepBatch& b = *a.batch;
   const Gemma4Layer& pl = p_.layers[i];
@@ -188,9 +208,12 @@ void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
   const kernels::RopeParams rope{l.inv_freq.data(), static_cast<int>(hd), 1.0f};
   Tensor q = narrow(s.q, nh * hd), o = narrow(s.attn, nh * hd);
   Tensor k = narrow(s.k, nkv * hd), v = narrow(s.v, nkv * hd);
-  if (pl.kv_source >= 0) project(ctx, s.h, {{&l.q, q}});
-  else if (pl.k_eq_v) project(ctx, s.h, {{&l.q, q}, {&l.k, k}});
-  else project(ctx, s.h, {{&l.q, q}, {&l.k, k}, {&l.v, v}});
+  if (pl.kv_source >= 0)
+    project(ctx, s.h, {{&l.q, q}}, pre);
+  else if (pl.k_eq_v)
+    project(ctx, s.h, {{&l.q, q}, {&l.k, k}}, pre);
+  else
+    project(ctx, s.h, {{&l.q, q}, {&l.k, k}, {&l.v, v}}, pre);
   qkv_norms(ctx, i, q, k, v);
   Tensor q3 = q.reshape({n, nh, hd}), o3 = o.reshape({n, nh, hd});
   // A KV-shared layer reads its source layer's cache (already holding this step's keys and values).
@@ -220,12 +243,13 @@ void Gemma4::attention(const ForwardArgs& a, size_t i, const StepBuffers& s) {
 }
 
 // Dense GeGLU MLP on s.h (= pre_ffw_norm(x)), plus the MoE branch on the residual x; result in s.proj.
-void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s) {
+void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s,
+                          const kernels::AddRmsNorm* pre) {
   const Gemma4LayerWeights& l = w_.layers[i];
   const int64_t ff = p_.layers[i].d_ff;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   Tensor gate = narrow(s.gate, ff), up = narrow(s.up, ff), act = narrow(s.act, ff);
-  gated_mlp(ctx, l.gate, l.up, l.down, s.h, s.proj, act, gate, up, kernels::GluAct::kGeluTanh);
+  gated_mlp(ctx, l.gate, l.up, l.down, s.h, s.proj, act, gate, up, kernels::GluAct::kGeluTanh, pre);
   if (!p_.moe) return;
   kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm_1, eps);
   // Router input: rms_norm(x) * router.scale * d^-0.5; expert input: pre_ffw_norm_2(x).
@@ -237,26 +261,15 @@ void Gemma4::feed_forward(kernels::Context& ctx, size_t i, const StepBuffers& s)
   kernels::add_scaled(ctx, s.proj, s.moe);
 }
 
-// x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple[:, layer])); fused: then x *= layer_scalar and
-// h = next_in_norm(x) when next_in_norm is given (the layer's last op).
-void Gemma4::per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s, const Tensor& next_in_norm) {
+// The per-layer input branch into s.proj: ple_proj(gelu_tanh(ple_gate(x)) * ple[:, layer]) (the forward adds
+// post_ple_norm of it to x).
+void Gemma4::per_layer_input(kernels::Context& ctx, size_t i, const StepBuffers& s) {
   const Gemma4LayerWeights& l = w_.layers[i];
   const int64_t pd = p_.ple_dim;
   l.ple_gate(ctx, s.ple_gate, s.x);
   const Tensor ple_i = s.ple.slice(1, static_cast<int64_t>(i) * pd, static_cast<int64_t>(i + 1) * pd);
   kernels::gelu_tanh_mul(ctx, s.ple_act, s.ple_gate, ple_i);
   l.ple_proj(ctx, s.proj, s.ple_act);
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  if (fused_norms_) {
-    const bool next = !next_in_norm.empty();
-    kernels::post_norm_residual(ctx,
-                                {.x = s.x, .y = s.proj, .w_post = l.post_ple_norm, .out = next ? s.h : Tensor{},
-                                 .w_next = next_in_norm, .x_scale = l.layer_scalar},
-                                eps);
-    return;
-  }
-  kernels::rms_norm(ctx, s.proj, s.proj, l.post_ple_norm, eps);
-  kernels::add_scaled(ctx, s.x, s.proj);
 }
 
 void Gemma4::forward(const ForwardArgs& a) {
@@ -274,34 +287,49 @@ void Gemma4::forward(const ForwardArgs& a) {
   embed(ctx, b, s, a.hook);
   // Fused: each layer's last op leaves h = the next layer's in_norm(x), so only layer 0 norms here.
   if (fused_norms_ && !w_.layers.empty()) kernels::rms_norm(ctx, s.h, s.x, w_.layers[0].in_norm, eps);
+  // With the norms in the projections, the post-norms that produce h go to the projections reading h; s.x
+  // follows the residual's current buffer.
+  Residual res(s.x, s.x_alt, fused_norms_ && float_projections_ && norms_in_projections(a.hook != nullptr, n),
+               eps);
+  auto post_into_h = [&](Tensor w_post, Tensor w_next, float x_scale) {
+    const kernels::AddRmsNorm* pre = res.add_post_norm(ctx, s.h, s.proj, w_post, w_next, x_scale);
+    s.x = res.x();
+    return pre;
+  };
+  const kernels::AddRmsNorm* pre_attn = nullptr;  // h's norm, when left to the q/k/v projection
   for (size_t i = 0; i < w_.layers.size(); ++i) {
     const Gemma4LayerWeights& l = w_.layers[i];
     const Tensor next_in = i + 1 < w_.layers.size() ? w_.layers[i + 1].in_norm : Tensor{};
     if (!fused_norms_) kernels::rms_norm(ctx, s.h, s.x, l.in_norm, eps);
-    attention(a, i, s);
+    attention(a, i, s, pre_attn);
+    pre_attn = nullptr;
+    const kernels::AddRmsNorm* pre_ffw = nullptr;
     if (fused_norms_) {
-      kernels::post_norm_residual(
-          ctx, {.x = s.x, .y = s.proj, .w_post = l.post_attn_norm, .out = s.h, .w_next = l.pre_ffw_norm}, eps);
+      pre_ffw = post_into_h(l.post_attn_norm, l.pre_ffw_norm, 1.0f);
     } else {
       kernels::rms_norm(ctx, s.proj, s.proj, l.post_attn_norm, eps);
       kernels::add_rms_norm(ctx, s.h, s.x, s.proj, l.pre_ffw_norm, eps);
     }
-    feed_forward(ctx, i, s);
+    feed_forward(ctx, i, s, pre_ffw);
     if (p_.moe) hook_routing(a.hook, static_cast<int>(i), s.moe_buf);
-    const bool ends_layer = p_.ple_dim == 0;  // without PLE the ffw residual is the layer's last op
-    if (fused_norms_ && ends_layer) {
-      const Tensor out = next_in.empty() ? Tensor{} : s.h;
-      kernels::post_norm_residual(ctx,
-                                  {.x = s.x, .y = s.proj, .w_post = l.post_ffw_norm, .out = out,
-                                   .w_next = next_in, .x_scale = l.layer_scalar},
-                                  eps);
-    } else if (fused_norms_) {
-      kernels::post_norm_residual(ctx, {.x = s.x, .y = s.proj, .w_post = l.post_ffw_norm}, eps);
-    } else {
-      kernels::rms_norm(ctx, s.proj, s.proj, l.post_ffw_norm, eps);
-      kernels::add_scaled(ctx, s.x, s.proj);
+    // x += post_norm(s.proj); the layer's last such step also scales x by the layer scalar and, fused, leaves
+    // h = the next layer's in_norm(x) (or its pre).
+    auto add_post = [&](Tensor w_post, bool last) {
+      const float x_scale = last ? l.layer_scalar : 1.0f;
+      if (fused_norms_ && last && !next_in.empty()) {
+        pre_attn = post_into_h(w_post, next_in, x_scale);
+      } else if (fused_norms_) {
+        kernels::post_norm_residual(ctx, {.x = s.x, .y = s.proj, .w_post = w_post, .x_scale = x_scale}, eps);
+      } else {
+        kernels::rms_norm(ctx, s.proj, s.proj, w_post, eps);
+        kernels::add_scaled(ctx, s.x, s.proj);
+      }
+    };
+    add_post(l.post_ffw_norm, p_.ple_dim == 0);  // without PLE the ffw residual is the layer's last op
+    if (p_.ple_dim > 0) {
+      per_layer_input(ctx, i, s);
+      add_post(l.post_ple_norm, true);
     }
-    if (p_.ple_dim > 0) per_layer_input(ctx, i, s, next_in);
     if (!fused_norms_ && l.layer_scalar != 1.0f) kernels::scale(ctx, s.x, l.layer_scalar);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), s.x);
   }
