@@ -2,19 +2,18 @@
 //   x += post_attn_norm(attn(in_norm(x)));  r = x
 //   f  = post_ffw_norm_1(mlp(pre_ffw_norm(r))) + post_ffw_norm_2(experts(pre_ffw_norm_2(r)))   (MoE layers)
 //   f  = mlp(pre_ffw_norm(r))                                                                  (dense layers)
-//   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));  x *=
-//   scalar
+//   x += post_ffw_norm(f);  x += post_ple_norm(ple_proj(gelu_tanh(ple_gate(x)) * ple_input[layer]));
+//   x *= scalar
 // Attention: q/k RMSNorm over head_dim, v RMSNorm without weight, scale 1, per-layer head_dim and KV heads,
-// K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write
-// none). Sliding layers (and the KV-shared layers of a sliding source) use
-// StepBatch::slots_for/tables_for(window). Row-wise chains run fused (kernels::rms_norm_qkv;
-// kernels::post_norm_residual, whose last call of a layer also applies the layer scalar and the next layer's
-// in_norm into h); BUNSEN_GEMMA4_FUSED_NORMS=0 selects the unfused op sequence, which gives bit-identical
-// results on the CPU. With them and norms_in_projections (decode steps, BUNSEN_FUSED_NORM=1) the two
-// post_norm_residual calls that produce h for a projection (the feed-forward's gate/up; the next layer's
-// q/k/v) run in that projection's GEMV prologue instead (model::Residual::add_post_norm: the residual
-// alternates between x and x_alt). Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or
-// the layer plan (gemma4_params.cpp).
+// K=V layers (v is the raw k projection), KV-shared layers (attend over an earlier layer's cache, write none).
+// Sliding layers (and the KV-shared layers of a sliding source) use StepBatch::slots_for/tables_for(window).
+// Row-wise chains run fused (kernels::rms_norm_qkv; kernels::post_norm_residual, whose last call of a layer
+// also applies the layer scalar and the next layer's in_norm into h); BUNSEN_GEMMA4_FUSED_NORMS=0 selects the
+// unfused op sequence, which gives bit-identical results on the CPU. With the fused norms, float projections
+// and norms_in_projections (decode steps, BUNSEN_FUSED_NORM=1), the two post_norm_residual calls that produce
+// h for a projection (the feed-forward's gate/up; the next layer's q/k/v) run in that projection's GEMV
+// prologue instead (model::Residual::add_post_norm; the residual alternates between x and x_alt).
+// Not the checkpoint-name resolution or the manifest (gemma4_tensors.cpp) or the layer plan (gemma4_params.cpp).
 #include "model/arch/gemma4.h"
 
 #include <array>
