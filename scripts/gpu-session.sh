@@ -8,8 +8,8 @@
 # then `decode families`, then `sampled serve`.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (*FusedNorm*, *CudaSample*, *StepPick*), then the whole test_cuda in
-#      four parallel shards;
+#   1. the tests of the unvalidated paths (*FusedNorm*, *CudaSample*, *StepPick*, *Argmax*), then the rest of
+#      test_cuda in four parallel shards;
 #   2. batch-1 decode A/B (scripts/bench_ab.py, reps alternating): BUNSEN_FUSED_NORM 0|1, BUNSEN_L2_PREFETCH
 #      0|16|64 and BUNSEN_ARGMAX_SPLIT on llama3.1-8b and llama3.2-1b; then (families) the fused norm on
 #      qwen3-8b, qwen3.5-4b and gemma4-e4b (its post-norm form), L2 prefetch and argmax split on the 8B 4-bit,
@@ -39,11 +39,11 @@ snap() {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
 tests() {
-  timeout 120 "$G/test_cuda" --gtest_filter='*FusedNorm*:*CudaSample*:*StepPick*' >"$R/new_tests.txt" 2>&1
+  timeout 120 "$G/test_cuda" --gtest_filter='*FusedNorm*:*CudaSample*:*StepPick*:*Argmax*' >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
   for i in 0 1 2 3; do
     GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${SHARD_T:-200}" "$G/test_cuda" \
-      --gtest_filter='-*FusedNorm*:*CudaSample*:*StepPick*' >"$R/shard$i.txt" 2>&1 &
+      --gtest_filter='-*FusedNorm*:*CudaSample*:*StepPick*:*Argmax*' >"$R/shard$i.txt" 2>&1 &
   done
   wait
   for i in 0 1 2 3; do
