@@ -3,9 +3,10 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: tests, decode, families, sampled, serve, trace (default: all). Times: tests ~5.5 minutes, decode ~3.5,
-# families ~3.5, sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `tests trace`,
-# then `decode families`, then `sampled serve`.
+# STAGE: tests, decode, families, sampled, defaults, serve, trace (default: all but defaults). Times: tests
+# ~2.5-5.5 minutes, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over
+# calls of < 10 minutes, e.g. `tests trace`, then `decode families`, then `sampled serve`. AB_T: seconds per
+# A/B (default 200).
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
 #   1. the tests of the unvalidated paths (*FusedNorm*, *CudaSample*, *StepPick*, *Argmax*), then the rest of
@@ -22,7 +23,6 @@ cd "$(dirname "$0")/.."
 G=.gpu
 R=${OUT:-gpu-session-out}/r
 mkdir -p "$R"
-[ -d /work/main ] || ln -sfn "$PWD" /work/main 2>/dev/null  # test_cuda finds its fixtures where it was built
 export LD_LIBRARY_PATH=$PWD/$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export BUNSEN_CACHE=/tmp/bunsen-gpu-session
 unxz_to() {
@@ -32,6 +32,10 @@ unxz_to() {
 }
 for f in "$G/bunsen.xz" "$G/test_cuda.xz" "$G/lib/libcupti.so.13.xz"; do [ -f "$f" ] && unxz_to "$f"; done
 chmod +x "$G/bunsen" "$G/test_cuda"
+# test_cuda finds its fixtures under the source tree it was built from: make that path this checkout.
+built_in=$(grep -a -o -m1 '/[[:alnum:]_./-]*/tests/cuda/test_cuda_' "$G/test_cuda" | head -1)
+built_in=${built_in%/tests/cuda/test_cuda_}
+if [ -n "$built_in" ] && [ ! -e "$built_in" ]; then mkdir -p "$(dirname "$built_in")" && ln -sfn "$PWD" "$built_in"; fi
 snap() {
   [ -n "${OUT:-}" ] || return 0
   tar czf "$OUT/tmp.tgz" -C "$OUT" r && mv "$OUT/tmp.tgz" "$OUT/results.tgz"
@@ -56,7 +60,7 @@ tests() {
 ab() {  # out-name, bunsen benchmark args, case:ENV=..[,ENV=..] ...
   local name=$1 args=$2
   shift 2
-  timeout "${AB_T:-150}" python3 scripts/bench_ab.py --bunsen "$G/bunsen" --reps 2 --out "$R/$name" \
+  timeout "${AB_T:-200}" python3 scripts/bench_ab.py --bunsen "$G/bunsen" --reps 2 --out "$R/$name" \
     --args "--device cuda --prompt-len 1024 --prefill-lens 1024 --gen 128 --no-probe $args" "$@" \
     >"$R/$name.txt" 2>&1
   echo "== $name (rc $?)"
@@ -79,6 +83,15 @@ families() {
     split:BUNSEN_ARGMAX_SPLIT=1
   ab ab_e4b "--synthetic gemma4-e4b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1 \
     split:BUNSEN_ARGMAX_SPLIT=1 norm_split:BUNSEN_FUSED_NORM=1,BUNSEN_ARGMAX_SPLIT=1
+}
+
+defaults() {  # the committed defaults against everything off, on the shapes whose defaults changed
+  local off=BUNSEN_FUSED_NORM=0,BUNSEN_ARGMAX_SPLIT=0
+  ab def_1b "--synthetic llama3.2-1b" defaults: "off:$off"
+  ab def_8b "--synthetic llama3.1-8b" defaults: "off:$off"
+  ab def_qwen35 "--synthetic qwen3.5-4b" defaults: "off:$off"
+  ab def_8b_sampled "--synthetic llama3.1-8b --temperature 0.8 --top-p 0.95" defaults: \
+    "off:$off,BUNSEN_SAMPLE_HIST=peers"
 }
 
 sampled() {
@@ -134,7 +147,7 @@ trace() {  # where the 1B's step goes with the norms in the prologues
 [ $# -gt 0 ] || set -- tests decode families sampled serve trace
 for stage in "$@"; do
   case $stage in
-    tests | decode | families | sampled | serve | trace) $stage ;;
-    *) echo "unknown stage $stage (tests, decode, families, sampled, serve, trace)" >&2; exit 2 ;;
+    tests | decode | families | sampled | defaults | serve | trace) $stage ;;
+    *) echo "unknown stage $stage (tests, decode, families, sampled, defaults, serve, trace)" >&2; exit 2 ;;
   esac
 done

@@ -150,7 +150,7 @@ cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
 template <class Fused>
 bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p, Fused fused) {
   need_pre(op, x, p);
-  if (fused_norm_enabled() && fused(dev_pre(p))) return true;
+  if (fused_norm_enabled(true) && fused(dev_pre(p))) return true;
   add_rms_norm(ctx, x, p);
   return false;
 }
@@ -334,13 +334,14 @@ namespace {
 std::atomic<int> g_fused_norm{-1};  // set_fused_norm_for_testing
 }  // namespace
 
-bool fused_norm_enabled() {
+bool fused_norm_enabled(bool fallback) {
   const int mode = g_fused_norm.load();
   if (mode >= 0) return mode == 1;
 #ifdef BUNSEN_HAVE_CUDA
-  // Off unless asked for: the prologue has not yet run on a GPU (see docs/PERFORMANCE.md).
-  static const bool env_on = env_flag("BUNSEN_FUSED_NORM", false);
-  return env_on;
+  // -1 unset, else BUNSEN_FUSED_NORM's 0 or 1 (read once).
+  static const int env_mode =
+      env_str("BUNSEN_FUSED_NORM").empty() ? -1 : static_cast<int>(env_flag("BUNSEN_FUSED_NORM", false));
+  return env_mode >= 0 ? env_mode == 1 : fallback;
 #else
   return false;
 #endif

@@ -115,10 +115,10 @@ void add_rms_norm(Context& ctx, Tensor out, Tensor x, Tensor y, Tensor w, float 
 // The residual add and norm in front of a fused decode projection (the `pre` of linear_qkv_rope_kv and
 // linear_swiglu): x_out = x_in + y * y_scale, then the projection's input is rms_norm(x_out) * (w + w_offset)
 // -- add_rms_norm(x, x_out, y, w, eps, y_scale, w_offset, x_in) with x the projection's input buffer. On
-// CUDA with fused_norm_enabled(), where the fused GEMV applies (bf16 weights and x, m <= 2, d <= 4096), every
-// block computes the norm from x_in and y into shared memory (the same bits as add_rms_norm) and one block
-// writes x_out, so x_in and x_out are two buffers (ping-pong) and x itself is not written; elsewhere
-// add_rms_norm runs first (x written).
+// CUDA unless fused_norm_enabled(true) says no, where the fused GEMV applies (bf16 weights and x, m <= 2,
+// d <= 4096), every block computes the norm from x_in and y into shared memory (the same bits as
+// add_rms_norm) and one block writes x_out, so x_in and x_out are two buffers (ping-pong) and x itself is not
+// written; elsewhere add_rms_norm runs first (x written).
 // Post-norm form (Gemma's post-attention / post-feed-forward norms), y_w given: x_out = (x_in + rms_norm(y) *
 // (y_w + w_offset)) * x_scale, the norm's product rounded to y's dtype -- post_norm_residual's bits, with
 // y_scale 1; y is unspecified afterwards (the CPU form normalises it in place).
@@ -132,10 +132,11 @@ struct AddRmsNorm {
 // p's unfused form: add_rms_norm(out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in); the post-norm
 // form copies x_in into x_out, then post_norm_residual({x_out, y, y_w, out, w, x_scale, w_offset}).
 void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p);
-// Whether a fused projection's `pre` runs in its GEMV prologue on CUDA: BUNSEN_FUSED_NORM=1 (read once;
-// unset or 0: add_rms_norm first; no effect in a build without CUDA), or the test hook. Callers that keep
-// the residual in place unless the prologue runs ask here (model::norms_in_projections).
-bool fused_norm_enabled();
+// Whether a fused projection's `pre` runs in its GEMV prologue on CUDA: the test hook, else
+// BUNSEN_FUSED_NORM=0|1 (read once), else `fallback` (false in a build without CUDA). Callers that keep the
+// residual in place unless the prologue runs ask here (model::norms_in_projections, with their family's
+// measured default); a pre that reaches a projection runs in the prologue unless the switch or hook says 0.
+bool fused_norm_enabled(bool fallback = false);
 // Test hook (process-wide): -1 = BUNSEN_FUSED_NORM, 0 = never, 1 = where it applies. 1 also holds on the CPU,
 // where the forwards then take the prologue's buffer path and every op runs add_rms_norm(pre) first (the
 // same bits), so that path is testable without a GPU.

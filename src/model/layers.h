@@ -85,9 +85,11 @@ void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, cons
 // Whether a forward passes each residual add + RMSNorm to the projection that reads it (a kernels::AddRmsNorm
 // `pre`; the residual alternates between two buffers, since the GEMV prologue writes x_out while other blocks
 // still read x_in): steps of <= kFusedDecodeMaxTokens tokens without an activation hook (hooks see every
-// layer's x in one buffer), with kernels::fused_norm_enabled() (on the CPU only under its test hook).
-inline bool norms_in_projections(bool hooked, int64_t n_tokens) {
-  return !hooked && n_tokens <= kernels::kFusedDecodeMaxTokens && kernels::fused_norm_enabled();
+// layer's x in one buffer), with kernels::fused_norm_enabled(by_default). by_default: the family's CUDA
+// default where the H200 measured it faster (docs/PERFORMANCE.md); false on the CPU (there only the test hook
+// or BUNSEN_FUSED_NORM=1 turns it on, with the same bits).
+inline bool norms_in_projections(bool hooked, int64_t n_tokens, bool by_default) {
+  return !hooked && n_tokens <= kernels::kFusedDecodeMaxTokens && kernels::fused_norm_enabled(by_default);
 }
 
 // The output head's input: rows xo ([n_out, d] f32) through the final RMSNorm, in place; for a quantized head

@@ -204,8 +204,8 @@ void gelu_tanh_mul(void* stream, DevRows out, DevRows gate, DevRows up);  // act
 void softcap(void* stream, DevRows x, float cap);                          // activation.cu
 void softmax(void* stream, DevRows x);
 void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
-// Blocks per argmax row: 0 = BUNSEN_ARGMAX_SPLIT (unset: one), -1 = from the shapes (long rows over several
-// blocks), 1 = one, n = n (capped).
+// Blocks per argmax row: 0 = BUNSEN_ARGMAX_SPLIT (unset: from the shapes), -1 = from the shapes (long rows
+// over several blocks), 1 = one, n = n (capped).
 void set_argmax_parts_for_testing(int parts);
 // ops.h's sample() (sample.cu): one block per row, rows[x.n_rows] (host memory, read at launch).
 struct SampleRow {

@@ -260,7 +260,8 @@ void Hybrid::forward(const ForwardArgs& a) {
   // a hook, kernels::fused_norm_enabled()) the add and norm run inside the projection that reads them
   // (model::Residual, the GEMV's prologue on CUDA), as in llama.cpp's forward; elsewhere add_rms_norm updates
   // x in place.
-  Residual res(x, t[19], norms_in_projections(a.hook != nullptr, n), eps, 1.0f, off);
+  // On by default on CUDA: H200 Qwen3.5-4B shape 340.3 vs 333.2 tok/s.
+  Residual res(x, t[19], norms_in_projections(a.hook != nullptr, n, x.device.is_cuda()), eps, 1.0f, off);
   if (!w_.layers.empty()) kernels::rms_norm(ctx, h, x, w_.layers[0].in_norm, eps, off);
   const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
   for (size_t i = 0; i < w_.layers.size(); ++i) {

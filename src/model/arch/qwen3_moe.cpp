@@ -234,7 +234,7 @@ void Qwen3Moe::forward(const ForwardArgs& a) {
   // As llama.cpp's forward: with norms_in_projections (decode steps without a hook, fused_norm_enabled())
   // each residual add + norm runs in the prologue of the projection that reads it (model::Residual; routed-
   // expert layers run it as add_rms_norm); elsewhere add_rms_norm updates x in place.
-  Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n), eps);
+  Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n, false), eps);  // off: Qwen3's q/k norms
   if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
   const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
   for (size_t i = 0; i < layers_.size(); ++i) {
