@@ -3,14 +3,16 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: tests, decode, families, sampled, defaults, serve, trace (default: all but defaults). Times: tests
-# ~2.5-5.5 minutes, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over
-# calls of < 10 minutes, e.g. `tests trace`, then `decode families`, then `sampled serve`. AB_T: seconds per
-# A/B (default 200).
+# STAGE: tests, q8, decode, families, sampled, defaults, serve, trace (default: tests q8 defaults serve
+# trace). Times: tests ~2.5-5.5 minutes, q8 ~4, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3,
+# trace ~0.5: split them over calls of < 10 minutes, e.g. `tests q8`, then `defaults serve trace`. AB_T:
+# seconds per A/B (default 200).
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (*FusedNorm*, *CudaSample*, *StepPick*, *Argmax*), then the rest of
-#      test_cuda in four parallel shards;
+#   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *RingQuantGemv8*,
+#      *QMmaPlans*), then the rest of test_cuda in four parallel shards;
+#   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
+#      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
 #   2. batch-1 decode A/B (scripts/bench_ab.py, reps alternating): BUNSEN_FUSED_NORM 0|1, BUNSEN_L2_PREFETCH
 #      0|16|64 and BUNSEN_ARGMAX_SPLIT on llama3.1-8b and llama3.2-1b; then (families) the fused norm on
 #      qwen3-8b, qwen3.5-4b and gemma4-e4b (its post-norm form), L2 prefetch and argmax split on the 8B 4-bit,
@@ -42,12 +44,13 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
+NEW_TESTS='*F16QuantGemv8*:*RingQuantGemv8*:*QMmaPlans*'
 tests() {
-  timeout 120 "$G/test_cuda" --gtest_filter='*FusedNorm*:*CudaSample*:*StepPick*:*Argmax*' >"$R/new_tests.txt" 2>&1
+  timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
   for i in 0 1 2 3; do
     GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout "${SHARD_T:-200}" "$G/test_cuda" \
-      --gtest_filter='-*FusedNorm*:*CudaSample*:*StepPick*:*Argmax*' >"$R/shard$i.txt" 2>&1 &
+      --gtest_filter="-$NEW_TESTS" >"$R/shard$i.txt" 2>&1 &
   done
   wait
   for i in 0 1 2 3; do
@@ -83,6 +86,18 @@ families() {
     split:BUNSEN_ARGMAX_SPLIT=1
   ab ab_e4b "--synthetic gemma4-e4b" base:BUNSEN_FUSED_NORM=0 norm:BUNSEN_FUSED_NORM=1 \
     split:BUNSEN_ARGMAX_SPLIT=1 norm_split:BUNSEN_FUSED_NORM=1,BUNSEN_ARGMAX_SPLIT=1
+}
+
+q8() {  # the f16 8-bit GEMV (BUNSEN_QMMA_PLAN8 5, 6) against the register kernel (0)
+  BUNSEN_BENCH_GEMV=1 timeout 150 "$G/test_cuda" --gtest_filter='QMmaPlanBench.Shapes' >"$R/q8_bench.txt" 2>&1
+  echo "gemv bench rc=$?"
+  grep 'BEST' "$R/q8_bench.txt"
+  grep -E '^\[bench\] q8 .*split auto' "$R/q8_bench.txt" | head -40
+  snap
+  ab ab_8b_q8 "--synthetic llama3.1-8b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 f16:BUNSEN_QMMA_PLAN8=5 \
+    f16ring:BUNSEN_QMMA_PLAN8=6
+  ab ab_1b_q8 "--synthetic llama3.2-1b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 f16:BUNSEN_QMMA_PLAN8=5 \
+    f16ring:BUNSEN_QMMA_PLAN8=6
 }
 
 defaults() {  # the committed defaults against everything off, on the shapes whose defaults changed
@@ -144,10 +159,13 @@ trace() {  # where the 1B's step goes with the norms in the prologues
   snap
 }
 
-[ $# -gt 0 ] || set -- tests decode families sampled serve trace
+[ $# -gt 0 ] || set -- tests q8 defaults serve trace
 for stage in "$@"; do
   case $stage in
-    tests | decode | families | sampled | defaults | serve | trace) $stage ;;
-    *) echo "unknown stage $stage (tests, decode, families, sampled, defaults, serve, trace)" >&2; exit 2 ;;
+    tests | q8 | decode | families | sampled | defaults | serve | trace) $stage ;;
+    *)
+      echo "unknown stage $stage (tests, q8, decode, families, sampled, defaults, serve, trace)" >&2
+      exit 2
+      ;;
   esac
 done

@@ -49,7 +49,7 @@ inline void expect_every_qmma_plan_matches_the_cpu(Context& gpu, int bits, std::
             const DType ot = ++variant % 2 == 0 ? DType::kBF16 : DType::kF32;
             OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n});
             linear_q(cpu, want.tensor, x.f32.tensor.slice(0, 0, m), w.host);
-            for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+            for (int plan = 0; plan < cuda::qmma_plan_count(bits); ++plan) {
               bits == 8 ? cuda::set_qmma_plan8_for_testing(plan) : cuda::set_qmma_plan_for_testing(plan);
               DeviceTensor od = DeviceTensor::upload(random_tensor(ot, {m, n}, rng).tensor);
               linear_q(gpu, od.tensor, xd.tensor.slice(0, 0, m), w.dev);

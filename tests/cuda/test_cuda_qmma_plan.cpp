@@ -1,11 +1,12 @@
 // The launch plans of the tiled 4/8-bit tensor-core GEMV (qmma_plan.h, gemv_qmma.cu) on CUDA: the 8-bit
-// ring plans match the CPU at every m, k split and scale dtype (the 4-bit ones: TiledQuantGemvMatchesTheCpu
-// in test_cuda_quant_fused.cpp); every plan is batch invariant (a token's bits at m = 8 equal those at m = 1,
-// plain, multi-part and gated launches, at k = 1,536 and 4,096 and k = 14,336 where the ring plans' x budget
-// splits m = 8 into several launches) and matches the CPU. BUNSEN_BENCH_GEMV=1 adds QMmaPlanBench.Shapes:
-// every Llama-3.1-8B and Llama-3.2-1B decode launch (4 and 8 bits, group 64, m = 1) under every plan and k
-// split, in one run. Skips without a GPU. Invariant: the tests restore the plan / split / tiles hooks
-// whatever happens.
+// ring and f16 plans match the CPU at every m, k split and scale dtype (the 4-bit ones:
+// TiledQuantGemvMatchesTheCpu in test_cuda_quant_fused.cpp); every plan is batch invariant (a token's bits at
+// m = 8 equal those at m = 1, plain, multi-part and gated launches, at k = 1,536 and 4,096 and k = 14,336
+// where the ring plans' x budget splits m = 8 into several launches) and matches the CPU. BUNSEN_BENCH_GEMV=1
+// adds QMmaPlanBench.Shapes: every Llama-3.1-8B and Llama-3.2-1B decode launch (4 and 8 bits, group 64, m =
+// 1) under every plan and k split, in one run. F16QuantGemv8MatchesTheCpuFarOutsideF16Range: the f16 8-bit
+// plans at every group size with x beyond f16's range. Skips without a GPU. Invariant: the tests restore the
+// plan / split / tiles hooks whatever happens.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -42,7 +43,8 @@ const char* plan_name(int bits, int plan) {
   return bits == 4 ? cuda::qmma_plan_name(plan) : cuda::qmma_plan8_name(plan);
 }
 
-// The 8-bit ring plans (BUNSEN_QMMA_PLAN8 1..4; 0 = the register kernel) against the CPU: every m 1..8,
+// Every 8-bit plan (BUNSEN_QMMA_PLAN8: 0 the register kernel, 1..4 the ring, 5 and 6 the f16 kernels) against
+// the CPU: every m 1..8,
 // k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales, every forced k split, bf16/f32 out.
 TEST_F(CudaTest, RingQuantGemv8MatchesTheCpu) {
   RestoreQMma restore;
@@ -68,7 +70,7 @@ TEST_F(CudaTest, QMmaPlansAreBatchInvariant) {
                   want_glu = OwnedTensor::make(DType::kF32, {8, f});
       linear_q(cpu, want.tensor, x.f32.tensor, w.host);
       linear_q_swiglu(cpu, want_glu.tensor, x.f32.tensor, wg.host, wu.host);
-      for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+      for (int plan = 0; plan < cuda::qmma_plan_count(bits); ++plan) {
         set_plan(bits, plan);
         const std::string what = strfmt("%d-bit plan %s k %lld", bits, plan_name(bits, plan), (long long)k);
         // plain
@@ -151,6 +153,77 @@ TEST_F(CudaTest, QMmaLeanStageMathIsBitIdentical) {
                     << " m " << m << " k " << k << " scales " << dtype_name(sb);
             }
       }
+}
+
+// The f16 8-bit plans (BUNSEN_QMMA_PLAN8 5, 6: codes as f16 1024 + q, x staged as f16 scaled by a power of
+// two per token and group) against the CPU at groups 32, 64 and 128 and k not a multiple of 512, with x far
+// outside f16's range: token rows of one magnitude each (1, 1e6 and 1e12 past f16's 65,504; 1e-9 and 1e-30
+// below its normal range; zeros; 3e4) and a row mixing them group by group. Each token's outputs must be
+// within 1e-4 of that token's own largest |want| (so the small rows are judged at their own scale): plain,
+// multi-part and gated launches, bf16/f16 scales, m 1, 3 and 8, every forced split.
+TEST_F(CudaTest, F16QuantGemv8MatchesTheCpuFarOutsideF16Range) {
+  RestoreQMma restore;
+  std::mt19937 rng(854);
+  Context cpu;
+  const float regimes[] = {1.0f, 1e6f, 1e-9f, 0.0f, 3e4f, 1e-30f, 1e12f};
+  for (int group : {32, 64, 128})
+    for (DType sb : {DType::kBF16, DType::kF16}) {
+      const int64_t k = group * 14, n = 45, f = 21;  // an even group count: plan 6's ring takes group 64
+      RandomQuantWeight w(n, k, 8, group, sb, rng), wg(f, k, 8, group, sb, rng), wu(f, k, 8, group, sb, rng);
+      OwnedTensor xb = OwnedTensor::make(DType::kBF16, {8, k});
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (int64_t i = 0; i < 8; ++i)
+        for (int64_t j = 0; j < k; ++j) {
+          const float mul = i < 7 ? regimes[i] : regimes[(j / group) % 7];
+          store_f(xb.tensor.ptr<char>() + i * k * 2, DType::kBF16, j, dist(rng) * mul);
+        }
+      const OwnedTensor xf = to_f32(xb.tensor);
+      const DeviceTensor xd = DeviceTensor::upload(xb.tensor);
+      for (int64_t m : {1, 3, 8}) {
+        OwnedTensor want = OwnedTensor::make(DType::kF32, {m, n}),
+                    want_g = OwnedTensor::make(DType::kF32, {m, f});
+        OwnedTensor want_glu = OwnedTensor::make(DType::kF32, {m, f});
+        linear_q(cpu, want.tensor, xf.tensor.slice(0, 0, m), w.host);
+        linear_q(cpu, want_g.tensor, xf.tensor.slice(0, 0, m), wg.host);
+        linear_q_swiglu(cpu, want_glu.tensor, xf.tensor.slice(0, 0, m), wg.host, wu.host);
+        for (int plan = 5; plan < cuda::kQMmaPlans8; ++plan)
+          for (int split : {0, 1, 2, 8}) {
+            cuda::set_qmma_plan8_for_testing(plan);
+            cuda::set_linear_q_split_for_testing(split);
+            const std::string what =
+                strfmt("plan %s group %d scales %s m %lld split %d", cuda::qmma_plan8_name(plan), group,
+                       dtype_name(sb), (long long)m, split);
+            DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+            linear_q(ctx_, o.tensor, xd.tensor.slice(0, 0, m), w.dev);
+            DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+            DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+            const QuantLinearPart parts[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
+            linear_q_multi(ctx_, xd.tensor.slice(0, 0, m), parts);
+            DeviceTensor gl = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+            linear_q_swiglu(ctx_, gl.tensor, xd.tensor.slice(0, 0, m), wg.dev, wu.dev);
+            const std::pair<std::vector<float>, const OwnedTensor*> checks[] = {
+                {values(o.download().tensor), &want},
+                {values(p0.download().tensor), &want},
+                {values(p1.download().tensor), &want_g},
+                {values(gl.download().tensor), &want_glu}};
+            const char* kinds[] = {"linear_q", "linear_q_multi part 0", "linear_q_multi part 1",
+                                   "linear_q_swiglu"};
+            for (int c = 0; c < 4; ++c) {
+              const std::vector<float> ref = values(checks[c].second->tensor);
+              const size_t cols = ref.size() / static_cast<size_t>(m);
+              for (int64_t i = 0; i < m; ++i) {
+                const auto row = [&](const std::vector<float>& v) {
+                  return std::vector<float>(v.begin() + i * cols, v.begin() + (i + 1) * cols);
+                };
+                expect_close(
+                    row(checks[c].first), row(ref), 1e-4f,
+                    strfmt("%s token %lld (x ~%g) ", kinds[c], (long long)i, i < 7 ? regimes[i] : -1.0) +
+                        what);
+              }
+            }
+          }
+      }
+    }
 }
 
 // ---------------------------------------------------------------- bench (BUNSEN_BENCH_GEMV=1)
@@ -236,7 +309,7 @@ TEST_F(QMmaPlanBench, Shapes) {
       };
       double best_us = 1e30;
       std::string best;
-      for (int plan = 0; plan < cuda::kQMmaPlans; ++plan) {
+      for (int plan = 0; plan < cuda::qmma_plan_count(bits); ++plan) {
         set_plan(bits, plan);
         for (int split : {0, 1, 2, 4, 8}) {
           cuda::set_linear_q_split_for_testing(split);

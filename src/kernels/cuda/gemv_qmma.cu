@@ -4,22 +4,27 @@
 // pipeline stages in flight, the first issued before the programmatic-dependent-launch wait), turns the
 // codes into exact bf16 integers and feeds mma.m16n8k16 (rows x tokens, f32 accumulate); per group and row
 // acc += scale * sum(q * x) + bias * sum(x). Warps splitting k meet in shared memory; bias, SiLU (or
-// tanh-GELU) gating and the output conversion are fused into the store. Four kernels:
+// tanh-GELU) gating and the output conversion are fused into the store. Five kernels:
 // - gemv_qmma_tile_kernel (every 4-bit launch at group 64 with bf16 x and k % 512 == 0): as the next one, but
 //   each warp's weights arrive as 16-row x 256-byte tiles copied with cp.async into its shared memory (long
 //   contiguous row reads instead of 32 bytes of 8 rows per load; scales and biases in the same copies), and
 //   a staged tile is consumed by the lean stage math (compute_tile, BUNSEN_QMMA_LEAN).
-// - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the order the MMAs
+// - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the order
+// the MMAs
 //   read it (f32 x as bf16 hi + lo parts, two MMAs each) with each group's sum(x); 4-bit codes enter as
 //   128 + q (one mask-and-or per pair; bias' = bias - 128 scale), 8-bit codes as two such nibbles against
 //   x and 16 x. About half the instructions per weight byte of the other kernel, and no x traffic in the
 //   loop. x rows that do not fit one block's shared memory run as several launches.
-// - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an all-ones
+// - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an
+// all-ones
 //   MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
-// - gemv_qmma_ring_kernel (gemv_qmma_ring.cu; BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8 bits;
+// - gemv_qmma_ring_kernel (gemv_qmma_ring.cu; BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8
+// bits;
 //   group 64, bf16 x, k % 512 == 0; qmma_plan.h): the tile kernel with W warps per block and an S-stage
 //   cp.async ring per warp whose first S stages are issued before the PDL wait, split from the real
 //   residency (smem-limited blocks per SM).
+// - gemv_qmma_h8_kernel (gemv_qmma_h8.cu; BUNSEN_QMMA_PLAN8 5 and 6, any group, bf16 x): 8-bit codes as f16
+//   1024 + q (one PRMT per pair) against x staged as f16 scaled by a power of two per (token, group).
 // The device pieces the kernels share (tiles, stage math, x staging, epilogue) are in gemv_qmma_tiles.cuh.
 // Not a general GEMM (m > 8 goes to dequant_q.cu) and not for 2/3/5/6 bits (gemv_q.cu).
 // Invariants: every output element is written by exactly one lane; the k split, the lane's k order and
@@ -248,7 +253,7 @@ bool tiles_fit(const QMmaArgs& a);
 
 bool smem_fits(const QMmaArgs& a) {
   const int v = qmma_variant();
-  const bool ring8 = a.bits == 8 && a.group_size == 64 && qmma_plan8() != 0 && tiles_fit(a);
+  const bool ring8 = a.bits == 8 && a.group_size == 64 && is_ring_plan8(qmma_plan8()) && tiles_fit(a);
   const bool wanted = v < 0 ? a.bits == 4 || ring8 : v != 0;
   return wanted && a.part[0].w.sb_dtype != DType::kF32 && smem_rows(a) >= 1;
 }
@@ -291,7 +296,8 @@ bool tiles_wanted() {
 }
 
 bool tiles_fit(const QMmaArgs& a) {
-  const bool bits_ok = a.bits == 4 || (a.bits == 8 && qmma_plan8() != 0);  // 8 bits: the ring kernel only
+  const bool bits_ok =
+      a.bits == 4 || (a.bits == 8 && is_ring_plan8(qmma_plan8()));  // 8 bits: the ring kernel only
   if (!bits_ok || a.group_size != 64 || a.x_dtype != DType::kBF16 || a.k % (64 * kTileGroups) != 0 ||
       !tiles_wanted())
     return false;
@@ -349,8 +355,12 @@ cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a) {
       return a.glu ? launch_tiles<Bf16, true>(stream, a) : launch_tiles<Bf16, false>(stream, a);
     }
   }
+  if constexpr (kBits == 8) {
+    if (h8_fits(a, qmma_plan8())) return launch_h8_kernel(stream, a, qmma_plan8());
+  }
   if constexpr (kBits == 8 && kGroup == 64) {
-    if (qmma_plan8() != 0 && tiles_fit(a) && smem_fits(a)) return launch_ring_kernel(stream, a, qmma_plan8());
+    if (is_ring_plan8(qmma_plan8()) && tiles_fit(a) && smem_fits(a))
+      return launch_ring_kernel(stream, a, qmma_plan8());
   }
   if (smem_fits(a))
     return a.part[0].w.sb_dtype == DType::kF16 ? launch_smem_x<kBits, kGroup, Half>(stream, a)
@@ -398,7 +408,7 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
                     q.group_size, q.n_parts, (int)q.glu);
     });
   };
-  const int64_t rows = smem_fits(a) ? smem_rows(a) : a.m;
+  const int64_t rows = h8_fits(a, qmma_plan8()) ? h8_rows(a) : smem_fits(a) ? smem_rows(a) : a.m;
   if (rows >= a.m) return one(a);
   const size_t xs = dtype_size(a.x_dtype), os = dtype_size(a.out_dtype);
   for (int64_t i0 = 0; i0 < a.m; i0 += rows) {  // x too large for one launch's shared memory
@@ -440,10 +450,10 @@ void set_qmma_plan_for_testing(int plan) {
 
 int qmma_plan8() {
   const int forced = g_plan8.load();
-  if (forced >= 0 && forced < kQMmaPlans) return forced;
+  if (forced >= 0 && forced < kQMmaPlans8) return forced;
   static const int env = [] {
     const int v = env_int("BUNSEN_QMMA_PLAN8", 0);
-    return v >= 0 && v < kQMmaPlans ? v : 0;
+    return v >= 0 && v < kQMmaPlans8 ? v : 0;
   }();
   return env;
 }
@@ -464,8 +474,9 @@ void set_qmma_lean_for_testing(int mode) {
 }
 
 const char* qmma_plan8_name(int plan) {
-  static const char* const names[kQMmaPlans] = {"w8-regs", "w8s2-ring", "w4s2-ring", "w4s3-ring", "w2s4-ring"};
-  return plan >= 0 && plan < kQMmaPlans ? names[plan] : "?";
+  static const char* const names[kQMmaPlans8] = {"w8-regs",   "w8s2-ring", "w4s2-ring", "w4s3-ring",
+                                                 "w2s4-ring", "f16-regs",  "f16-ring4"};
+  return plan >= 0 && plan < kQMmaPlans8 ? names[plan] : "?";
 }
 
 const char* qmma_plan_name(int plan) {

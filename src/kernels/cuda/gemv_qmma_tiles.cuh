@@ -556,5 +556,10 @@ int forced_split();
 cudaError_t launch_ring_kernel(cudaStream_t stream, const QMmaArgs& a, int plan);
 // gemv_qmma_ring.cu: the shared x (+ group sums) budget of one block of ring plan `plan` (1..4).
 size_t ring_plan_x_budget(int bits, int plan);
+// gemv_qmma_h8.cu: whether launch a takes the f16 8-bit kernel under 8-bit plan `plan` (is_h8_plan8, bf16
+// x, bf16/f16 scales, one row of x fits), the rows of x one of its launches takes, and the launch.
+bool h8_fits(const QMmaArgs& a, int plan);
+int64_t h8_rows(const QMmaArgs& a);
+cudaError_t launch_h8_kernel(cudaStream_t stream, const QMmaArgs& a, int plan);
 
 }  // namespace bunsen::kernels::cuda::qmma

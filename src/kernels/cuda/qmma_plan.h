@@ -21,9 +21,24 @@ void set_qmma_plan_for_testing(int plan);
 // "w8s2-tile", "w8s4-ring", ...: for bench output.
 const char* qmma_plan_name(int plan);
 
-// 8 bits, group 64 (bf16 x, k % 512 == 0): 0: gemv_qmma_kernel, the register kernel (the default);
+// 8 bits: 0: gemv_qmma_kernel, the register kernel (the default); group 64 (bf16 x, k % 512 == 0):
 // 1: ring 8 warps x 2 stages; 2: 4 x 2; 3: 4 x 3; 4: 2 x 4 (an 8-bit stage is 8,960 B: 512 B rows), each
-// with the ring cost model. BUNSEN_QMMA_PLAN8 (read once) / the hook, as for 4 bits.
+// with the ring cost model; any group (bf16 x, bf16/f16 scales): 5: the f16 kernel (gemv_qmma_h8.cu: one
+// PRMT per code pair, x as scaled f16 in shared memory), 32 bytes of each row per stage, 2 blocks/SM;
+// 6: (group 64 with 4-byte aligned scale/bias rows; else as 5) the same math with each lane's weights
+// copied by cp.async into a 4-stage ring in shared memory, 2 blocks/SM. BUNSEN_QMMA_PLAN8 (read once) / the
+// hook, as for 4 bits.
+constexpr int kQMmaPlans8 = 7;
+constexpr bool is_ring_plan8(int plan) {
+  return plan >= 1 && plan <= 4;
+}
+constexpr bool is_h8_plan8(int plan) {
+  return plan >= 5 && plan < kQMmaPlans8;
+}
+// The plans of a bit width: kQMmaPlans at 4 bits, kQMmaPlans8 at 8.
+constexpr int qmma_plan_count(int bits) {
+  return bits == 8 ? kQMmaPlans8 : kQMmaPlans;
+}
 int qmma_plan8();
 void set_qmma_plan8_for_testing(int plan);
 const char* qmma_plan8_name(int plan);

@@ -1,0 +1,403 @@
+// The f16 form of the 8-bit tensor-core quantized GEMV (BUNSEN_QMMA_PLAN8 5 and 6; gemv_qmma.cu describes the
+// family; not a default until an H200 A/B says so). The register kernel (plan 0) turns every pair of 8-bit
+// codes into bf16 with two PRMT, two FADD and a CVT, and the nibble form (shared-memory and ring kernels)
+// with seven LOP3/SHF per four codes and two MMAs; here one PRMT per pair does it: a byte under f16's
+// exponent of 1024 reads 1024 + q exactly (ulp 1), so the codes feed mma.m16n8k16 in f16 as they are and
+// bias' = bias - 1024 scale folds the offset back (as the 4-bit kernels fold their 128).
+// x must then be f16 too, which holds 65,504 at most: the block stages x into shared memory scaled per
+// (token, group) by the power of two 2^s that puts the group's largest finite |x| in [2^14, 2^15), so every
+// bf16 value converts exactly (f16's 11 significant bits hold bf16's 8) except those below 2^-38 of the
+// group's largest (they round to f16 subnormals); the group's sum(q x') is scaled back by 2^-s (exact) with
+// its scale: acc += scale (2^-s sum((1024 + q) x')) + bias' sum(x). Products (11 x 11 significant bits) are
+// exact in the f32 accumulators, as in the bf16 kernels.
+// Layout and loop are gemv_qmma_smem_kernel's: a warp owns 16 weight rows (gated: 8 gate + 8 up) and a
+// slice of k, a lane streams its quarter of each group of its 2 rows (16-byte non-allocating loads,
+// kStageWords words of each row per stage, two stages, both issued before the PDL wait; plan 6: a 4-stage
+// cp.async ring in shared memory instead, gemv_qmma_h8_ring_kernel), x comes from shared memory in natural
+// order (lane t's B fragment is x[4j .. 4j + 3] of its quarter, as its A fragment is codes 4j .. 4j + 3).
+// Invariants: as gemv_qmma.cu's (the k split depends on rows, k, group and the GPU, never on m; a token's
+// bits do not depend on the other rows of x); every output element is written by exactly one lane.
+#include "kernels/cuda/gemv_qmma_tiles.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace bunsen::kernels::cuda::qmma {
+namespace {
+
+// c += A · B for one m16n8k16 f16 tile (A rows = weight rows, B columns = tokens), f32 accumulate.
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Bytes kB and kB + 1 of w (8-bit codes) as the f16x2 pair (1024 + q0, 1024 + q1): each byte under the
+// high byte 0x64 (f16's exponent of 1024). One PRMT.
+template <int kB>
+__device__ __forceinline__ uint32_t codes_1024(uint32_t w) {
+  return __byte_perm(w, 0x64u, kB == 0 ? 0x4140 : 0x4342);
+}
+
+// The shift s of a group whose largest finite |x| is mx: mx 2^s lies in [2^14, 2^15), s clamped to
+// [-113, 126] (2^s and 2^-s stay normal floats); 0 for a group of zeros, infinities or NaNs (those convert
+// to themselves).
+__device__ __forceinline__ int group_shift(float mx) {
+  if (!(mx > 0.0f)) return 0;
+  int e = 0;
+  frexpf(mx, &e);  // mx = f 2^e, f in [0.5, 1)
+  return min(max(15 - e, -113), 126);
+}
+
+__device__ __forceinline__ float pow2(int s) {  // s in [-126, 127]
+  return __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
+}
+
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Shared bytes of a launch: m rows of k / 8 + 1 16-byte words of f16 x (one word of padding spreads the
+// rows over the banks), then m x (k / group) group sums and as many scale-backs 2^-s.
+__host__ __device__ inline size_t h8_bytes(const QMmaArgs& a) {
+  return static_cast<size_t>(a.m) * static_cast<size_t>(a.k / 8 + 1) * 16 +
+         2 * static_cast<size_t>(a.m) * static_cast<size_t>(a.k / a.group_size) * 4;
+}
+
+// Copies x (bf16) into shared memory as f16 scaled per (token, group) (see above), with every group's sum
+// of x (f32 over the bf16 values, a fixed shuffle tree over the group's kGroup / 8 consecutive threads:
+// the same tree for any m) and its 2^-s; ends with a block barrier. Each thread issues up to kBatch loads
+// before it uses any (x is read after the PDL wait, so its round trips are the launch's latency).
+template <int kGroup>
+__device__ __forceinline__ void stage_x_h8(const QMmaArgs& a, uint4* xs, float* gsum, float* gback) {
+  constexpr int kG8 = kGroup / 8;
+  constexpr int kBatch = 4;
+  const int k8 = static_cast<int>(a.k / 8), row_chunks = k8 + 1, ng = static_cast<int>(a.k / kGroup);
+  const int total = static_cast<int>(a.m) * k8;
+  const Bf16* x = static_cast<const Bf16*>(a.x);
+  for (int base = 0; base < total; base += kBatch * kThreads) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int c = base + b * kThreads + static_cast<int>(threadIdx.x);
+      v[b] = make_uint4(0, 0, 0, 0);
+      if (c < total) {
+        const int r = c / k8;
+        v[b] = __ldg(reinterpret_cast<const uint4*>(x + r * a.x_stride + (c - r * k8) * 8));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int c = base + b * kThreads + static_cast<int>(threadIdx.x);
+      if (base + b * kThreads >= total) break;  // uniform over the block: whole warps shuffle below
+      const uint32_t w[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+      float f[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+      float sum = 0.0f, mx = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        sum += f[e];
+        mx = fmaxf(mx, isfinite(f[e]) ? fabsf(f[e]) : 0.0f);
+      }
+#pragma unroll
+      for (int o = 1; o < kG8; o <<= 1) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      }
+      if (c < total) {
+        const int s = group_shift(mx);
+        const float up = pow2(s);
+        const int r = c / k8, col = c - r * k8;
+        xs[r * row_chunks + col] =
+            make_uint4(half2_bits(f[0] * up, f[1] * up), half2_bits(f[2] * up, f[3] * up),
+                       half2_bits(f[4] * up, f[5] * up), half2_bits(f[6] * up, f[7] * up));
+        if ((threadIdx.x & (kG8 - 1)) == 0) {
+          gsum[r * ng + col / kG8] = sum;
+          gback[r * ng + col / kG8] = pow2(-s);
+        }
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// acc += one group: cq = sum((1024 + q) x') over the lane's rows g, g + 8 (words wa, wb: codes 4j .. 4j + 3
+// of the lane's quarter in word j) and tokens 2t, 2t + 1, then acc[e] += scale (2^-s cq[e]) + (bias - 1024
+// scale) sum(x). xg: the lane's token row of shared x at its quarter of the group (x_ok false: token g is
+// past m, its B column is zero); p / co: the scale-backs and sums of tokens 2t, 2t + 1.
+template <int kWpg>
+__device__ __forceinline__ void group_h8(const uint32_t* wa, const uint32_t* wb, const uint4* xg, bool x_ok,
+                                         float s0, float s1, float bias0, float bias1, float p0, float p1,
+                                         float co0, float co1, float (&acc)[4]) {
+  float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // Words j, j + 1 of each row: codes 4j .. 4j + 7 of the lane's quarter; shared word j / 2 holds the
+  // matching 8 activations. A fragment: (row g | g + 8) x (codes 4j, 4j + 1 | 4j + 2, 4j + 3).
+#pragma unroll
+  for (int j = 0; j < kWpg; j += 2) {
+    const uint4 xv = x_ok ? xg[j / 2] : make_uint4(0, 0, 0, 0);
+    mma_f16(cq, codes_1024<0>(wa[j]), codes_1024<0>(wb[j]), codes_1024<2>(wa[j]), codes_1024<2>(wb[j]), xv.x,
+            xv.y);
+    mma_f16(cq, codes_1024<0>(wa[j + 1]), codes_1024<0>(wb[j + 1]), codes_1024<2>(wa[j + 1]),
+            codes_1024<2>(wb[j + 1]), xv.z, xv.w);
+  }
+  const float b0 = fmaf(-1024.0f, s0, bias0), b1 = fmaf(-1024.0f, s1, bias1);
+  // cq 2^-s first (exact: back to x's own scale), so a small scale times a small 2^-s never underflows
+  acc[0] = fmaf(s0, cq[0] * p0, fmaf(b0, co0, acc[0]));
+  acc[1] = fmaf(s0, cq[1] * p1, fmaf(b0, co1, acc[1]));
+  acc[2] = fmaf(s1, cq[2] * p0, fmaf(b1, co0, acc[2]));
+  acc[3] = fmaf(s1, cq[3] * p1, fmaf(b1, co1, acc[3]));
+}
+
+// acc += the groups of stage `it` (group_h8 each). xrow: the lane's token row of shared x at its quarter of
+// group 0; gs0 / gs1 and gb0 / gb1: the sums and scale-backs of tokens 2t / 2t + 1 (token 0's past m: those
+// columns are never stored).
+template <int kGroup, typename SBT, int kU>
+__device__ __forceinline__ void compute_stage_h8(const Stage<8, kGroup, SBT, kU>& st, int it, int ng,
+                                                 const uint4* xrow, bool x_ok, const float* gs0,
+                                                 const float* gs1, const float* gb0, const float* gb1,
+                                                 float (&acc)[4]) {
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int grp = it * kU + u;
+    if (grp >= ng) break;
+    group_h8<Geom<8, kGroup>::kWpg>(st.w[u][0], st.w[u][1], xrow + grp * (kGroup / 8), x_ok,
+                                    sb_f32(st.s[u][0], SBT{}), sb_f32(st.s[u][1], SBT{}),
+                                    sb_f32(st.b[u][0], SBT{}), sb_f32(st.b[u][1], SBT{}), gb0[grp], gb1[grp],
+                                    gs0[grp], gs1[grp], acc);
+  }
+}
+
+// Groups per stage: kStageWords words of each of the lane's 2 rows, at least one group.
+template <int kGroup, int kStageWords>
+struct H8Stage {
+  static constexpr int kU = Geom<8, kGroup>::kWpg >= kStageWords ? 1 : kStageWords / Geom<8, kGroup>::kWpg;
+};
+
+template <int kGroup, typename SBT, bool kGlu, int kStageWords, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    gemv_qmma_h8_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  using G = Geom<8, kGroup>;
+  constexpr int kU = H8Stage<kGroup, kStageWords>::kU;
+  extern __shared__ uint4 xs[];
+  __shared__ float4 partial[kWarps][32];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int slice = warp % split;
+  int part = 0;
+  int64_t n0 = 0;
+  const bool active =
+      locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + warp / split, part, n0);
+  const LaneRows<SBT> lr = lane_rows<kGlu, SBT>(a, part, n0, g, t * G::kWpg);
+  const int ng = static_cast<int>(a.k / kGroup), n_iter = (ng + kU - 1) / kU;
+  Stage<8, kGroup, SBT, kU> sa, sb;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int it = slice;
+  // weights depend on no earlier kernel: both stages in flight before the wait
+  if (active && it < n_iter) load_stage(sa, lr, it, ng);
+  if (active && it + split < n_iter) load_stage(sb, lr, it + split, ng);
+  pdl_wait();
+  const int row_chunks = static_cast<int>(a.k / 8) + 1;
+  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
+  float* gback = gsum + a.m * ng;
+  stage_x_h8<kGroup>(a, xs, gsum, gback);
+  const bool x_ok = g < a.m;
+  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
+  const int tok0 = 2 * t < a.m ? 2 * t : 0, tok1 = 2 * t + 1 < a.m ? 2 * t + 1 : 0;
+  const float *gs0 = gsum + tok0 * ng, *gs1 = gsum + tok1 * ng, *gb0 = gback + tok0 * ng,
+              *gb1 = gback + tok1 * ng;
+  for (; active && it < n_iter; it += 2 * split) {
+    compute_stage_h8<kGroup, SBT, kU>(sa, it, ng, xrow, x_ok, gs0, gs1, gb0, gb1, acc);
+    if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
+    if (it + split >= n_iter) break;
+    compute_stage_h8<kGroup, SBT, kU>(sb, it + split, ng, xrow, x_ok, gs0, gs1, gb0, gb1, acc);
+    if (it + 3 * split < n_iter) load_stage(sb, lr, it + 3 * split, ng);
+  }
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+}
+
+// ---- the lane ring (plan 6; group 64): the same math with the weights staged through shared memory ----
+// Registers bound how many bytes the kernel above keeps in flight (two 64-byte stages per lane, 16 warps per
+// SM: ~32-64 KB per SM). Here each lane copies its own 16 bytes of each group of its 2 rows with cp.async
+// into a kRingStages-deep ring of its warp's shared memory (lane-contiguous, so its 16-byte reads never
+// conflict), and the 4 lanes of a quad copy the rows' scales and biases (lane 4g + t: t = 0 scales, 1 biases
+// of row g; 2, 3 of row g + 8; kRingU values each, one 4-byte copy); the first kRingStages stages are issued
+// before the PDL wait: up to ~128 KB per SM in flight. Needs 4-byte aligned scale/bias runs (ring_fits).
+constexpr int kRingU = 2;       // groups per stage: 32 bytes of each of the lane's rows
+constexpr int kRingStages = 4;  // ring depth
+
+struct LaneSlot {
+  uint4 codes[2][kRingU][32];  // [row g | g + 8][group][lane]
+  uint32_t sb[32];             // [lane 4g + t]: kRingU bf16/f16 values of the run lane 4g + t copies
+};
+constexpr size_t kLaneRingBytes = sizeof(LaneSlot) * kRingStages * kWarps;
+
+// 4 bytes global -> shared, asynchronous; only the first src_bytes (0, 2 or 4) are read, the rest zeroed.
+__device__ __forceinline__ void cp_async_4_zfill(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+template <typename SBT, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_h8_ring_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  constexpr int kGroup = 64;
+  using G = Geom<8, kGroup>;
+  extern __shared__ uint4 xs[];
+  __shared__ float4 partial[kWarps][32];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int slice = warp % split;
+  int part = 0;
+  int64_t n0 = 0;
+  const bool active =
+      locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + warp / split, part, n0);
+  const LaneRows<SBT> lr = lane_rows<kGlu, SBT>(a, part, n0, g, t * G::kWpg);
+  const int ng = static_cast<int>(a.k / kGroup), n_iter = (ng + kRingU - 1) / kRingU;
+  const int row_chunks = static_cast<int>(a.k / 8) + 1;
+  const size_t x_uint4 = (h8_bytes(a) + 15) / 16;
+  LaneSlot* ring = reinterpret_cast<LaneSlot*>(xs + x_uint4) + warp * kRingStages;
+  const SBT* sb_src = t == 0 ? lr.s[0] : t == 1 ? lr.b[0] : t == 2 ? lr.s[1] : lr.b[1];
+  auto issue = [&](int it, LaneSlot& slot) {
+    const int grp0 = it * kRingU;
+#pragma unroll
+    for (int u = 0; u < kRingU; ++u) {
+      if (grp0 + u >= ng) break;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) cp_async_16(&slot.codes[r][u][lane], lr.w[r] + (grp0 + u) * G::kGroupWords);
+    }
+    cp_async_4_zfill(&slot.sb[lane], sb_src + grp0, 2 * min(kRingU, ng - grp0));
+  };
+  // This warp's stages: slice, slice + split, ... (warp-uniform count).
+  const int mine = active && slice < n_iter ? (n_iter - slice + split - 1) / split : 0;
+#pragma unroll
+  for (int st = 0; st < kRingStages; ++st) {  // weights depend on no earlier kernel
+    if (st < mine) issue(slice + st * split, ring[st]);
+    cp_async_commit_group();
+  }
+  pdl_wait();
+  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
+  float* gback = gsum + a.m * ng;
+  stage_x_h8<kGroup>(a, xs, gsum, gback);
+  const bool x_ok = g < a.m;
+  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
+  const int tok0 = 2 * t < a.m ? 2 * t : 0, tok1 = 2 * t + 1 < a.m ? 2 * t + 1 : 0;
+  const float *gs0 = gsum + tok0 * ng, *gs1 = gsum + tok1 * ng, *gb0 = gback + tok0 * ng,
+              *gb1 = gback + tok1 * ng;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int slot = 0;
+  for (int j = 0; j < mine; ++j) {
+    cp_async_wait_group<kRingStages - 1>();
+    __syncwarp();  // the quad's scale/bias copies are visible
+    const LaneSlot& ls = ring[slot];
+    const int it = slice + j * split;
+    const uint32_t sb[4] = {ls.sb[4 * g], ls.sb[4 * g + 1], ls.sb[4 * g + 2], ls.sb[4 * g + 3]};
+#pragma unroll
+    for (int u = 0; u < kRingU; ++u) {
+      const int grp = it * kRingU + u;
+      if (grp >= ng) break;
+      const uint4 va = ls.codes[0][u][lane], vb = ls.codes[1][u][lane];
+      const uint32_t wa[4] = {va.x, va.y, va.z, va.w}, wb[4] = {vb.x, vb.y, vb.z, vb.w};
+      auto half_of = [u](uint32_t w) { return static_cast<unsigned short>(u == 0 ? w & 0xffffu : w >> 16); };
+      group_h8<G::kWpg>(wa, wb, xrow + grp * (kGroup / 8), x_ok, sb_f32(half_of(sb[0]), SBT{}),
+                        sb_f32(half_of(sb[2]), SBT{}), sb_f32(half_of(sb[1]), SBT{}),
+                        sb_f32(half_of(sb[3]), SBT{}), gb0[grp], gb1[grp], gs0[grp], gs1[grp], acc);
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (j + kRingStages < mine) issue(slice + (j + kRingStages) * split, ring[slot]);
+    cp_async_commit_group();
+    slot = slot + 1 == kRingStages ? 0 : slot + 1;
+  }
+  cp_async_wait_group<0>();  // no copy outlives the block (only empty groups can be pending here)
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+}
+
+template <typename SBT, bool kGlu>
+cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
+  auto kernel = gemv_qmma_h8_ring_kernel<SBT, kGlu>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + 16 + kLaneRingBytes,
+                     "linear_q (8-bit f16 tensor-core GEMV, lane ring)");
+  // Residency from one row of x (the k split must not depend on m; more rows only lower it).
+  QMmaArgs one = a;
+  one.m = 1;
+  int bps = 0;
+  const size_t smem_one = (h8_bytes(one) + 15) / 16 * 16 + kLaneRingBytes;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kThreads, smem_one) != cudaSuccess) bps = 1;
+  bps = std::max(bps, 1);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * bps;
+  const int64_t tiles = total_tiles(a), iters = (a.k / 64 + kRingU - 1) / kRingU;
+  const int forced = forced_split();
+  const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
+  const int64_t per_block = kWarps / split;
+  return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
+                    (h8_bytes(a) + 15) / 16 * 16 + kLaneRingBytes, stream, a, split);
+}
+
+template <int kGroup, typename SBT, bool kGlu, int kStageWords, int kMinBlocks>
+cudaError_t launch_as(cudaStream_t stream, const QMmaArgs& a) {
+  constexpr int kU = H8Stage<kGroup, kStageWords>::kU;
+  auto kernel = gemv_qmma_h8_kernel<kGroup, SBT, kGlu, kStageWords, kMinBlocks>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax,
+                     "linear_q (8-bit f16 tensor-core GEMV)");
+  // The k split is modelled on the register-limited residency only, so it never depends on m.
+  static const int by_regs = occupancy(kernel, kThreads);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
+  const int64_t tiles = total_tiles(a), iters = (a.k / kGroup + kU - 1) / kU;
+  const int forced = forced_split();
+  const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
+  const int64_t per_block = kWarps / split;
+  return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
+                    h8_bytes(a), stream, a, split);
+}
+
+template <int kGroup, typename SBT, bool kGlu>
+cudaError_t launch_plan(cudaStream_t stream, const QMmaArgs& a) {
+  // ptxas, sm_90a: 108-128 registers, no spills but 8 bytes at group 32.
+  return launch_as<kGroup, SBT, kGlu, 8, 2>(stream, a);
+}
+
+// Whether the lane ring takes launch a: group 64 and every part's scale/bias rows 4-byte aligned runs.
+bool ring_fits(const QMmaArgs& a) {
+  if (a.group_size != 64) return false;
+  for (int p = 0; p < a.n_parts; ++p) {
+    const QuantView& w = a.part[p].w;
+    if (w.sb_stride % 2 != 0 || reinterpret_cast<uintptr_t>(w.scales) % 4 != 0 ||
+        reinterpret_cast<uintptr_t>(w.biases) % 4 != 0)
+      return false;
+  }
+  return true;
+}
+
+template <typename SBT, bool kGlu>
+cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a, int plan) {
+  if (plan == 6 && ring_fits(a)) return launch_ring<SBT, kGlu>(stream, a);
+  if (a.group_size == 32) return launch_plan<32, SBT, kGlu>(stream, a);
+  if (a.group_size == 64) return launch_plan<64, SBT, kGlu>(stream, a);
+  return launch_plan<128, SBT, kGlu>(stream, a);
+}
+
+}  // namespace
+
+int64_t h8_rows(const QMmaArgs& a) {
+  QMmaArgs r = a;
+  for (r.m = a.m; r.m > 0; --r.m)
+    if (h8_bytes(r) <= kSmemMax) break;
+  return r.m;
+}
+
+bool h8_fits(const QMmaArgs& a, int plan) {
+  return a.bits == 8 && is_h8_plan8(plan) && a.x_dtype == DType::kBF16 &&
+         a.part[0].w.sb_dtype != DType::kF32 && h8_rows(a) >= 1;
+}
+
+cudaError_t launch_h8_kernel(cudaStream_t stream, const QMmaArgs& a, int plan) {
+  if (a.part[0].w.sb_dtype == DType::kF16)
+    return a.glu ? launch_group<Half, true>(stream, a, plan) : launch_group<Half, false>(stream, a, plan);
+  return a.glu ? launch_group<Bf16, true>(stream, a, plan) : launch_group<Bf16, false>(stream, a, plan);
+}
+
+}  // namespace bunsen::kernels::cuda::qmma
