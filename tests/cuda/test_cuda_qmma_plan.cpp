@@ -9,6 +9,7 @@
 // plan / split / tiles hooks whatever happens.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,6 +34,26 @@ struct RestoreQMma {
     cuda::set_qmma_lean_for_testing(-1);
   }
 };
+
+// linear_q (w), linear_q_multi (parts w, wg) and linear_q_swiglu (gate wg, up wu) of x's first m rows on
+// `gpu`, each output first filled with random values (an element no lane writes shows): the plain output,
+// multi-part part 0 and part 1, and the gated output.
+std::array<std::vector<float>, 4> run_launch_kinds(Context& gpu, const Tensor& x, int64_t m,
+                                                   const RandomQuantWeight& w, const RandomQuantWeight& wg,
+                                                   const RandomQuantWeight& wu, std::mt19937& rng) {
+  const int64_t n = w.packed.tensor.shape[0], f = wg.packed.tensor.shape[0];
+  const Tensor xm = x.slice(0, 0, m);
+  DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+  linear_q(gpu, o.tensor, xm, w.dev);
+  DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+  DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+  const QuantLinearPart parts[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
+  linear_q_multi(gpu, xm, parts);
+  DeviceTensor gl = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
+  linear_q_swiglu(gpu, gl.tensor, xm, wg.dev, wu.dev);
+  return {values(o.download().tensor), values(p0.download().tensor), values(p1.download().tensor),
+          values(gl.download().tensor)};
+}
 
 // Sets the plan of `bits` (the other width's hook back to its environment default).
 void set_plan(int bits, int plan) {
@@ -132,19 +153,12 @@ TEST_F(CudaTest, QMmaLeanStageMathIsBitIdentical) {
               std::vector<float> got[2][3];
               for (int lean = 0; lean < 2; ++lean) {
                 cuda::set_qmma_lean_for_testing(lean);
-                DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
-                linear_q(ctx_, o.tensor, xd.tensor.slice(0, 0, m), w.dev);
-                DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
-                DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-                const QuantLinearPart parts[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
-                linear_q_multi(ctx_, xd.tensor.slice(0, 0, m), parts);
-                DeviceTensor gl = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-                linear_q_swiglu(ctx_, gl.tensor, xd.tensor.slice(0, 0, m), wg.dev, wu.dev);
-                got[lean][0] = values(o.download().tensor);
-                std::vector<float> multi = values(p0.download().tensor), tail = values(p1.download().tensor);
-                multi.insert(multi.end(), tail.begin(), tail.end());
-                got[lean][1] = multi;
-                got[lean][2] = values(gl.download().tensor);
+                const std::array<std::vector<float>, 4> r =
+                    run_launch_kinds(ctx_, xd.tensor, m, w, wg, wu, rng);
+                got[lean][0] = r[0];
+                got[lean][1] = r[1];
+                got[lean][1].insert(got[lean][1].end(), r[2].begin(), r[2].end());
+                got[lean][2] = r[3];
               }
               const char* kinds[3] = {"linear_q", "linear_q_multi", "linear_q_swiglu"};
               for (int kind = 0; kind < 3; ++kind)
@@ -193,30 +207,20 @@ TEST_F(CudaTest, F16QuantGemv8MatchesTheCpuFarOutsideF16Range) {
             const std::string what =
                 strfmt("plan %s group %d scales %s m %lld split %d", cuda::qmma_plan8_name(plan), group,
                        dtype_name(sb), (long long)m, split);
-            DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
-            linear_q(ctx_, o.tensor, xd.tensor.slice(0, 0, m), w.dev);
-            DeviceTensor p0 = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
-            DeviceTensor p1 = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-            const QuantLinearPart parts[] = {{p0.tensor, w.dev, {}}, {p1.tensor, wg.dev, {}}};
-            linear_q_multi(ctx_, xd.tensor.slice(0, 0, m), parts);
-            DeviceTensor gl = DeviceTensor::upload(random_tensor(DType::kF32, {m, f}, rng).tensor);
-            linear_q_swiglu(ctx_, gl.tensor, xd.tensor.slice(0, 0, m), wg.dev, wu.dev);
-            const std::pair<std::vector<float>, const OwnedTensor*> checks[] = {
-                {values(o.download().tensor), &want},
-                {values(p0.download().tensor), &want},
-                {values(p1.download().tensor), &want_g},
-                {values(gl.download().tensor), &want_glu}};
+            const std::array<std::vector<float>, 4> got =
+                run_launch_kinds(ctx_, xd.tensor, m, w, wg, wu, rng);
+            const OwnedTensor* wants[] = {&want, &want, &want_g, &want_glu};
             const char* kinds[] = {"linear_q", "linear_q_multi part 0", "linear_q_multi part 1",
                                    "linear_q_swiglu"};
             for (int c = 0; c < 4; ++c) {
-              const std::vector<float> ref = values(checks[c].second->tensor);
+              const std::vector<float> ref = values(wants[c]->tensor);
               const size_t cols = ref.size() / static_cast<size_t>(m);
               for (int64_t i = 0; i < m; ++i) {
                 const auto row = [&](const std::vector<float>& v) {
                   return std::vector<float>(v.begin() + i * cols, v.begin() + (i + 1) * cols);
                 };
                 expect_close(
-                    row(checks[c].first), row(ref), 1e-4f,
+                    row(got[c]), row(ref), 1e-4f,
                     strfmt("%s token %lld (x ~%g) ", kinds[c], (long long)i, i < 7 ? regimes[i] : -1.0) +
                         what);
               }

@@ -126,14 +126,43 @@ __device__ __forceinline__ void stage_x_h8(const QMmaArgs& a, uint4* xs, float* 
   __syncthreads();
 }
 
-// acc += one group: cq = sum((1024 + q) x') over the lane's rows g, g + 8 (words wa, wb: codes 4j .. 4j + 3
+// The lane's view of the staged x: its token row at its quarter of group 0 (x_ok false: token g is past m,
+// its B column is zero) and the group sums and scale-backs of tokens 2t, 2t + 1 (token 0's past m: those
+// columns are never stored).
+struct H8X {
+  const uint4* xrow;
+  bool x_ok;
+  const float *gs0, *gs1, *gb0, *gb1;
+};
+
+// Stages x (stage_x_h8) behind the launch's xs and returns lane (g, t)'s view of it.
+template <int kGroup>
+__device__ __forceinline__ H8X stage_h8(const QMmaArgs& a, uint4* xs, int g, int t) {
+  const int ng = static_cast<int>(a.k / kGroup), row_chunks = static_cast<int>(a.k / 8) + 1;
+  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
+  float* gback = gsum + a.m * ng;
+  stage_x_h8<kGroup>(a, xs, gsum, gback);
+  H8X v;
+  v.x_ok = g < a.m;
+  v.xrow = xs + (v.x_ok ? g : 0) * row_chunks + t * (kGroup / 32);
+  const int tok0 = 2 * t < a.m ? 2 * t : 0, tok1 = 2 * t + 1 < a.m ? 2 * t + 1 : 0;
+  v.gs0 = gsum + tok0 * ng;
+  v.gs1 = gsum + tok1 * ng;
+  v.gb0 = gback + tok0 * ng;
+  v.gb1 = gback + tok1 * ng;
+  return v;
+}
+
+// acc += group grp: cq = sum((1024 + q) x') over the lane's rows g, g + 8 (words wa, wb: codes 4j .. 4j + 3
 // of the lane's quarter in word j) and tokens 2t, 2t + 1, then acc[e] += scale (2^-s cq[e]) + (bias - 1024
-// scale) sum(x). xg: the lane's token row of shared x at its quarter of the group (x_ok false: token g is
-// past m, its B column is zero); p / co: the scale-backs and sums of tokens 2t, 2t + 1.
-template <int kWpg>
-__device__ __forceinline__ void group_h8(const uint32_t* wa, const uint32_t* wb, const uint4* xg, bool x_ok,
-                                         float s0, float s1, float bias0, float bias1, float p0, float p1,
-                                         float co0, float co1, float (&acc)[4]) {
+// scale) sum(x); s0 / s1, bias0 / bias1: rows g / g + 8.
+template <int kGroup>
+__device__ __forceinline__ void group_h8(const uint32_t* wa, const uint32_t* wb, const H8X& x, int grp,
+                                         float s0, float s1, float bias0, float bias1, float (&acc)[4]) {
+  constexpr int kWpg = Geom<8, kGroup>::kWpg;
+  const uint4* xg = x.xrow + grp * (kGroup / 8);
+  const bool x_ok = x.x_ok;
+  const float p0 = x.gb0[grp], p1 = x.gb1[grp], co0 = x.gs0[grp], co1 = x.gs1[grp];
   float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // Words j, j + 1 of each row: codes 4j .. 4j + 7 of the lane's quarter; shared word j / 2 holds the
   // matching 8 activations. A fragment: (row g | g + 8) x (codes 4j, 4j + 1 | 4j + 2, 4j + 3).
@@ -153,22 +182,16 @@ __device__ __forceinline__ void group_h8(const uint32_t* wa, const uint32_t* wb,
   acc[3] = fmaf(s1, cq[3] * p1, fmaf(b1, co1, acc[3]));
 }
 
-// acc += the groups of stage `it` (group_h8 each). xrow: the lane's token row of shared x at its quarter of
-// group 0; gs0 / gs1 and gb0 / gb1: the sums and scale-backs of tokens 2t / 2t + 1 (token 0's past m: those
-// columns are never stored).
+// acc += the groups of stage `it` (group_h8 each).
 template <int kGroup, typename SBT, int kU>
 __device__ __forceinline__ void compute_stage_h8(const Stage<8, kGroup, SBT, kU>& st, int it, int ng,
-                                                 const uint4* xrow, bool x_ok, const float* gs0,
-                                                 const float* gs1, const float* gb0, const float* gb1,
-                                                 float (&acc)[4]) {
+                                                 const H8X& x, float (&acc)[4]) {
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     const int grp = it * kU + u;
     if (grp >= ng) break;
-    group_h8<Geom<8, kGroup>::kWpg>(st.w[u][0], st.w[u][1], xrow + grp * (kGroup / 8), x_ok,
-                                    sb_f32(st.s[u][0], SBT{}), sb_f32(st.s[u][1], SBT{}),
-                                    sb_f32(st.b[u][0], SBT{}), sb_f32(st.b[u][1], SBT{}), gb0[grp], gb1[grp],
-                                    gs0[grp], gs1[grp], acc);
+    group_h8<kGroup>(st.w[u][0], st.w[u][1], x, grp, sb_f32(st.s[u][0], SBT{}), sb_f32(st.s[u][1], SBT{}),
+                     sb_f32(st.b[u][0], SBT{}), sb_f32(st.b[u][1], SBT{}), acc);
   }
 }
 
@@ -186,12 +209,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int slice = warp % split;
-  int part = 0;
-  int64_t n0 = 0;
-  const bool active =
-      locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + warp / split, part, n0);
+  const WarpTile me = warp_tile<kGlu, kWarps>(a, split);
+  const int lane = me.lane, warp = me.warp, g = me.g, t = me.t, slice = me.slice, part = me.part;
+  const int64_t n0 = me.n0;
+  const bool active = me.active;
   const LaneRows<SBT> lr = lane_rows<kGlu, SBT>(a, part, n0, g, t * G::kWpg);
   const int ng = static_cast<int>(a.k / kGroup), n_iter = (ng + kU - 1) / kU;
   Stage<8, kGroup, SBT, kU> sa, sb;
@@ -201,20 +222,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (active && it < n_iter) load_stage(sa, lr, it, ng);
   if (active && it + split < n_iter) load_stage(sb, lr, it + split, ng);
   pdl_wait();
-  const int row_chunks = static_cast<int>(a.k / 8) + 1;
-  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
-  float* gback = gsum + a.m * ng;
-  stage_x_h8<kGroup>(a, xs, gsum, gback);
-  const bool x_ok = g < a.m;
-  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
-  const int tok0 = 2 * t < a.m ? 2 * t : 0, tok1 = 2 * t + 1 < a.m ? 2 * t + 1 : 0;
-  const float *gs0 = gsum + tok0 * ng, *gs1 = gsum + tok1 * ng, *gb0 = gback + tok0 * ng,
-              *gb1 = gback + tok1 * ng;
+  const H8X x = stage_h8<kGroup>(a, xs, g, t);
   for (; active && it < n_iter; it += 2 * split) {
-    compute_stage_h8<kGroup, SBT, kU>(sa, it, ng, xrow, x_ok, gs0, gs1, gb0, gb1, acc);
+    compute_stage_h8<kGroup, SBT, kU>(sa, it, ng, x, acc);
     if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
     if (it + split >= n_iter) break;
-    compute_stage_h8<kGroup, SBT, kU>(sb, it + split, ng, xrow, x_ok, gs0, gs1, gb0, gb1, acc);
+    compute_stage_h8<kGroup, SBT, kU>(sb, it + split, ng, x, acc);
     if (it + 3 * split < n_iter) load_stage(sb, lr, it + 3 * split, ng);
   }
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
@@ -250,15 +263,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int slice = warp % split;
-  int part = 0;
-  int64_t n0 = 0;
-  const bool active =
-      locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kWarps / split) + warp / split, part, n0);
+  const WarpTile me = warp_tile<kGlu, kWarps>(a, split);
+  const int lane = me.lane, warp = me.warp, g = me.g, t = me.t, slice = me.slice, part = me.part;
+  const int64_t n0 = me.n0;
+  const bool active = me.active;
   const LaneRows<SBT> lr = lane_rows<kGlu, SBT>(a, part, n0, g, t * G::kWpg);
   const int ng = static_cast<int>(a.k / kGroup), n_iter = (ng + kRingU - 1) / kRingU;
-  const int row_chunks = static_cast<int>(a.k / 8) + 1;
   const size_t x_uint4 = (h8_bytes(a) + 15) / 16;
   LaneSlot* ring = reinterpret_cast<LaneSlot*>(xs + x_uint4) + warp * kRingStages;
   const SBT* sb_src = t == 0 ? lr.s[0] : t == 1 ? lr.b[0] : t == 2 ? lr.s[1] : lr.b[1];
@@ -280,14 +290,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit_group();
   }
   pdl_wait();
-  float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
-  float* gback = gsum + a.m * ng;
-  stage_x_h8<kGroup>(a, xs, gsum, gback);
-  const bool x_ok = g < a.m;
-  const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
-  const int tok0 = 2 * t < a.m ? 2 * t : 0, tok1 = 2 * t + 1 < a.m ? 2 * t + 1 : 0;
-  const float *gs0 = gsum + tok0 * ng, *gs1 = gsum + tok1 * ng, *gb0 = gback + tok0 * ng,
-              *gb1 = gback + tok1 * ng;
+  const H8X x = stage_h8<kGroup>(a, xs, g, t);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int j = 0; j < mine; ++j) {
@@ -303,9 +306,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const uint4 va = ls.codes[0][u][lane], vb = ls.codes[1][u][lane];
       const uint32_t wa[4] = {va.x, va.y, va.z, va.w}, wb[4] = {vb.x, vb.y, vb.z, vb.w};
       auto half_of = [u](uint32_t w) { return static_cast<unsigned short>(u == 0 ? w & 0xffffu : w >> 16); };
-      group_h8<G::kWpg>(wa, wb, xrow + grp * (kGroup / 8), x_ok, sb_f32(half_of(sb[0]), SBT{}),
-                        sb_f32(half_of(sb[2]), SBT{}), sb_f32(half_of(sb[1]), SBT{}),
-                        sb_f32(half_of(sb[3]), SBT{}), gb0[grp], gb1[grp], gs0[grp], gs1[grp], acc);
+      group_h8<kGroup>(wa, wb, x, grp, sb_f32(half_of(sb[0]), SBT{}), sb_f32(half_of(sb[2]), SBT{}),
+                       sb_f32(half_of(sb[1]), SBT{}), sb_f32(half_of(sb[3]), SBT{}), acc);
     }
     __syncwarp();  // every lane is done with the slot before it is refilled
     if (j + kRingStages < mine) issue(slice + (j + kRingStages) * split, ring[slot]);
@@ -356,7 +358,7 @@ cudaError_t launch_as(cudaStream_t stream, const QMmaArgs& a) {
 
 template <int kGroup, typename SBT, bool kGlu>
 cudaError_t launch_plan(cudaStream_t stream, const QMmaArgs& a) {
-  // ptxas, sm_90a: 108-128 registers, no spills but 8 bytes at group 32.
+  // ptxas, sm_90a: 108-128 registers; no spills at groups 64 and 128, 16-28 bytes at group 32.
   return launch_as<kGroup, SBT, kGlu, 8, 2>(stream, a);
 }
 

@@ -66,11 +66,10 @@ __global__ void __launch_bounds__(kW * 32, 2 * 8 / kW)  // <= 128 registers: 16 
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kW][32];
   pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int slice = warp % split;
-  int part = 0;
-  int64_t n0 = 0;
-  const bool active = locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kW / split) + warp / split, part, n0);
+  const WarpTile me = warp_tile<kGlu, kW>(a, split);
+  const int lane = me.lane, warp = me.warp, g = me.g, t = me.t, slice = me.slice, part = me.part;
+  const int64_t n0 = me.n0;
+  const bool active = me.active;
   const int ng = static_cast<int>(a.k / 64), n_st = ng / kTileGroups;
   const int row_chunks = static_cast<int>(a.k / 8) * x_words(kBits) + 1;
   const size_t x_uint4 = (static_cast<size_t>(a.m) * row_chunks * 16 + static_cast<size_t>(a.m) * ng * 4 + 15) / 16;

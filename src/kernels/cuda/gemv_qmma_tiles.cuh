@@ -129,6 +129,30 @@ __device__ __forceinline__ bool locate(const QMmaArgs& a, int64_t tile, int& par
   }
 }
 
+// A warp's place in a launch of kW-warp blocks whose row tiles take `split` warps each: its lane
+// (g, t) of the MMA fragments, its slice of the k split, and its row tile (locate; active false: past the
+// last tile). The ring and f16 kernels use it; gemv_qmma.cu's kernels spell it out, as with this helper
+// ptxas schedules 40 of their instances differently (the same math, but binaries the H200 has not timed).
+struct WarpTile {
+  int lane, warp, g, t, slice, part;
+  int64_t n0;
+  bool active;
+};
+
+template <bool kGlu, int kW>
+__device__ __forceinline__ WarpTile warp_tile(const QMmaArgs& a, int split) {
+  WarpTile w;
+  w.lane = static_cast<int>(threadIdx.x & 31);
+  w.warp = static_cast<int>(threadIdx.x >> 5);
+  w.g = w.lane >> 2;
+  w.t = w.lane & 3;
+  w.slice = w.warp % split;
+  w.part = 0;
+  w.n0 = 0;
+  w.active = locate<kGlu>(a, blockIdx.x * static_cast<int64_t>(kW / split) + w.warp / split, w.part, w.n0);
+  return w;
+}
+
 // Row pointers of lane (g, t) (codes already offset to the lane's words of group 0); a row past its part
 // re-reads the part's last row (its sums are never stored).
 template <bool kGlu, typename SBT>
