@@ -5,8 +5,8 @@
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: tests, q8, decode, families, sampled, defaults, serve, trace (default: tests q8 defaults serve
 # trace). Times: tests ~2.5-5.5 minutes, q8 ~4, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3,
-# trace ~0.5: split them over calls of < 10 minutes, e.g. `tests q8`, then `defaults serve trace`. AB_T:
-# seconds per A/B (default 200).
+# trace ~0.5: split them over calls of < 10 minutes, e.g. `SHARD_T=150 AB_T=120 ... tests q8`, then `defaults
+# serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200).
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
 #   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *RingQuantGemv8*,

@@ -68,11 +68,11 @@ __host__ __device__ inline size_t h8_bytes(const QMmaArgs& a) {
 // Copies x (bf16) into shared memory as f16 scaled per (token, group) (see above), with every group's sum
 // of x (f32 over the bf16 values, a fixed shuffle tree over the group's kGroup / 8 consecutive threads:
 // the same tree for any m) and its 2^-s; ends with a block barrier. Each thread issues up to kBatch loads
-// before it uses any (x is read after the PDL wait, so its round trips are the launch's latency).
-template <int kGroup>
+// before it uses any (x is read after the PDL wait, so its round trips are the launch's latency; 8 cover
+// one row of k <= 16,384 in one trip, 4 where the weights' stages hold registers meanwhile).
+template <int kGroup, int kBatch>
 __device__ __forceinline__ void stage_x_h8(const QMmaArgs& a, uint4* xs, float* gsum, float* gback) {
   constexpr int kG8 = kGroup / 8;
-  constexpr int kBatch = 4;
   const int k8 = static_cast<int>(a.k / 8), row_chunks = k8 + 1, ng = static_cast<int>(a.k / kGroup);
   const int total = static_cast<int>(a.m) * k8;
   const Bf16* x = static_cast<const Bf16*>(a.x);
@@ -136,12 +136,12 @@ struct H8X {
 };
 
 // Stages x (stage_x_h8) behind the launch's xs and returns lane (g, t)'s view of it.
-template <int kGroup>
+template <int kGroup, int kBatch>
 __device__ __forceinline__ H8X stage_h8(const QMmaArgs& a, uint4* xs, int g, int t) {
   const int ng = static_cast<int>(a.k / kGroup), row_chunks = static_cast<int>(a.k / 8) + 1;
   float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
   float* gback = gsum + a.m * ng;
-  stage_x_h8<kGroup>(a, xs, gsum, gback);
+  stage_x_h8<kGroup, kBatch>(a, xs, gsum, gback);
   H8X v;
   v.x_ok = g < a.m;
   v.xrow = xs + (v.x_ok ? g : 0) * row_chunks + t * (kGroup / 32);
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (active && it < n_iter) load_stage(sa, lr, it, ng);
   if (active && it + split < n_iter) load_stage(sb, lr, it + split, ng);
   pdl_wait();
-  const H8X x = stage_h8<kGroup>(a, xs, g, t);
+  const H8X x = stage_h8<kGroup, 4>(a, xs, g, t);
   for (; active && it < n_iter; it += 2 * split) {
     compute_stage_h8<kGroup, SBT, kU>(sa, it, ng, x, acc);
     if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_commit_group();
   }
   pdl_wait();
-  const H8X x = stage_h8<kGroup>(a, xs, g, t);
+  const H8X x = stage_h8<kGroup, 8>(a, xs, g, t);
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0;
   for (int j = 0; j < mine; ++j) {
