@@ -9,7 +9,7 @@
 # serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200).
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *RingQuantGemv8*,
+#   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *EveryQuantGemv8Plan*,
 #      *QMmaPlans*), then the rest of test_cuda in four parallel shards;
 #   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
 #      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
@@ -44,7 +44,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS='*F16QuantGemv8*:*RingQuantGemv8*:*QMmaPlans*'
+NEW_TESTS='*F16QuantGemv8*:*EveryQuantGemv8Plan*:*QMmaPlans*'
 tests() {
   timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"

@@ -64,10 +64,10 @@ const char* plan_name(int bits, int plan) {
   return bits == 4 ? cuda::qmma_plan_name(plan) : cuda::qmma_plan8_name(plan);
 }
 
-// Every 8-bit plan (BUNSEN_QMMA_PLAN8: 0 the register kernel, 1..4 the ring, 5 and 6 the f16 kernels) against
-// the CPU: every m 1..8,
-// k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales, every forced k split, bf16/f32 out.
-TEST_F(CudaTest, RingQuantGemv8MatchesTheCpu) {
+// Every 8-bit plan (BUNSEN_QMMA_PLAN8: 0 the register kernel, 1..4 the ring, 5 and 6 the f16 kernels)
+// against the CPU: every m 1..8, k of 1, 3 and 8 tiles of 512, odd and tile-sized n, bf16/f16 scales, every
+// forced k split, bf16/f32 out.
+TEST_F(CudaTest, EveryQuantGemv8PlanMatchesTheCpu) {
   RestoreQMma restore;
   std::mt19937 rng(852);
   expect_every_qmma_plan_matches_the_cpu(ctx_, 8, rng);

@@ -9,19 +9,16 @@
 //   each warp's weights arrive as 16-row x 256-byte tiles copied with cp.async into its shared memory (long
 //   contiguous row reads instead of 32 bytes of 8 rows per load; scales and biases in the same copies), and
 //   a staged tile is consumed by the lean stage math (compute_tile, BUNSEN_QMMA_LEAN).
-// - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the order
-// the MMAs
-//   read it (f32 x as bf16 hi + lo parts, two MMAs each) with each group's sum(x); 4-bit codes enter as
-//   128 + q (one mask-and-or per pair; bias' = bias - 128 scale), 8-bit codes as two such nibbles against
-//   x and 16 x. About half the instructions per weight byte of the other kernel, and no x traffic in the
-//   loop. x rows that do not fit one block's shared memory run as several launches.
+// - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the
+//   order the MMAs read it (f32 x as bf16 hi + lo parts, two MMAs each) with each group's sum(x); 4-bit
+//   codes enter as 128 + q (one mask-and-or per pair; bias' = bias - 128 scale), 8-bit codes as two such
+//   nibbles against x and 16 x. About half the instructions per weight byte of the other kernel, and no x
+//   traffic in the loop. x rows that do not fit one block's shared memory run as several launches.
 // - gemv_qmma_kernel (8 bits, BUNSEN_QMMA=0, or f32 scales): x read from global memory, sum(x) from an
-// all-ones
-//   MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
-// - gemv_qmma_ring_kernel (gemv_qmma_ring.cu; BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at 8
-// bits;
-//   group 64, bf16 x, k % 512 == 0; qmma_plan.h): the tile kernel with W warps per block and an S-stage
-//   cp.async ring per warp whose first S stages are issued before the PDL wait, split from the real
+//   all-ones MMA, exact codes (a bf16 FMA per 4-bit pair, f32 conversion for 8 bits).
+// - gemv_qmma_ring_kernel (gemv_qmma_ring.cu; BUNSEN_QMMA_PLAN 1..4 at 4 bits, BUNSEN_QMMA_PLAN8 1..4 at
+//   8 bits; group 64, bf16 x, k % 512 == 0; qmma_plan.h): the tile kernel with W warps per block and an
+//   S-stage cp.async ring per warp whose first S stages are issued before the PDL wait, split from the real
 //   residency (smem-limited blocks per SM).
 // - gemv_qmma_h8_kernel (gemv_qmma_h8.cu; BUNSEN_QMMA_PLAN8 5 and 6, any group, bf16 x): 8-bit codes as f16
 //   1024 + q (one PRMT per pair) against x staged as f16 scaled by a power of two per (token, group).
