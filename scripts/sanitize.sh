@@ -67,6 +67,10 @@ cases=(
   "memcheck racecheck;gemv_quant;CudaQuantTest.ForcedPathsAgreeAtEverySize:CudaQuantTest.TensorCoreGemvEveryKSplit:CudaQuantTest.StridedMisalignedAndRowSlicedViews;-;-;clean"
   "memcheck;gemv_quant_tiled;CudaTest.TiledQuantGemvMatchesTheCpu;-;-;clean"
   "racecheck;gemv_quant_tiled;CudaTest.TiledQuantGemvMatchesTheCpu;-;--launch-count 400;clean"
+  # The f16 8-bit GEMV (plans 5 and 6: register stages, the per-lane cp.async ring), its first 400 launches
+  # under racecheck (groups 32 and 64, both scale dtypes).
+  "memcheck;gemv_q8_f16;CudaTest.F16QuantGemv8MatchesTheCpuFarOutsideF16Range;-;-;clean"
+  "racecheck;gemv_q8_f16;CudaTest.F16QuantGemv8MatchesTheCpuFarOutsideF16Range;-;--launch-count 400;clean"
   "memcheck racecheck;quant_fused;CudaTest.LinearQMultiMatchesLinearQPerPart:CudaTest.LinearQSwigluMatchesLinearQLinearQSiluMul;-;-;clean"
   # Rowwise fused norms, the (chunked) gated delta rule, the fused DeltaNet decode step, MoE.
   "memcheck racecheck;rowwise_fused;CudaTest.RmsNormQkvMatchesTheUnfusedOps:CudaTest.PostNormResidualMatchesTheUnfusedOps;-;-;clean"
