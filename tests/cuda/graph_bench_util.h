@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -69,6 +70,38 @@ class GraphBench : public CudaTest {
 
   void* stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// One device allocation viewed as a [shape] tensor, every byte set to `byte` (the values do not change the
+// timing, and memset is fast for gigabytes); 256 bytes of slack past the end.
+struct BenchTensor {
+  cuda::DeviceBuffer buf;
+  Tensor t;
+  static BenchTensor make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
+    BenchTensor d;
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
+    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
+    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
+    return d;
+  }
+};
+
+// A quantized matrix [n, k] (group 64, bf16 scales/biases) in device memory, filled with constant bytes.
+struct BenchQuant {
+  BenchTensor packed, scales, biases;
+  QuantWeight w;
+  static BenchQuant make(int64_t n, int64_t k, int bits) {
+    BenchQuant q;
+    q.packed = BenchTensor::make(DType::kU32, {n, k * bits / 32}, 0x5a);
+    q.scales = BenchTensor::make(DType::kBF16, {n, k / 64});
+    q.biases = BenchTensor::make(DType::kBF16, {n, k / 64});
+    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
+    return q;
+  }
+  // Bytes one pass reads: codes, scales and biases.
+  static double bytes(int64_t n, int64_t k, int bits) { return n * k * bits / 8.0 + 2.0 * n * (k / 64) * 2; }
 };
 
 }  // namespace bunsen::kernels::test

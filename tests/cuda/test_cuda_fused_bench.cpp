@@ -21,22 +21,6 @@
 namespace bunsen::kernels::test {
 namespace {
 
-// One device allocation viewed as a tensor; bf16 weights set to a small constant (the values do not
-// change the timing, and memset is fast for gigabytes).
-struct Dev {
-  cuda::DeviceBuffer buf;
-  Tensor t;
-  static Dev make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
-    Dev d;
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
-    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
-    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
-    return d;
-  }
-};
-
 class FusedDecodeBench : public GraphBench {
  protected:
   void SetUp() override {
@@ -88,9 +72,10 @@ TEST_F(FusedDecodeBench, GemvShapes) {
   for (const Shape& s : shapes) {
     const int64_t bytes = s.n * s.k * 2;
     const int copies = copies_for(bytes);
-    std::vector<Dev> w;
-    for (int c = 0; c < copies; ++c) w.push_back(Dev::make(DType::kBF16, {s.n, s.k}));
-    Dev x = Dev::make(DType::kBF16, {s.m, s.k}), out = Dev::make(DType::kBF16, {s.m, s.n});
+    std::vector<BenchTensor> w;
+    for (int c = 0; c < copies; ++c) w.push_back(BenchTensor::make(DType::kBF16, {s.n, s.k}));
+    BenchTensor x = BenchTensor::make(DType::kBF16, {s.m, s.k}),
+                out = BenchTensor::make(DType::kBF16, {s.m, s.n});
     for (int split : {0, 1, 2, 4, 8}) {  // 0: the shape's own choice, then each forced split
       cuda::set_gemv_split_for_testing(split);
       const double us = time_us([&](int i) { linear(ctx_, out.t, x.t, w[i % copies].t); });
@@ -110,19 +95,21 @@ TEST_F(FusedDecodeBench, FusedOps) {
   };
   for (const Model& md : {Model{"8B", 4096, 4096, 1024, 14336, 32, 8, 128}, Model{"1B", 2048, 2048, 512, 8192, 32, 8, 64}}) {
     const int64_t d = md.d, qkv_bytes = (md.q_dim + 2 * md.kv_dim) * d * 2, gu_bytes = 2 * md.f * d * 2;
-    Dev x = Dev::make(DType::kBF16, {1, d}), q = Dev::make(DType::kBF16, {1, md.q_dim});
-    Dev k = Dev::make(DType::kBF16, {1, md.kv_dim}), v = Dev::make(DType::kBF16, {1, md.kv_dim});
-    Dev act = Dev::make(DType::kBF16, {1, md.f});
+    BenchTensor x = BenchTensor::make(DType::kBF16, {1, d}),
+                q = BenchTensor::make(DType::kBF16, {1, md.q_dim});
+    BenchTensor k = BenchTensor::make(DType::kBF16, {1, md.kv_dim}),
+                v = BenchTensor::make(DType::kBF16, {1, md.kv_dim});
+    BenchTensor act = BenchTensor::make(DType::kBF16, {1, md.f});
     const int cq = copies_for(qkv_bytes), cg = copies_for(gu_bytes);
-    std::vector<Dev> wq, wk, wv, wg, wu;
+    std::vector<BenchTensor> wq, wk, wv, wg, wu;
     for (int c = 0; c < cq; ++c) {
-      wq.push_back(Dev::make(DType::kBF16, {md.q_dim, d}));
-      wk.push_back(Dev::make(DType::kBF16, {md.kv_dim, d}));
-      wv.push_back(Dev::make(DType::kBF16, {md.kv_dim, d}));
+      wq.push_back(BenchTensor::make(DType::kBF16, {md.q_dim, d}));
+      wk.push_back(BenchTensor::make(DType::kBF16, {md.kv_dim, d}));
+      wv.push_back(BenchTensor::make(DType::kBF16, {md.kv_dim, d}));
     }
     for (int c = 0; c < cg; ++c) {
-      wg.push_back(Dev::make(DType::kBF16, {md.f, d}));
-      wu.push_back(Dev::make(DType::kBF16, {md.f, d}));
+      wg.push_back(BenchTensor::make(DType::kBF16, {md.f, d}));
+      wu.push_back(BenchTensor::make(DType::kBF16, {md.f, d}));
     }
     const std::string n = md.name;
     report(n + " q,k,v: 3 linears", time_us([&](int i) {
@@ -146,11 +133,13 @@ TEST_F(FusedDecodeBench, FusedOps) {
     }
     cuda::set_gemv_split_for_testing(0);
     expect_finite(act.t, "swiglu");
-    Dev res = Dev::make(DType::kF32, {1, d}, 0), y = Dev::make(DType::kBF16, {1, d}), nw = Dev::make(DType::kBF16, {d});
+    BenchTensor res = BenchTensor::make(DType::kF32, {1, d}, 0), y = BenchTensor::make(DType::kBF16, {1, d}),
+                nw = BenchTensor::make(DType::kBF16, {d});
     std::printf("[bench] %s rms_norm d=%lld: %.2f us, add_rms_norm: %.2f us\n", md.name, (long long)d,
                 time_us([&](int) { rms_norm(ctx_, x.t, res.t, nw.t, 1e-5f); }),
                 time_us([&](int) { add_rms_norm(ctx_, x.t, res.t, y.t, nw.t, 1e-5f); }));
-    Dev kc = Dev::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim}), vc = Dev::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim});
+    BenchTensor kc = BenchTensor::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim}),
+                vc = BenchTensor::make(DType::kBF16, {1024, 16, md.kv_heads, md.head_dim});
     OwnedTensor pos_h = OwnedTensor::make(DType::kI32, {1}), slot_h = OwnedTensor::make(DType::kI64, {1});
     pos_h.tensor.ptr<int32_t>()[0] = 1000;
     slot_h.tensor.ptr<int64_t>()[0] = 1000;
@@ -170,21 +159,6 @@ TEST_F(FusedDecodeBench, FusedOps) {
   }
 }
 
-// A quantized matrix [n, k] (group 64, bf16 scales/biases) in device memory, filled with constant bytes.
-struct DevQ {
-  Dev packed, scales, biases;
-  QuantWeight w;
-  static DevQ make(int64_t n, int64_t k, int bits) {
-    DevQ q;
-    q.packed = Dev::make(DType::kU32, {n, k * bits / 32}, 0x5a);
-    q.scales = Dev::make(DType::kBF16, {n, k / 64});
-    q.biases = Dev::make(DType::kBF16, {n, k / 64});
-    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
-    return q;
-  }
-  static double bytes(int64_t n, int64_t k, int bits) { return n * k * bits / 8.0 + 2.0 * n * (k / 64) * 2; }
-};
-
 // linear_q on the Llama-3.1-8B decode matrices (4/8 bits, group 64, m = 1 and 4): the tensor-core GEMV with
 // its own k split and each forced one, then the CUDA-core kernel; bytes = codes + scales + biases + x + out.
 TEST_F(FusedDecodeBench, QuantGemvShapes) {
@@ -194,12 +168,13 @@ TEST_F(FusedDecodeBench, QuantGemvShapes) {
   const Shape shapes[] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}};
   for (int bits : {4, 8})
     for (const Shape& s : shapes) {
-      const double wbytes = DevQ::bytes(s.n, s.k, bits);
+      const double wbytes = BenchQuant::bytes(s.n, s.k, bits);
       const int copies = copies_for(static_cast<int64_t>(wbytes));
-      std::vector<DevQ> w;
-      for (int c = 0; c < copies; ++c) w.push_back(DevQ::make(s.n, s.k, bits));
+      std::vector<BenchQuant> w;
+      for (int c = 0; c < copies; ++c) w.push_back(BenchQuant::make(s.n, s.k, bits));
       for (int64_t m : {1, 4}) {
-        Dev x = Dev::make(DType::kBF16, {m, s.k}), out = Dev::make(DType::kBF16, {m, s.n});
+        BenchTensor x = BenchTensor::make(DType::kBF16, {m, s.k}),
+                    out = BenchTensor::make(DType::kBF16, {m, s.n});
         auto run = [&](int i) { linear_q(ctx_, out.t, x.t, w[i % copies].w); };
         const double bytes = wbytes + m * (s.k + s.n) * 2.0;
         const std::string name = strfmt("q%d n=%lld k=%lld m=%lld", bits, (long long)s.n, (long long)s.k, (long long)m);
@@ -221,22 +196,24 @@ TEST_F(FusedDecodeBench, QuantGemvShapes) {
 TEST_F(FusedDecodeBench, QuantFusedOps) {
   const int64_t d = 4096, q_dim = 4096, kv_dim = 1024, f = 14336;
   for (int bits : {4, 8}) {
-    const double qkv_bytes = DevQ::bytes(q_dim, d, bits) + 2 * DevQ::bytes(kv_dim, d, bits);
-    const double gu_bytes = 2 * DevQ::bytes(f, d, bits);
+    const double qkv_bytes = BenchQuant::bytes(q_dim, d, bits) + 2 * BenchQuant::bytes(kv_dim, d, bits);
+    const double gu_bytes = 2 * BenchQuant::bytes(f, d, bits);
     const int cq = copies_for(static_cast<int64_t>(qkv_bytes)), cg = copies_for(static_cast<int64_t>(gu_bytes));
-    std::vector<DevQ> wq, wk, wv, wg, wu;
+    std::vector<BenchQuant> wq, wk, wv, wg, wu;
     for (int c = 0; c < cq; ++c) {
-      wq.push_back(DevQ::make(q_dim, d, bits));
-      wk.push_back(DevQ::make(kv_dim, d, bits));
-      wv.push_back(DevQ::make(kv_dim, d, bits));
+      wq.push_back(BenchQuant::make(q_dim, d, bits));
+      wk.push_back(BenchQuant::make(kv_dim, d, bits));
+      wv.push_back(BenchQuant::make(kv_dim, d, bits));
     }
     for (int c = 0; c < cg; ++c) {
-      wg.push_back(DevQ::make(f, d, bits));
-      wu.push_back(DevQ::make(f, d, bits));
+      wg.push_back(BenchQuant::make(f, d, bits));
+      wu.push_back(BenchQuant::make(f, d, bits));
     }
-    Dev x = Dev::make(DType::kBF16, {1, d}), q = Dev::make(DType::kBF16, {1, q_dim});
-    Dev k = Dev::make(DType::kBF16, {1, kv_dim}), v = Dev::make(DType::kBF16, {1, kv_dim});
-    Dev g = Dev::make(DType::kBF16, {1, f}), u = Dev::make(DType::kBF16, {1, f}), act = Dev::make(DType::kBF16, {1, f});
+    BenchTensor x = BenchTensor::make(DType::kBF16, {1, d}), q = BenchTensor::make(DType::kBF16, {1, q_dim});
+    BenchTensor k = BenchTensor::make(DType::kBF16, {1, kv_dim}),
+                v = BenchTensor::make(DType::kBF16, {1, kv_dim});
+    BenchTensor g = BenchTensor::make(DType::kBF16, {1, f}), u = BenchTensor::make(DType::kBF16, {1, f}),
+                act = BenchTensor::make(DType::kBF16, {1, f});
     const std::string n = strfmt("8B q%d", bits);
     report(n + " q,k,v: 3 linear_q", time_us([&](int i) {
              linear_q(ctx_, q.t, x.t, wq[i % cq].w);
@@ -269,20 +246,24 @@ TEST_F(FusedDecodeBench, QuantDecodeChainGraph8B) {
   const int64_t layers = 32, d = 4096, q_dim = 4096, kv_dim = 1024, f = 14336, vocab = 128256;
   for (int bits : {4, 8}) {
     struct LayerW {
-      DevQ q, k, v, o, g, u, down;
-      Dev n1, n2;
+      BenchQuant q, k, v, o, g, u, down;
+      BenchTensor n1, n2;
     };
     std::vector<LayerW> w;
     for (int64_t l = 0; l < layers; ++l)
-      w.push_back({DevQ::make(q_dim, d, bits), DevQ::make(kv_dim, d, bits), DevQ::make(kv_dim, d, bits),
-                   DevQ::make(d, q_dim, bits), DevQ::make(f, d, bits), DevQ::make(f, d, bits), DevQ::make(d, f, bits),
-                   Dev::make(DType::kBF16, {d}), Dev::make(DType::kBF16, {d})});
-    DevQ head = DevQ::make(vocab, d, bits);
-    Dev fnorm = Dev::make(DType::kBF16, {d});
-    Dev x = Dev::make(DType::kF32, {1, d}, 0), h = Dev::make(DType::kBF16, {1, d}), proj = Dev::make(DType::kBF16, {1, d});
-    Dev q = Dev::make(DType::kBF16, {1, q_dim}), k = Dev::make(DType::kBF16, {1, kv_dim});
-    Dev v = Dev::make(DType::kBF16, {1, kv_dim}), act = Dev::make(DType::kBF16, {1, f});
-    Dev logits = Dev::make(DType::kF32, {1, vocab});
+      w.push_back({BenchQuant::make(q_dim, d, bits), BenchQuant::make(kv_dim, d, bits),
+                   BenchQuant::make(kv_dim, d, bits), BenchQuant::make(d, q_dim, bits),
+                   BenchQuant::make(f, d, bits), BenchQuant::make(f, d, bits), BenchQuant::make(d, f, bits),
+                   BenchTensor::make(DType::kBF16, {d}), BenchTensor::make(DType::kBF16, {d})});
+    BenchQuant head = BenchQuant::make(vocab, d, bits);
+    BenchTensor fnorm = BenchTensor::make(DType::kBF16, {d});
+    BenchTensor x = BenchTensor::make(DType::kF32, {1, d}, 0), h = BenchTensor::make(DType::kBF16, {1, d}),
+                proj = BenchTensor::make(DType::kBF16, {1, d});
+    BenchTensor q = BenchTensor::make(DType::kBF16, {1, q_dim}),
+                k = BenchTensor::make(DType::kBF16, {1, kv_dim});
+    BenchTensor v = BenchTensor::make(DType::kBF16, {1, kv_dim}),
+                act = BenchTensor::make(DType::kBF16, {1, f});
+    BenchTensor logits = BenchTensor::make(DType::kF32, {1, vocab});
     auto step = [&] {
       rms_norm(ctx_, h.t, x.t, w[0].n1.t, 1e-5f);
       for (int64_t l = 0; l < layers; ++l) {
@@ -303,9 +284,9 @@ TEST_F(FusedDecodeBench, QuantDecodeChainGraph8B) {
     void* exec = cuda::graph_end_capture(stream_);
     const double us = time_eager_us([&](int) { cuda::graph_launch(exec, stream_); }, 20);
     cuda::graph_destroy(exec);
-    const double bytes =
-        layers * (DevQ::bytes(q_dim + 2 * kv_dim, d, bits) + DevQ::bytes(d, q_dim, bits) + 3 * DevQ::bytes(f, d, bits)) +
-        DevQ::bytes(vocab, d, bits);
+    const double bytes = layers * (BenchQuant::bytes(q_dim + 2 * kv_dim, d, bits) +
+                                   BenchQuant::bytes(d, q_dim, bits) + 3 * BenchQuant::bytes(f, d, bits)) +
+                         BenchQuant::bytes(vocab, d, bits);
     report(strfmt("8B q%d decode chain w/o attention (graph)", bits), us, bytes);
     std::printf("[bench] 8B q%d: %.1f us per token without attention -> %.0f tok/s ceiling before attention\n", bits,
                 us, 1e6 / us);
@@ -320,21 +301,27 @@ void FusedDecodeBench::decode_chain(const ChainShape& c) {
   Context& ctx = ctx_;
   void* stream = stream_;
   struct LayerW {
-    Dev q, k, v, o, g, u, down, n1, n2;
+    BenchTensor q, k, v, o, g, u, down, n1, n2;
   };
   std::vector<LayerW> w;
   for (int64_t l = 0; l < layers; ++l)
-    w.push_back({Dev::make(DType::kBF16, {q_dim, d}), Dev::make(DType::kBF16, {kv_dim, d}),
-                 Dev::make(DType::kBF16, {kv_dim, d}), Dev::make(DType::kBF16, {d, q_dim}),
-                 Dev::make(DType::kBF16, {f, d}), Dev::make(DType::kBF16, {f, d}), Dev::make(DType::kBF16, {d, f}),
-                 Dev::make(DType::kBF16, {d}), Dev::make(DType::kBF16, {d})});
-  Dev head = Dev::make(DType::kBF16, {vocab, d}), fnorm = Dev::make(DType::kBF16, {d});
-  Dev x = Dev::make(DType::kF32, {1, d}, 0), h = Dev::make(DType::kBF16, {1, d}), proj = Dev::make(DType::kBF16, {1, d});
-  Dev q = Dev::make(DType::kBF16, {1, q_dim}), k = Dev::make(DType::kBF16, {1, kv_dim});
-  Dev v = Dev::make(DType::kBF16, {1, kv_dim}), act = Dev::make(DType::kBF16, {1, f});
-  Dev xo = Dev::make(DType::kF32, {1, d}), logits = Dev::make(DType::kF32, {1, vocab});
+    w.push_back({BenchTensor::make(DType::kBF16, {q_dim, d}), BenchTensor::make(DType::kBF16, {kv_dim, d}),
+                 BenchTensor::make(DType::kBF16, {kv_dim, d}), BenchTensor::make(DType::kBF16, {d, q_dim}),
+                 BenchTensor::make(DType::kBF16, {f, d}), BenchTensor::make(DType::kBF16, {f, d}),
+                 BenchTensor::make(DType::kBF16, {d, f}), BenchTensor::make(DType::kBF16, {d}),
+                 BenchTensor::make(DType::kBF16, {d})});
+  BenchTensor head = BenchTensor::make(DType::kBF16, {vocab, d}),
+              fnorm = BenchTensor::make(DType::kBF16, {d});
+  BenchTensor x = BenchTensor::make(DType::kF32, {1, d}, 0), h = BenchTensor::make(DType::kBF16, {1, d}),
+              proj = BenchTensor::make(DType::kBF16, {1, d});
+  BenchTensor q = BenchTensor::make(DType::kBF16, {1, q_dim}),
+              k = BenchTensor::make(DType::kBF16, {1, kv_dim});
+  BenchTensor v = BenchTensor::make(DType::kBF16, {1, kv_dim}), act = BenchTensor::make(DType::kBF16, {1, f});
+  BenchTensor xo = BenchTensor::make(DType::kF32, {1, d}),
+              logits = BenchTensor::make(DType::kF32, {1, vocab});
   const int64_t kvh = kv_dim / head_dim;
-  Dev kc = Dev::make(DType::kBF16, {64, 16, kvh, head_dim}), vc = Dev::make(DType::kBF16, {64, 16, kvh, head_dim});
+  BenchTensor kc = BenchTensor::make(DType::kBF16, {64, 16, kvh, head_dim}),
+              vc = BenchTensor::make(DType::kBF16, {64, 16, kvh, head_dim});
   OwnedTensor pos_h = OwnedTensor::make(DType::kI32, {1}), slot_h = OwnedTensor::make(DType::kI64, {1});
   pos_h.tensor.ptr<int32_t>()[0] = 1000;
   slot_h.tensor.ptr<int64_t>()[0] = 1000;

@@ -285,34 +285,6 @@ TEST_F(CudaTest, GegluLaunchesReplayFromAGraph) {
 
 // ---------------------------------------------------------------- bench (BUNSEN_BENCH_GEMV=1)
 
-// One device allocation viewed as a tensor, filled with one byte (the values do not change the timing).
-struct Dev {
-  cuda::DeviceBuffer buf;
-  Tensor t;
-  static Dev make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
-    Dev d;
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
-    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
-    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
-    return d;
-  }
-};
-
-struct DevQ {
-  Dev packed, scales, biases;
-  QuantWeight w;
-  static DevQ make(int64_t n, int64_t k, int bits) {
-    DevQ q;
-    q.packed = Dev::make(DType::kU32, {n, k * bits / 32}, 0x5a);
-    q.scales = Dev::make(DType::kBF16, {n, k / 64});
-    q.biases = Dev::make(DType::kBF16, {n, k / 64});
-    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
-    return q;
-  }
-};
-
 class GegluBench : public GraphBench {};
 
 // The Gemma gate/up shapes at m = 1 and 4 (bf16, and MLX 4/8-bit group 64): the multi-part GEMV + a
@@ -327,22 +299,23 @@ TEST_F(GegluBench, GemmaGateUpShapes) {
   for (const Shape& s : shapes)
     for (int bits : {0, 4, 8})
       for (int64_t m : {1, 4}) {
-        const double w_bytes =
-            bits == 0 ? 2.0 * s.f * s.d * 2 : 2.0 * (s.f * s.d * bits / 8.0 + 2.0 * s.f * (s.d / 64) * 2);
+        const double w_bytes = bits == 0 ? 2.0 * s.f * s.d * 2 : 2.0 * BenchQuant::bytes(s.f, s.d, bits);
         const int copies = static_cast<int>(std::max<double>(1.0, (512.0 * (1 << 20)) / w_bytes));
-        std::vector<Dev> wg, wu;
-        std::vector<DevQ> qg, qu;
+        std::vector<BenchTensor> wg, wu;
+        std::vector<BenchQuant> qg, qu;
         for (int c = 0; c < copies; ++c) {
           if (bits == 0) {
-            wg.push_back(Dev::make(DType::kBF16, {s.f, s.d}));
-            wu.push_back(Dev::make(DType::kBF16, {s.f, s.d}));
+            wg.push_back(BenchTensor::make(DType::kBF16, {s.f, s.d}));
+            wu.push_back(BenchTensor::make(DType::kBF16, {s.f, s.d}));
           } else {
-            qg.push_back(DevQ::make(s.f, s.d, bits));
-            qu.push_back(DevQ::make(s.f, s.d, bits));
+            qg.push_back(BenchQuant::make(s.f, s.d, bits));
+            qu.push_back(BenchQuant::make(s.f, s.d, bits));
           }
         }
-        Dev x = Dev::make(DType::kBF16, {m, s.d}), g = Dev::make(DType::kBF16, {m, s.f});
-        Dev u = Dev::make(DType::kBF16, {m, s.f}), act = Dev::make(DType::kBF16, {m, s.f});
+        BenchTensor x = BenchTensor::make(DType::kBF16, {m, s.d}),
+                    g = BenchTensor::make(DType::kBF16, {m, s.f});
+        BenchTensor u = BenchTensor::make(DType::kBF16, {m, s.f}),
+                    act = BenchTensor::make(DType::kBF16, {m, s.f});
         auto gated = [&](int i, GluAct a) {
           if (bits == 0)
             linear_swiglu(ctx_, act.t, x.t, wg[i % copies].t, wu[i % copies].t, {}, {}, a);

@@ -232,34 +232,6 @@ TEST_F(CudaTest, F16QuantGemv8MatchesTheCpuFarOutsideF16Range) {
 
 // ---------------------------------------------------------------- bench (BUNSEN_BENCH_GEMV=1)
 
-struct Dev {
-  cuda::DeviceBuffer buf;
-  Tensor t;
-  static Dev make(DType dt, std::initializer_list<int64_t> shape, int byte = 0x3c) {
-    Dev d;
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    d.buf = cuda::DeviceBuffer(static_cast<size_t>(n) * dtype_size(dt) + 256);
-    EXPECT_EQ(cudaMemset(d.buf.data(), byte, d.buf.size()), cudaSuccess);
-    d.t = Tensor::view(d.buf.data(), dt, shape, Device::cuda(cuda::current_device()));
-    return d;
-  }
-};
-
-struct DevQ {
-  Dev packed, scales, biases;
-  QuantWeight w;
-  static DevQ make(int64_t n, int64_t k, int bits) {
-    DevQ q;
-    q.packed = Dev::make(DType::kU32, {n, k * bits / 32}, 0x5a);
-    q.scales = Dev::make(DType::kBF16, {n, k / 64});
-    q.biases = Dev::make(DType::kBF16, {n, k / 64});
-    q.w = QuantWeight{q.packed.t, q.scales.t, q.biases.t, bits, 64};
-    return q;
-  }
-  static double bytes(int64_t n, int64_t k, int bits) { return n * k * bits / 8.0 + 2.0 * n * (k / 64) * 2; }
-};
-
 // One decode launch shape: kind 0 plain linear_q (bf16 out; lm_head f32), 1 q/k/v linear_q_multi,
 // 2 gate/up linear_q_swiglu.
 struct LaunchShape {
@@ -285,23 +257,23 @@ TEST_F(QMmaPlanBench, Shapes) {
   for (int bits : {4, 8})
     for (const LaunchShape& s : shapes) {
       double wbytes = 0.0;
-      if (s.kind == 1) wbytes = DevQ::bytes(s.n, s.k, bits) + 2 * DevQ::bytes(s.n2, s.k, bits);
-      if (s.kind == 0) wbytes = DevQ::bytes(s.n, s.k, bits);
-      if (s.kind == 2) wbytes = 2 * DevQ::bytes(s.n, s.k, bits);
+      if (s.kind == 1) wbytes = BenchQuant::bytes(s.n, s.k, bits) + 2 * BenchQuant::bytes(s.n2, s.k, bits);
+      if (s.kind == 0) wbytes = BenchQuant::bytes(s.n, s.k, bits);
+      if (s.kind == 2) wbytes = 2 * BenchQuant::bytes(s.n, s.k, bits);
       const int copies = static_cast<int>(std::max<int64_t>(1, (512ll << 20) / static_cast<int64_t>(wbytes)));
-      std::vector<DevQ> a, b, c;  // plain: a; multi: q a, k b, v c; gated: gate a, up b
+      std::vector<BenchQuant> a, b, c;  // plain: a; multi: q a, k b, v c; gated: gate a, up b
       for (int i = 0; i < copies; ++i) {
-        a.push_back(DevQ::make(s.n, s.k, bits));
+        a.push_back(BenchQuant::make(s.n, s.k, bits));
         if (s.kind == 1) {
-          b.push_back(DevQ::make(s.n2, s.k, bits));
-          c.push_back(DevQ::make(s.n2, s.k, bits));
+          b.push_back(BenchQuant::make(s.n2, s.k, bits));
+          c.push_back(BenchQuant::make(s.n2, s.k, bits));
         }
-        if (s.kind == 2) b.push_back(DevQ::make(s.n, s.k, bits));
+        if (s.kind == 2) b.push_back(BenchQuant::make(s.n, s.k, bits));
       }
-      Dev x = Dev::make(DType::kBF16, {1, s.k});
-      Dev out = Dev::make(s.f32_out ? DType::kF32 : DType::kBF16, {1, s.n});
-      Dev o2 = Dev::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)}),
-          o3 = Dev::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)});
+      BenchTensor x = BenchTensor::make(DType::kBF16, {1, s.k});
+      BenchTensor out = BenchTensor::make(s.f32_out ? DType::kF32 : DType::kBF16, {1, s.n});
+      BenchTensor o2 = BenchTensor::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)}),
+                  o3 = BenchTensor::make(DType::kBF16, {1, std::max<int64_t>(s.n2, 1)});
       auto run = [&](int i) {
         const size_t j = static_cast<size_t>(i % copies);
         if (s.kind == 0) linear_q(ctx_, out.t, x.t, a[j].w);
