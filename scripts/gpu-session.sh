@@ -3,19 +3,21 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: tests, q8, sanitize, decode, families, sampled, defaults, serve, trace (default: tests q8 defaults
-# serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, sanitize ~2, decode ~4, families ~3.5, defaults ~2,
-# sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `SHARD_T=150 AB_T=120 ...
-# tests q8`, then `sanitize defaults serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per
-# test shard (default 200).
+# STAGE: tests, q8, xb, sanitize, decode, families, sampled, defaults, serve, trace (default: tests q8 xb
+# defaults serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, xb ~2, sanitize ~2, decode ~4, families ~3.5,
+# defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `SHARD_T=150
+# AB_T=120 ... tests q8`, then `xb sanitize defaults`, then `serve trace`. AB_T: seconds per A/B (default
+# 200); SHARD_T: seconds per test shard (default 200).
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
 #   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *EveryQuantGemv8Plan*,
-#      *QMmaPlans*), then the rest of test_cuda in four parallel shards;
+#      *QMmaPlans*; the 4-bit tile kernel's batched x staging: *QMmaBatchedXStaging*), then the rest of
+#      test_cuda in four parallel shards;
 #   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
 #      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
-#   1c. (sanitize) compute-sanitizer memcheck + racecheck of the new kernels (scripts/sanitize.sh cases matching
-#      SANITIZE_ONLY, default gemv_q8_f16);
+#   1c. (xb) batch-1 decode A/B of BUNSEN_QMMA_XBATCH 1 | 8 on llama3.1-8b and llama3.2-1b at 4 bits;
+#   1d. (sanitize) compute-sanitizer memcheck + racecheck of the new kernels (scripts/sanitize.sh cases
+#      matching SANITIZE_ONLY, default gemv_q8_f16);
 #   2. batch-1 decode A/B (scripts/bench_ab.py, reps alternating): BUNSEN_FUSED_NORM 0|1, BUNSEN_L2_PREFETCH
 #      0|16|64 and BUNSEN_ARGMAX_SPLIT on llama3.1-8b and llama3.2-1b; then (families) the fused norm on
 #      qwen3-8b, qwen3.5-4b and gemma4-e4b (its post-norm form), L2 prefetch and argmax split on the 8B 4-bit,
@@ -47,7 +49,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS='*F16QuantGemv8*:*EveryQuantGemv8Plan*:*QMmaPlans*'
+NEW_TESTS='*F16QuantGemv8*:*EveryQuantGemv8Plan*:*QMmaPlans*:*QMmaBatchedXStaging*'
 tests() {
   timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
@@ -101,6 +103,11 @@ q8() {  # the f16 8-bit GEMV (BUNSEN_QMMA_PLAN8 5, 6) against the register kerne
     f16ring:BUNSEN_QMMA_PLAN8=6
   ab ab_1b_q8 "--synthetic llama3.2-1b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 f16:BUNSEN_QMMA_PLAN8=5 \
     f16ring:BUNSEN_QMMA_PLAN8=6
+}
+
+xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) or 8 loads in flight (8)
+  ab ab_8b_q4_xb "--synthetic llama3.1-8b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 x8:BUNSEN_QMMA_XBATCH=8
+  ab ab_1b_q4_xb "--synthetic llama3.2-1b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 x8:BUNSEN_QMMA_XBATCH=8
 }
 
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
@@ -170,12 +177,12 @@ trace() {  # where the 1B's step goes with the norms in the prologues
   snap
 }
 
-[ $# -gt 0 ] || set -- tests q8 defaults serve trace
+[ $# -gt 0 ] || set -- tests q8 xb defaults serve trace
 for stage in "$@"; do
   case $stage in
-    tests | q8 | sanitize | decode | families | sampled | defaults | serve | trace) $stage ;;
+    tests | q8 | xb | sanitize | decode | families | sampled | defaults | serve | trace) $stage ;;
     *)
-      echo "unknown stage $stage (tests, q8, sanitize, decode, families, sampled, defaults, serve, trace)" >&2
+      echo "unknown stage $stage (tests, q8, xb, sanitize, decode, families, sampled, defaults, serve, trace)" >&2
       exit 2
       ;;
   esac

@@ -5,8 +5,9 @@
 // where the ring plans' x budget splits m = 8 into several launches) and matches the CPU. BUNSEN_BENCH_GEMV=1
 // adds QMmaPlanBench.Shapes: every Llama-3.1-8B and Llama-3.2-1B decode launch (4 and 8 bits, group 64, m =
 // 1) under every plan and k split, in one run. F16QuantGemv8MatchesTheCpuFarOutsideF16Range: the f16 8-bit
-// plans at every group size with x beyond f16's range. Skips without a GPU. Invariant: the tests restore the
-// plan / split / tiles hooks whatever happens.
+// plans at every group size with x beyond f16's range; QMmaBatchedXStagingIsBitIdentical: the tile kernel's
+// BUNSEN_QMMA_XBATCH=8 staging. Skips without a GPU. Invariant: the tests restore the plan / split / tiles /
+// lean / x staging hooks whatever happens.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -32,6 +33,7 @@ struct RestoreQMma {
     cuda::set_linear_q_split_for_testing(0);
     cuda::set_linear_q_tiles_for_testing(-1);
     cuda::set_qmma_lean_for_testing(-1);
+    cuda::set_qmma_xbatch_for_testing(-1);
   }
 };
 
@@ -167,6 +169,39 @@ TEST_F(CudaTest, QMmaLeanStageMathIsBitIdentical) {
                     << " m " << m << " k " << k << " scales " << dtype_name(sb);
             }
       }
+}
+
+// The tile kernel's batched x staging (BUNSEN_QMMA_XBATCH=8: up to 8 loads in flight per thread after the PDL
+// wait) gives the one-chunk-at-a-time staging's bits: plain, multi-part and gated launches, m 1..8, k of 1, 8
+// and 28 stages (one to seven chunks per thread at m = 1; several launches at m = 8, k = 14,336), bf16/f16
+// scales, forced and modelled splits.
+TEST_F(CudaTest, QMmaBatchedXStagingIsBitIdentical) {
+  RestoreQMma restore;
+  cuda::set_linear_q_tiles_for_testing(1);
+  cuda::set_qmma_plan_for_testing(0);
+  std::mt19937 rng(855);
+  for (int64_t k : {512, 4096, 14336})
+    for (DType sb : {DType::kBF16, DType::kF16}) {
+      const int64_t n = 67, f = 40;
+      RandomQuantWeight w(n, k, 4, 64, sb, rng), wg(f, k, 4, 64, sb, rng), wu(f, k, 4, 64, sb, rng);
+      HostPair x = random_pair(DType::kBF16, {8, k}, rng);
+      DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+      for (int split : {0, 1, 8})
+        for (int64_t m = 1; m <= 8; ++m) {
+          cuda::set_linear_q_split_for_testing(split);
+          std::array<std::vector<float>, 4> got[2];
+          for (int b = 0; b < 2; ++b) {
+            cuda::set_qmma_xbatch_for_testing(b == 0 ? 1 : 8);
+            got[b] = run_launch_kinds(ctx_, xd.tensor, m, w, wg, wu, rng);
+          }
+          const char* kinds[] = {"linear_q", "linear_q_multi part 0", "linear_q_multi part 1",
+                                 "linear_q_swiglu"};
+          for (int kind = 0; kind < 4; ++kind)
+            EXPECT_EQ(std::memcmp(got[0][kind].data(), got[1][kind].data(), got[0][kind].size() * 4), 0)
+                << kinds[kind] << " m " << m << " k " << k << " split " << split << " scales "
+                << dtype_name(sb);
+        }
+    }
 }
 
 // The f16 8-bit plans (BUNSEN_QMMA_PLAN8 5, 6: codes as f16 1024 + q, x staged as f16 scaled by a power of

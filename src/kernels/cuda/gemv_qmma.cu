@@ -112,9 +112,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
-// The tiled kernel (the tiles, copies and stage math: gemv_qmma_tiles.cuh).
-template <typename SBT, bool kGlu, bool kLean>
-__global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __grid_constant__ QMmaArgs a, int split) {
+// The tiled kernel (the tiles, copies and stage math: gemv_qmma_tiles.cuh). kXBatch: x staging loads in
+// flight per thread (stage_x; BUNSEN_QMMA_XBATCH).
+template <typename SBT, bool kGlu, bool kLean, int kXBatch>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_tile_kernel(const __grid_constant__ QMmaArgs a, int split) {
   using G = Geom<4, 64>;
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_qmma_tile_kernel(const __gri
   if (active && slice < n_st) issue(slice, tiles[0]);  // weights depend on no earlier kernel
   pdl_wait();
   float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
-  stage_x<4, 64, Bf16>(a, xs, gsum);
+  stage_x<4, 64, Bf16, kThreads, kXBatch>(a, xs, gsum);
   const bool x_ok = g < a.m;
   const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
   const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
@@ -308,7 +310,7 @@ bool tiles_fit(const QMmaArgs& a) {
 }
 
 // ---- launch plans (qmma_plan.h) ----
-std::atomic<int> g_plan{-1}, g_plan8{-1}, g_lean{-1};
+std::atomic<int> g_plan{-1}, g_plan8{-1}, g_lean{-1}, g_xbatch{-1};
 
 // The plan of launch a: at 8 bits qmma_plan8(); at 4 bits the hook's or BUNSEN_QMMA_PLAN's when set, else plan 0
 // (the tile kernel) for every launch kind, never by m. H200, QMmaPlanBench.Shapes in a graph, m 1, both with
@@ -327,20 +329,28 @@ size_t x_budget(const QMmaArgs& a) {
   return ring_plan_x_budget(a.bits, plan);
 }
 
-template <typename SBT, bool kGlu, bool kLean>
+template <typename SBT, bool kGlu, bool kLean, int kXBatch>
 cudaError_t launch_tiles_as(cudaStream_t stream, const QMmaArgs& a) {
-  auto kernel = gemv_qmma_tile_kernel<SBT, kGlu, kLean>;
+  auto kernel = gemv_qmma_tile_kernel<SBT, kGlu, kLean, kXBatch>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16, "linear_q (tiled tensor-core GEMV)");
-  static const int by_regs = occupancy(kernel, kThreads);
+  // The split from the kXBatch 1 instance's residency: the staging variant never changes a token's bits.
+  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, kLean, 1>, kThreads);
   const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + kTileBytes;
   const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
   const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
   return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split);
 }
 
+template <typename SBT, bool kGlu, bool kLean>
+cudaError_t launch_tiles_lean(cudaStream_t stream, const QMmaArgs& a) {
+  return qmma_xbatch() > 1 ? launch_tiles_as<SBT, kGlu, kLean, 8>(stream, a)
+                           : launch_tiles_as<SBT, kGlu, kLean, 1>(stream, a);
+}
+
 template <typename SBT, bool kGlu>
 cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
-  return qmma_lean() ? launch_tiles_as<SBT, kGlu, true>(stream, a) : launch_tiles_as<SBT, kGlu, false>(stream, a);
+  return qmma_lean() ? launch_tiles_lean<SBT, kGlu, true>(stream, a)
+                     : launch_tiles_lean<SBT, kGlu, false>(stream, a);
 }
 
 template <int kBits, int kGroup>
@@ -468,6 +478,17 @@ bool qmma_lean() {
 
 void set_qmma_lean_for_testing(int mode) {
   g_lean.store(mode);
+}
+
+int qmma_xbatch() {
+  const int forced = g_xbatch.load();
+  if (forced >= 1) return forced > 1 ? 8 : 1;
+  static const int env = env_int("BUNSEN_QMMA_XBATCH", 1) > 1 ? 8 : 1;
+  return env;
+}
+
+void set_qmma_xbatch_for_testing(int batch) {
+  g_xbatch.store(batch);
 }
 
 const char* qmma_plan8_name(int plan) {

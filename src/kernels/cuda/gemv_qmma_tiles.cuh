@@ -397,27 +397,61 @@ __device__ __forceinline__ void store_x(uint4* row, int col, uint4 v) {
 
 // Copies x into shared memory (see above; f32 x: hi parts at xs, lo parts at xs + m * row_chunks) and
 // computes the group sums of the values the MMAs see; ends with a block barrier. kNThreads: the block's
-// threads (a multiple of 32).
-template <int kBits, int kGroup, typename XT, int kNThreads = kThreads>
+// threads (a multiple of 32). kBatch: the loads each thread issues before it uses any. x is read after the
+// PDL wait, so every dependent round trip here delays the launch's first MMA: kBatch 1 (every kernel but the
+// tile kernel's BUNSEN_QMMA_XBATCH instances) takes k / 8 / kNThreads trips for a row, 7 at the 8B's
+// k = 14,336; 8 take one up to k = 16,384. The values, sums and stores are the same for any kBatch.
+template <int kBits, int kGroup, typename XT, int kNThreads = kThreads, int kBatch = 1>
 __device__ __forceinline__ void stage_x(const QMmaArgs& a, uint4* xs, float* gsum) {
   constexpr int kG8 = kGroup / 8;  // chunks per group: consecutive threads, one warp
   const int k8 = static_cast<int>(a.k / 8), row_chunks = k8 * x_words(kBits) + 1, ng = static_cast<int>(a.k / kGroup);
   const int total = static_cast<int>(a.m) * k8;
   uint4* xs_lo = xs + a.m * row_chunks;
-  for (int base = 0; base < total; base += kNThreads) {
-    const int c = base + static_cast<int>(threadIdx.x);
-    const bool ok = c < total;
-    const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
-    uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
-    if (ok) load_x8_bf16(static_cast<const XT*>(a.x) + r * a.x_stride + col * 8, hi, lo);
-    float s = bf16x8_sum(hi);
-    if constexpr (sizeof(XT) == 4) s += bf16x8_sum(lo);
+  if constexpr (kBatch == 1) {  // spelled out: the kernels measured with it keep their binaries
+    for (int base = 0; base < total; base += kNThreads) {
+      const int c = base + static_cast<int>(threadIdx.x);
+      const bool ok = c < total;
+      const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
+      uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
+      if (ok) load_x8_bf16(static_cast<const XT*>(a.x) + r * a.x_stride + col * 8, hi, lo);
+      float s = bf16x8_sum(hi);
+      if constexpr (sizeof(XT) == 4) s += bf16x8_sum(lo);
 #pragma unroll
-    for (int o = 1; o < kG8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (ok) {
-      store_x<kBits>(xs + r * row_chunks, col, hi);
-      if constexpr (sizeof(XT) == 4) store_x<kBits>(xs_lo + r * row_chunks, col, lo);
-      if ((threadIdx.x & (kG8 - 1)) == 0) gsum[r * ng + col / kG8] = s;
+      for (int o = 1; o < kG8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (ok) {
+        store_x<kBits>(xs + r * row_chunks, col, hi);
+        if constexpr (sizeof(XT) == 4) store_x<kBits>(xs_lo + r * row_chunks, col, lo);
+        if ((threadIdx.x & (kG8 - 1)) == 0) gsum[r * ng + col / kG8] = s;
+      }
+    }
+  } else {
+    for (int base = 0; base < total; base += kBatch * kNThreads) {
+      uint4 hi[kBatch], lo[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int c = base + b * kNThreads + static_cast<int>(threadIdx.x);
+        const bool ok = c < total;
+        const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
+        hi[b] = make_uint4(0, 0, 0, 0);
+        lo[b] = make_uint4(0, 0, 0, 0);
+        if (ok) load_x8_bf16(static_cast<const XT*>(a.x) + r * a.x_stride + col * 8, hi[b], lo[b]);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (base + b * kNThreads >= total) break;  // uniform over the block: whole warps shuffle below
+        const int c = base + b * kNThreads + static_cast<int>(threadIdx.x);
+        const bool ok = c < total;
+        const int r = ok ? c / k8 : 0, col = ok ? c - r * k8 : 0;
+        float s = bf16x8_sum(hi[b]);
+        if constexpr (sizeof(XT) == 4) s += bf16x8_sum(lo[b]);
+#pragma unroll
+        for (int o = 1; o < kG8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (ok) {
+          store_x<kBits>(xs + r * row_chunks, col, hi[b]);
+          if constexpr (sizeof(XT) == 4) store_x<kBits>(xs_lo + r * row_chunks, col, lo[b]);
+          if ((threadIdx.x & (kG8 - 1)) == 0) gsum[r * ng + col / kG8] = s;
+        }
+      }
     }
   }
   __syncthreads();

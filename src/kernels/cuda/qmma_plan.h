@@ -50,4 +50,12 @@ bool qmma_lean();
 // Test/bench hook (process-wide): 1 on, 0 off, -1 back to BUNSEN_QMMA_LEAN.
 void set_qmma_lean_for_testing(int mode);
 
+// The x staging of the 4-bit tile kernel (the default 4-bit launch): 1 (the default until an H200 A/B says
+// otherwise) loads one 16-byte chunk of x per thread at a time, k / 2,048 dependent round trips after the
+// PDL wait for a row (7 at k = 14,336); 8 (BUNSEN_QMMA_XBATCH=8, read once) issues up to 8 per thread first,
+// one round trip up to k = 16,384. The same bits either way (the split comes from the 1-instance).
+int qmma_xbatch();
+// Test/bench hook (process-wide): 1 or 8, or -1 back to BUNSEN_QMMA_XBATCH.
+void set_qmma_xbatch_for_testing(int batch);
+
 }  // namespace bunsen::kernels::cuda
