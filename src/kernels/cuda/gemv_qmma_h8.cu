@@ -12,7 +12,7 @@
 // exact in the f32 accumulators, as in the bf16 kernels.
 // Layout and loop are gemv_qmma_smem_kernel's: a warp owns 16 weight rows (gated: 8 gate + 8 up) and a
 // slice of k, a lane streams its quarter of each group of its 2 rows (16-byte non-allocating loads,
-// kStageWords words of each row per stage, two stages, both issued before the PDL wait; plan 6: a 4-stage
+// 32 bytes of each row per stage, two stages, both issued before the PDL wait; plan 6: a 4-stage
 // cp.async ring in shared memory instead, gemv_qmma_h8_ring_kernel), x comes from shared memory in natural
 // order (lane t's B fragment is x[4j .. 4j + 3] of its quarter, as its A fragment is codes 4j .. 4j + 3).
 // Invariants: as gemv_qmma.cu's (the k split depends on rows, k, group and the GPU, never on m; a token's
@@ -195,17 +195,18 @@ __device__ __forceinline__ void compute_stage_h8(const Stage<8, kGroup, SBT, kU>
   }
 }
 
-// Groups per stage: kStageWords words of each of the lane's 2 rows, at least one group.
-template <int kGroup, int kStageWords>
+// Groups per stage: 8 words (32 bytes) of each of the lane's 2 rows, at least one group. (16 words, or 3
+// blocks per SM with 4, spilled 68-188 bytes; ptxas, sm_90a.)
+template <int kGroup>
 struct H8Stage {
-  static constexpr int kU = Geom<8, kGroup>::kWpg >= kStageWords ? 1 : kStageWords / Geom<8, kGroup>::kWpg;
+  static constexpr int kU = Geom<8, kGroup>::kWpg >= 8 ? 1 : 8 / Geom<8, kGroup>::kWpg;
 };
 
-template <int kGroup, typename SBT, bool kGlu, int kStageWords, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <int kGroup, typename SBT, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
     gemv_qmma_h8_kernel(const __grid_constant__ QMmaArgs a, int split) {
   using G = Geom<8, kGroup>;
-  constexpr int kU = H8Stage<kGroup, kStageWords>::kU;
+  constexpr int kU = H8Stage<kGroup>::kU;
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
   pdl_launch_dependents();
@@ -318,6 +319,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
+// Launches one of this file's kernels over every row tile with the forced k split, else choose_split over
+// `iters` stages per tile and `resident` warps (never from m).
+template <typename Kernel>
+cudaError_t launch_split(Kernel kernel, cudaStream_t stream, const QMmaArgs& a, int64_t iters,
+                         int64_t resident, size_t smem) {
+  const int64_t tiles = total_tiles(a);
+  const int forced = forced_split();
+  const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
+  const int64_t per_block = kWarps / split;
+  return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
+                    smem, stream, a, split);
+}
+
 template <typename SBT, bool kGlu>
 cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
   auto kernel = gemv_qmma_h8_ring_kernel<SBT, kGlu>;
@@ -330,36 +344,22 @@ cudaError_t launch_ring(cudaStream_t stream, const QMmaArgs& a) {
   const size_t smem_one = (h8_bytes(one) + 15) / 16 * 16 + kLaneRingBytes;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kernel, kThreads, smem_one) != cudaSuccess) bps = 1;
   bps = std::max(bps, 1);
-  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * bps;
-  const int64_t tiles = total_tiles(a), iters = (a.k / 64 + kRingU - 1) / kRingU;
-  const int forced = forced_split();
-  const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
-  const int64_t per_block = kWarps / split;
-  return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
-                    (h8_bytes(a) + 15) / 16 * 16 + kLaneRingBytes, stream, a, split);
+  return launch_split(kernel, stream, a, (a.k / 64 + kRingU - 1) / kRingU,
+                      static_cast<int64_t>(sm_count()) * kWarps * bps,
+                      (h8_bytes(a) + 15) / 16 * 16 + kLaneRingBytes);
 }
 
-template <int kGroup, typename SBT, bool kGlu, int kStageWords, int kMinBlocks>
-cudaError_t launch_as(cudaStream_t stream, const QMmaArgs& a) {
-  constexpr int kU = H8Stage<kGroup, kStageWords>::kU;
-  auto kernel = gemv_qmma_h8_kernel<kGroup, SBT, kGlu, kStageWords, kMinBlocks>;
+// ptxas, sm_90a: 108-128 registers; no spills at groups 64 and 128, 16-28 bytes at group 32.
+template <int kGroup, typename SBT, bool kGlu>
+cudaError_t launch_regs(cudaStream_t stream, const QMmaArgs& a) {
+  constexpr int kU = H8Stage<kGroup>::kU;
+  auto kernel = gemv_qmma_h8_kernel<kGroup, SBT, kGlu>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax,
                      "linear_q (8-bit f16 tensor-core GEMV)");
   // The k split is modelled on the register-limited residency only, so it never depends on m.
   static const int by_regs = occupancy(kernel, kThreads);
-  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const int64_t tiles = total_tiles(a), iters = (a.k / kGroup + kU - 1) / kU;
-  const int forced = forced_split();
-  const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
-  const int64_t per_block = kWarps / split;
-  return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
-                    h8_bytes(a), stream, a, split);
-}
-
-template <int kGroup, typename SBT, bool kGlu>
-cudaError_t launch_plan(cudaStream_t stream, const QMmaArgs& a) {
-  // ptxas, sm_90a: 108-128 registers; no spills at groups 64 and 128, 16-28 bytes at group 32.
-  return launch_as<kGroup, SBT, kGlu, 8, 2>(stream, a);
+  return launch_split(kernel, stream, a, (a.k / kGroup + kU - 1) / kU,
+                      static_cast<int64_t>(sm_count()) * kWarps * by_regs, h8_bytes(a));
 }
 
 // Whether the lane ring takes launch a: group 64 and every part's scale/bias rows 4-byte aligned runs.
@@ -377,9 +377,9 @@ bool ring_fits(const QMmaArgs& a) {
 template <typename SBT, bool kGlu>
 cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a, int plan) {
   if (plan == 6 && ring_fits(a)) return launch_ring<SBT, kGlu>(stream, a);
-  if (a.group_size == 32) return launch_plan<32, SBT, kGlu>(stream, a);
-  if (a.group_size == 64) return launch_plan<64, SBT, kGlu>(stream, a);
-  return launch_plan<128, SBT, kGlu>(stream, a);
+  if (a.group_size == 32) return launch_regs<32, SBT, kGlu>(stream, a);
+  if (a.group_size == 64) return launch_regs<64, SBT, kGlu>(stream, a);
+  return launch_regs<128, SBT, kGlu>(stream, a);
 }
 
 }  // namespace
