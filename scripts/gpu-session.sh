@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The next device call's plan as one script (docs/PERFORMANCE.md, "Latest"): validates and A/Bs the
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
-#   here:  scripts/gpu-check.sh pack build   (then xz .gpu/lib/libcupti.so.13 if the carry is over 64 MiB)
+#   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, sanitize, decode, families, sampled, defaults, serve, trace (default: tests q8 xb
-# defaults serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, xb ~2, sanitize ~2, decode ~4, families ~3.5,
+# STAGE: new (the new tests alone), tests, q8, xb, sanitize, decode, families, sampled, defaults, serve,
+# trace (default: tests q8 xb defaults serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, xb ~2, sanitize ~2, decode ~4, families ~3.5,
 # defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over calls of < 10 minutes, e.g. `SHARD_T=150
 # AB_T=120 ... tests q8`, then `xb sanitize defaults`, then `serve trace`. AB_T: seconds per A/B (default
 # 200); SHARD_T: seconds per test shard (default 200); ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
-# tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back.
+# tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
+# leave .gpu/lib's libcupti and trace library out except for the trace call.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
 #   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *EveryQuantGemv8Plan*,
@@ -68,7 +69,7 @@ tests() {
   for i in 0 1 2 3; do
     echo "shard $i: $(grep -c '^\[       OK' "$R/shard$i.txt") ok, $(grep -c '^\[  FAILED' "$R/shard$i.txt") failed"
   done
-  grep -h '^\[  FAILED' "$R"/new_tests.txt "$R"/shard*.txt | sort -u | head -20
+  grep -h '^\[  FAILED' "$R"/shard*.txt | sort -u | head -20
   snap
 }
 
@@ -108,13 +109,14 @@ q8() {  # the f16 8-bit GEMV (BUNSEN_QMMA_PLAN8 5, 6) against the register kerne
   snap
   ab ab_8b_q8 "--synthetic llama3.1-8b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 f16:BUNSEN_QMMA_PLAN8=5 \
     f16ring:BUNSEN_QMMA_PLAN8=6
-  [ "${ONLY_8B:-0}" = 1 ] || ab ab_1b_q8 "--synthetic llama3.2-1b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 f16:BUNSEN_QMMA_PLAN8=5 \
-    f16ring:BUNSEN_QMMA_PLAN8=6
+  [ "${ONLY_8B:-0}" = 1 ] || ab ab_1b_q8 "--synthetic llama3.2-1b --quant 8" regs:BUNSEN_QMMA_PLAN8=0 \
+    f16:BUNSEN_QMMA_PLAN8=5 f16ring:BUNSEN_QMMA_PLAN8=6
 }
 
 xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) or 8 loads in flight (8)
   ab ab_8b_q4_xb "--synthetic llama3.1-8b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 x8:BUNSEN_QMMA_XBATCH=8
-  [ "${ONLY_8B:-0}" = 1 ] || ab ab_1b_q4_xb "--synthetic llama3.2-1b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 x8:BUNSEN_QMMA_XBATCH=8
+  [ "${ONLY_8B:-0}" = 1 ] || ab ab_1b_q4_xb "--synthetic llama3.2-1b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 \
+    x8:BUNSEN_QMMA_XBATCH=8
 }
 
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
