@@ -7,7 +7,8 @@
 # trace (default: tests q8 xb defaults serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, xb ~2,
 # sanitize ~2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over
 # calls of < 10 minutes, e.g. `SHARD_T=150 AB_T=120 ... tests q8`, then `xb sanitize defaults`, then
-# `serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200); ONLY_8B=1: q8 and xb A/B the 8B alone.
+# `serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200);
+# ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
 # tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
 # leave .gpu/lib's libcupti and trace library out except for the trace call.
