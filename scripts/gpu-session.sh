@@ -144,33 +144,58 @@ sampled() {
     peers:BUNSEN_SAMPLE_HIST=peers first:BUNSEN_SAMPLE_HIST=first
 }
 
-SERVE_ARGS=${SERVE_ARGS:---synthetic llama3.1-8b --device cuda --batch 64 --ctx 1536}
-CLIENT_ARGS=${CLIENT_ARGS:---concurrency 64 --requests 128 --prompt-len 1024 --gen 256}
-serve() {  # 64 streams of the 8B, greedy and sampled, with the engine's device sampling off and on
-  local port=18080 ds
-  for ds in 0 1; do
-    # shellcheck disable=SC2086
-    BUNSEN_DEVICE_SAMPLING=$ds timeout 170 "$G/bunsen" serve $SERVE_ARGS --port $port >"$R/serve_ds$ds.log" 2>&1 &
-    local pid=$! up=0
-    for _ in $(seq 120); do
-      curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
-      sleep 1
+serve() {  # 64 streams of the 8B, greedy and sampled (device sampling on), then 256 streams greedy
+  # Each run draws its own prompts (--seed), so no run is served from an earlier run's prefix cache.
+  serve_run 64 "greedy:0 sampled:1"
+  [ "${SERVE_256:-1}" = 1 ] && serve_run 256 "greedy:2"
+}
+
+serve_run() {  # streams, mode:seed ...
+  local n=$1 port=18080 run mode seed
+  # shellcheck disable=SC2086
+  timeout 200 "$G/bunsen" serve --synthetic llama3.1-8b --device cuda --batch "$n" --ctx 1536 --port $port \
+    >"$R/serve_$n.log" 2>&1 &
+  local pid=$! up=0
+  for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
+    sleep 1
+  done
+  if [ $up = 1 ]; then
+    for run in $2; do
+      mode=${run%%:*} seed=${run##*:}
+      local extra="--seed $seed"
+      [ "$mode" = sampled ] && extra="$extra --temperature 0.8 --top-p 0.95"
+      # shellcheck disable=SC2086
+      timeout 90 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" --concurrency "$n" --requests $((2 * n)) \
+        --prompt-len 1024 --gen 256 $extra --json >"$R/serve_${n}_$mode.json" 2>"$R/serve_${n}_$mode.err"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['output_tok_s'], 'tok/s,', \
+        d['completed'], 'done, TTFT p50/p99', d['ttft_ms']['p50'], d['ttft_ms']['p99'], 'ms, ITL p50/p99', \
+        d['itl_ms']['p50'], d['itl_ms']['p99'], 'ms')" "$R/serve_${n}_$mode.json" "$n streams $mode" 2>/dev/null ||
+        echo "$n streams $mode FAILED"
     done
-    if [ $up = 1 ]; then
-      for mode in greedy sampled; do
-        local extra=""
-        [ $mode = sampled ] && extra="--temperature 0.8 --top-p 0.95"
-        # shellcheck disable=SC2086
-        timeout 60 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" $CLIENT_ARGS $extra --json \
-          >"$R/serve_ds${ds}_$mode.json" 2>"$R/serve_ds${ds}_$mode.err"
-        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['output_tok_s'], 'tok/s,', \
-          d['completed'], 'done, TTFT p99', d['ttft_ms']['p99'], 'ms, ITL p50', d['itl_ms']['p50'], 'ms')" \
-          "$R/serve_ds${ds}_$mode.json" "device_sampling=$ds $mode" 2>/dev/null || echo "device_sampling=$ds $mode FAILED"
-      done
-    else
-      echo "server (BUNSEN_DEVICE_SAMPLING=$ds) did not come up"; tail -3 "$R/serve_ds$ds.log"
-    fi
-    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  else
+    echo "server (--batch $n) did not come up"; tail -3 "$R/serve_$n.log"
+  fi
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  snap
+}
+
+table() {  # the must-show batch-1 figures of issues 4, 8, 9 with the committed defaults, one run each
+  local i=0 spec shape args
+  for spec in "llama3.1-8b|--prefill-lens 2048" "llama3.2-1b|" "llama3.1-8b|--quant 4 --prefill-lens 2048" \
+    "llama3.1-8b|--quant 8" "qwen3.5-4b|" "gemma4-e4b|" "gemma4-26b-a4b|--quant 4"; do
+    shape=${spec%%|*} args=${spec#*|}
+    local probe=--no-probe
+    [ $i = 0 ] && probe=""
+    # shellcheck disable=SC2086
+    timeout 75 "$G/bunsen" benchmark --device cuda --synthetic "$shape" --prompt-len 1024 --gen 128 $probe $args \
+      --json >"$R/table_$i.json" 2>"$R/table_$i.err"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); pf=' '.join('pp%d %.0f' % (p['prompt_len'], p['tok_s'])
+for p in d.get('prefill', [])); print(sys.argv[2], '| decode %.1f tok/s %.3f ms, %.2f GB/tok, %.0f GB/s, probe %s |' % (
+d['decode_tok_s'], d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'],
+d.get('probe_read_gbps', '-')), pf)" "$R/table_$i.json" "$shape $args" 2>/dev/null || {
+      echo "$shape $args FAILED"; tail -2 "$R/table_$i.err"; }
+    i=$((i + 1))
     snap
   done
 }
@@ -187,12 +212,25 @@ trace() {  # where the 1B's step goes with the norms in the prologues
   snap
 }
 
-[ $# -gt 0 ] || set -- tests q8 xb defaults serve trace
+trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s)
+  if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
+    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_8b_q4.csv" \
+      timeout 90 "$G/bunsen" benchmark --device cuda --synthetic llama3.1-8b --quant 4 --prompt-len 1024 \
+      --prefill-lens 1024 --gen 48 --no-probe --json >"$R/trace_8b_q4.json" 2>&1
+    python3 scripts/kernel_trace.py "$R/trace_8b_q4.csv" --by-shape >"$R/trace_8b_q4.txt" 2>&1
+    head -40 "$R/trace_8b_q4.txt"
+    xz -9 "$R/trace_8b_q4.csv"
+  fi
+  snap
+}
+
+[ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | sanitize | decode | families | sampled | defaults | serve | trace) $stage ;;
+    new | tests | q8 | xb | sanitize | decode | families | sampled | defaults | table | serve | trace | trace8) $stage ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, sanitize, decode, families, sampled, defaults, serve, trace)" >&2
+      echo "unknown stage $stage (new, tests, q8, xb, sanitize, decode, families, sampled, defaults, table, serve," \
+        "trace, trace8)" >&2
       exit 2
       ;;
   esac

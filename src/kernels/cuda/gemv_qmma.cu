@@ -455,12 +455,15 @@ void set_qmma_plan_for_testing(int plan) {
   g_plan.store(plan);
 }
 
+// The f16 kernel (qmma_plan.h): H100, scripts/gpu-session.sh q8, 2026-12-05.
+constexpr int kDefaultPlan8 = 5;
+
 int qmma_plan8() {
   const int forced = g_plan8.load();
   if (forced >= 0 && forced < kQMmaPlans8) return forced;
   static const int env = [] {
-    const int v = env_int("BUNSEN_QMMA_PLAN8", 0);
-    return v >= 0 && v < kQMmaPlans8 ? v : 0;
+    const int v = env_int("BUNSEN_QMMA_PLAN8", kDefaultPlan8);
+    return v >= 0 && v < kQMmaPlans8 ? v : kDefaultPlan8;
   }();
   return env;
 }
