@@ -3,11 +3,13 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, sanitize, decode, families, sampled, defaults, serve,
-# trace (default: tests q8 xb defaults serve trace). Times: tests ~2.5-5.5 minutes, q8 ~4, xb ~2,
-# sanitize ~2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, serve ~3, trace ~0.5: split them over
-# calls of < 10 minutes, e.g. `SHARD_T=150 AB_T=120 ... tests q8`, then `xb sanitize defaults`, then
-# `serve trace`. AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200);
+# STAGE: new (the new tests alone), tests, q8, xb, sanitize, decode, families, sampled, defaults, table,
+# serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5 minutes, q8 ~1.5-4,
+# xb ~1-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64
+# streams greedy and sampled, then 256 greedy unless SERVE_256=0), trace/trace8 ~0.5 each: split them over
+# calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then `serve trace8` (the trace stages need
+# .gpu/lib's libcupti: leave test_cuda.xz out of that call). AB_T: seconds per A/B (default 200); SHARD_T:
+# seconds per test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
 # tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
@@ -166,12 +168,13 @@ serve_run() {  # streams, mode:seed ...
       local extra="--seed $seed"
       [ "$mode" = sampled ] && extra="$extra --temperature 0.8 --top-p 0.95"
       # shellcheck disable=SC2086
-      timeout 90 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" --concurrency "$n" --requests $((2 * n)) \
-        --prompt-len 1024 --gen 256 $extra --json >"$R/serve_${n}_$mode.json" 2>"$R/serve_${n}_$mode.err"
-      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], d['output_tok_s'], 'tok/s,', \
-        d['completed'], 'done, TTFT p50/p99', d['ttft_ms']['p50'], d['ttft_ms']['p99'], 'ms, ITL p50/p99', \
-        d['itl_ms']['p50'], d['itl_ms']['p99'], 'ms')" "$R/serve_${n}_$mode.json" "$n streams $mode" 2>/dev/null ||
-        echo "$n streams $mode FAILED"
+      timeout 90 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" --concurrency "$n" \
+        --requests $((2 * n)) --prompt-len 1024 --gen 256 $extra --json >"$R/serve_${n}_$mode.json" \
+        2>"$R/serve_${n}_$mode.err"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['ttft_ms']; i=d['itl_ms']
+print(sys.argv[2], '%.1f tok/s, %d done, TTFT p50/p99 %.1f / %.1f ms, ITL p50/p99 %.2f / %.2f ms' % (
+d['output_tok_s'], d['completed'], t['p50'], t['p99'], i['p50'], i['p99']))" \
+        "$R/serve_${n}_$mode.json" "$n streams $mode" 2>/dev/null || echo "$n streams $mode FAILED"
     done
   else
     echo "server (--batch $n) did not come up"; tail -3 "$R/serve_$n.log"
@@ -182,18 +185,20 @@ serve_run() {  # streams, mode:seed ...
 
 table() {  # the must-show batch-1 figures of issues 4, 8, 9 with the committed defaults, one run each
   local i=0 spec shape args
-  for spec in "llama3.1-8b|--prefill-lens 2048" "llama3.2-1b|" "llama3.1-8b|--quant 4 --prefill-lens 2048" \
-    "llama3.1-8b|--quant 8" "qwen3.5-4b|" "gemma4-e4b|" "gemma4-26b-a4b|--quant 4"; do
+  local one="--prefill-lens 1024"
+  for spec in "llama3.1-8b|--prefill-lens 2048" "llama3.2-1b|$one" "llama3.1-8b|--quant 4 --prefill-lens 2048" \
+    "llama3.1-8b|--quant 8 $one" "qwen3.5-4b|$one" "gemma4-e4b|$one" "gemma4-26b-a4b|--quant 4 $one"; do
     shape=${spec%%|*} args=${spec#*|}
     local probe=--no-probe
     [ $i = 0 ] && probe=""
     # shellcheck disable=SC2086
-    timeout 75 "$G/bunsen" benchmark --device cuda --synthetic "$shape" --prompt-len 1024 --gen 128 $probe $args \
-      --json >"$R/table_$i.json" 2>"$R/table_$i.err"
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); pf=' '.join('pp%d %.0f' % (p['prompt_len'], p['tok_s'])
-for p in d.get('prefill', [])); print(sys.argv[2], '| decode %.1f tok/s %.3f ms, %.2f GB/tok, %.0f GB/s, probe %s |' % (
-d['decode_tok_s'], d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'],
-d.get('probe_read_gbps', '-')), pf)" "$R/table_$i.json" "$shape $args" 2>/dev/null || {
+    timeout 75 "$G/bunsen" benchmark --device cuda --synthetic "$shape" --prompt-len 1024 --gen 128 $probe \
+      $args --json >"$R/table_$i.json" 2>"$R/table_$i.err"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
+pf=' '.join('pp%d %.0f' % (p['prompt_len'], p['tok_s']) for p in d.get('prefill', []))
+print(sys.argv[2], '| decode %.1f tok/s %.3f ms, %.2f GB/tok, %.0f GB/s, probe %s |' % (d['decode_tok_s'],
+d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'], d.get('probe_read_gbps', '-')), pf)" \
+      "$R/table_$i.json" "$shape $args" 2>/dev/null || {
       echo "$shape $args FAILED"; tail -2 "$R/table_$i.err"; }
     i=$((i + 1))
     snap
@@ -227,7 +232,10 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | sanitize | decode | families | sampled | defaults | table | serve | trace | trace8) $stage ;;
+    new | tests | q8 | xb | sanitize | decode | families | sampled | defaults | table | serve | trace | \
+      trace8)
+      $stage
+      ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, sanitize, decode, families, sampled, defaults, table, serve," \
         "trace, trace8)" >&2
