@@ -21,7 +21,10 @@ namespace {
 class CudaMoeTest : public CudaTest {
  protected:
   void TearDown() override {
-    if (cuda::device_count() > 0) cuda::set_moe_path_for_testing(cuda::MoePath::kAuto);
+    if (cuda::device_count() > 0) {
+      cuda::set_moe_path_for_testing(cuda::MoePath::kAuto);
+      cuda::set_moe_gemv_form_for_testing(0);
+    }
     CudaTest::TearDown();
   }
 };
@@ -194,6 +197,75 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
+// The staged grouped-GEMV kernels and the lane-parallel router (form 2, the default) give the first kernels'
+// bits (form 1): the quantized cases above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's expert widths (top-8),
+// bf16 and f32 activations, an invalid id in a slot; the router with NaN, tied and -inf logits, expert
+// scales.
+TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
+  std::mt19937 rng(957);
+  cuda::set_moe_path_for_testing(cuda::MoePath::kGemv);
+  std::vector<Case> cases;
+  for (const Case& c : kCases)
+    if (c.bits == 4 || c.bits == 8) cases.push_back(c);
+  cases.push_back({1, 2816, 704, 16, 8, 16, 4, 64});
+  cases.push_back({2, 2048, 768, 12, 8, 12, 4, 64});
+  cases.push_back({1, 512, 320, 10, 8, 10, 8, 32});
+  for (const Case& c : cases)
+    for (DType act_dt : kActDtypes) {
+      const std::string what =
+          strfmt("n %lld d %lld f %lld k %lld bits %d group %d act %s", (long long)c.n, (long long)c.d,
+                 (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
+      ExpertSet s = make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
+      DeviceExperts ds(s);
+      HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
+      Routing r = make_routing(c.n, c.k, c.used, rng);
+      if (c.n * c.k > 2) r.ids.tensor.ptr<int32_t>()[1] = static_cast<int32_t>(c.e + 3);  // slot 1: invalid
+      DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
+      DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
+      std::vector<std::vector<float>> got;
+      for (int form : {1, 2}) {
+        cuda::set_moe_gemv_form_for_testing(form);
+        DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
+        moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
+        got.push_back(values(dout.download().tensor));
+      }
+      ASSERT_EQ(got[0].size(), got[1].size()) << what;
+      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
+    }
+  for (int64_t n_experts : {8, 128, 257, 1024})
+    for (int k : {1, 8, 32})
+      for (DType lt : kActDtypes)
+        for (MoeScoring sc : {MoeScoring::kSoftmax, MoeScoring::kSigmoid}) {
+          if (k > n_experts) continue;
+          const int64_t n = 9;
+          HostPair logits = random_pair(lt, {n, n_experts}, rng, -6.0f, 6.0f);
+          float* l = logits.f32.tensor.ptr<float>();
+          if (lt == DType::kF32) {  // ties, NaN and -inf in row 0 (the f32 rows are uploaded as they are)
+            l[3 % n_experts] = l[5 % n_experts] = 4.0f;
+            l[1] = std::nanf("");
+            l[2 % n_experts] = -INFINITY;
+          }
+          const OwnedTensor& up = lt == DType::kF32 ? logits.f32 : logits.data;
+          DeviceTensor d_logits = DeviceTensor::upload(up.tensor);
+          DeviceTensor d_es =
+              DeviceTensor::upload(random_tensor(DType::kBF16, {n_experts}, rng, 0.5f, 2.0f).tensor);
+          MoeRouteParams p;
+          p.top_k = k, p.scoring = sc, p.norm_topk = k > 1, p.scale = 1.5f, p.expert_scale = d_es.tensor;
+          std::vector<OwnedTensor> ids, ws;
+          for (int form : {1, 2}) {
+            cuda::set_moe_gemv_form_for_testing(form);
+            DeviceTensor d_ids = DeviceTensor::upload(OwnedTensor::make(DType::kI32, {n, k}).tensor);
+            DeviceTensor d_w = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {n, k}).tensor);
+            moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
+            ids.push_back(d_ids.download());
+            ws.push_back(d_w.download());
+          }
+          const std::string what = strfmt("%lld experts k %d %s", (long long)n_experts, k, dtype_name(lt));
+          EXPECT_EQ(std::memcmp(ids[0].tensor.data, ids[1].tensor.data, ids[0].tensor.nbytes()), 0) << what;
+          EXPECT_EQ(std::memcmp(ws[0].tensor.data, ws[1].tensor.data, ws[0].tensor.nbytes()), 0) << what;
+        }
+}
+
 // BUNSEN_CUDA_BENCH=1: one decode token (m = 1) through moe_experts on the Gemma-4-26B-A4B expert shapes
 // (128 experts of d 2816, d_expert 704, top-8, MLX 4-bit group 64): us and GB/s of the 8 experts' codes +
 // scales + biases, the routing cycling over disjoint expert sets so that the L2 cannot hold them.
@@ -249,23 +321,27 @@ TEST_F(CudaMoeTest, BenchQuantDecodeExperts) {
     moe_experts(ctx_, out.tensor, x.tensor, ids[static_cast<size_t>(c % sets)].tensor,
                 weights[static_cast<size_t>(c % sets)].tensor, experts);
   };
-  for (int64_t c = 0; c < sets; ++c) run(c);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  const int reps = 200;
-  cudaEventRecord(a);
-  for (int r = 0; r < reps; ++r) run(r);
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  const double us = 1000.0 * ms / reps;
   const double bytes = k * (3.0 * d * f * bits / 8 + 3.0 * 2 * 2 * d * f / group);
-  std::printf("[ bench    ] moe_experts q%d m=1 d %lld f %lld top-%lld of %lld: %8.2f us %7.1f GB/s\n", bits,
-              (long long)d, (long long)f, (long long)k, (long long)e, us, bytes / (us * 1e3));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  for (int form : {1, 2}) {  // the first kernels, then the staged ones (the default)
+    cuda::set_moe_gemv_form_for_testing(form);
+    for (int64_t c = 0; c < sets; ++c) run(c);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const int reps = 200;
+    cudaEventRecord(a);
+    for (int r = 0; r < reps; ++r) run(r);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    const double us = 1000.0 * ms / reps;
+    std::printf(
+        "[ bench    ] moe_experts form %d q%d m=1 d %lld f %lld top-%lld of %lld: %8.2f us %7.1f GB/s\n",
+        form, bits, (long long)d, (long long)f, (long long)k, (long long)e, us, bytes / (us * 1e3));
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
   for (float v : values(out.download().tensor)) ASSERT_TRUE(std::isfinite(v));
 }
 

@@ -17,6 +17,7 @@
 // launches go to `stream` with no host sync (graph-capturable); one scratch() call per op.
 #include <atomic>
 
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/quant_common.cuh"
@@ -31,6 +32,7 @@ constexpr int kTileM = 32, kTileN = 64, kTileK = 32, kTileThreads = 256;
 constexpr int kPlanThreads = 1024;
 
 std::atomic<MoePath> g_path{MoePath::kAuto};
+std::atomic<int> g_form{0};
 
 // ---------------------------------------------------------------- weights
 
@@ -78,8 +80,10 @@ __device__ __forceinline__ bool valid_expert(int e, int64_t n_experts) {
 
 // ---------------------------------------------------------------- routing
 
+// The first form (BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared memory and lane
+// 0 writes the top_k slots one after another (a chain of dependent global loads with an expert scale).
 template <typename LT>
-__global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
+__global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
   extern __shared__ float score[];  // [n_experts]
   __shared__ int chosen[kMaxTopK];
   const int lane = threadIdx.x;
@@ -132,6 +136,61 @@ __global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_ex
     a.ids[t * a.top_k + j] = chosen[j];
     a.weights[t * a.top_k + j] = w;
   }
+}
+
+// The scores as route_v1_kernel computes them; each lane marks the experts it owns (lane + 32 i) as taken in
+// a register mask, every lane keeps the running total in pick order, and lane j writes slot j: the same
+// picks, the same bits, no per-expert scan of the earlier picks and no serial chain of stores and loads.
+template <typename LT>
+__global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
+  extern __shared__ float score[];  // [n_experts]
+  const int lane = threadIdx.x;
+  const int64_t t = blockIdx.x;
+  const LT* l = logits + t * a.logits.stride;
+  float mx = -INFINITY;
+  for (int64_t e = lane; e < n_experts; e += 32) mx = fmaxf(mx, to_f32(l[e]));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t e = lane; e < n_experts; e += 32) {
+    const float x = to_f32(l[e]);
+    const float s = a.sigmoid ? 1.0f / (1.0f + expf(-x)) : expf(x - mx);
+    score[e] = s;
+    sum += s;
+  }
+  sum = warp_sum(sum);
+  if (!a.sigmoid)
+    for (int64_t e = lane; e < n_experts; e += 32) score[e] /= sum;
+  __syncwarp();
+  uint32_t taken = 0;  // bit i: expert lane + 32 i was picked (n_experts <= kMaxExperts = 32 * 32)
+  int mine = 0;        // lane j < top_k: the j-th pick
+  float total = 0.0f;  // sum of the chosen scores, in pick order (every lane the same)
+  for (int j = 0; j < a.top_k; ++j) {
+    float best_key = -INFINITY;
+    int best = 0x7fffffff;
+    int i = 0;
+    for (int64_t e = lane; e < n_experts; e += 32, ++i) {
+      if ((taken >> i) & 1u) continue;
+      const float key = isnan(score[e]) ? -INFINITY : score[e];
+      if (best == 0x7fffffff || key > best_key) best_key = key, best = static_cast<int>(e);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ok = __shfl_xor_sync(0xffffffffu, best_key, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best, o);
+      if (oi != 0x7fffffff && (best == 0x7fffffff || ok > best_key || (ok == best_key && oi < best)))
+        best_key = ok, best = oi;
+    }
+    if ((best & 31) == lane) taken |= 1u << (best >> 5);
+    if (lane == j) mine = best;
+    total += score[best];
+  }
+  if (lane >= a.top_k) return;
+  float w = score[mine];
+  if (a.norm_topk) w /= total;
+  w *= a.scale;
+  if (a.expert_scale) w *= load_any(a.expert_scale, a.expert_scale_dtype, mine);
+  a.ids[t * a.top_k + lane] = mine;
+  a.weights[t * a.top_k + lane] = w;
 }
 
 // ---------------------------------------------------------------- quantized rows, vectorised
@@ -321,6 +380,190 @@ __global__ void gemv_down_kernel(const DevMoeExperts a, const float* act, OT* ou
   if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
 }
 
+// ---------------------------------------------------------------- grouped GEMV, staged (the default)
+// The same sums in the same order as the kernels above, with what every warp of a block shares loaded once
+// per block: x (gate/up) or the token's top_k act rows (down) as f32 in shared memory with each 32-value
+// chunk's sum (the bias term's sum(v), summed in chunk_dot's order), and for down the slots' experts,
+// weights and row bases. A warp then issues no dependent id -> address -> code chain per item, and
+// chunk_dot_staged takes x from shared memory without re-summing it. MLX 4/8-bit experts with a power-of-two
+// group of >= 32 only (moe_experts picks these kernels; codes not 16-byte aligned take warp_dot as before).
+
+constexpr int64_t kStagedSmemMax = 48 * 1024;
+
+// One loaded chunk against the staged v[0:32] (16-byte aligned shared memory) whose sum is vs.
+template <int kBits>
+__device__ __forceinline__ float chunk_dot_staged(const uint32_t (&wv)[kBits], float s, float b,
+                                                  const float* v, float vs) {
+  float dot = 0.0f;
+#pragma unroll
+  for (int js = 0; js < kQuantChunk / 8; ++js) {
+    float q[8];
+    decode8<kBits>(wv, js, q);
+    const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * js);
+    const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * js + 4);
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dot = fmaf(q[e], xv[e], dot);
+  }
+  return fmaf(s, dot, b * vs);
+}
+
+// v[0:n) (n a multiple of 32) into shared memory as f32, and sums[c] = v[32c] + ... + v[32c + 31] summed
+// left to right from 0 as chunk_dot sums them. Block-wide; ends with __syncthreads.
+template <typename VT>
+__device__ __forceinline__ void stage_rows(const VT* v, int64_t n, float* vs, float* sums) {
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) vs[c] = to_f32(v[c]);
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < n / kQuantChunk; c += blockDim.x) {
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < kQuantChunk; ++i) acc += vs[c * kQuantChunk + i];
+    sums[c] = acc;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ int group_shift(int group_size) {
+  return 31 - __clz(group_size / kQuantChunk);  // log2(group / 32)
+}
+
+// act[p, i] as gemv_gate_up_kernel computes it. Dynamic shared memory: x as f32 [d], chunk sums [d / 32].
+template <int kBits, typename XT>
+__global__ void gemv_gate_up_staged_kernel(const DevMoeExperts a, const XT* x, float* act) {
+  extern __shared__ __align__(16) float smem[];
+  const int64_t d = a.gate.cols, f = a.gate.rows, p = blockIdx.y;
+  const XT* xt = x + (p / a.top_k) * a.x.stride;
+  float* xs = smem;
+  float* sums = smem + d;
+  stage_rows(xt, d, xs, sums);
+  const int lane = threadIdx.x & 31;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (i >= f) return;
+  const int e = a.ids[p];
+  if (!valid_expert(e, a.n_experts)) {
+    if (lane == 0) act[p * f + i] = 0.0f;
+    return;
+  }
+  float gs = 0.0f, us = 0.0f;
+  if (((a.gate.ptrs[e] | a.up.ptrs[e]) & 15) == 0) {  // warp-uniform
+    constexpr int kU = chunks_in_flight<kBits>();
+    const QRow qg = q_row(a.gate, e, i), qu = q_row(a.up, e, i);
+    const int n_chunks = static_cast<int>(d / kQuantChunk), items = 2 * n_chunks;
+    const int shift = group_shift(a.gate.group_size);
+    for (int i0 = 0; i0 < items; i0 += 32 * kU) {
+      uint32_t wv[kU][kBits];
+      float sc[kU], bi[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int idx = i0 + u * 32 + lane;
+        if (idx >= items) break;
+        const bool is_up = idx >= n_chunks;
+        const int c = is_up ? idx - n_chunks : idx;
+        load_chunk<kBits>((is_up ? qu.codes : qg.codes) + c * kBits, wv[u]);
+        sc[u] = load_any(is_up ? qu.scales : qg.scales, a.gate.dtype, c >> shift);
+        bi[u] = load_any(is_up ? qu.biases : qg.biases, a.gate.dtype, c >> shift);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int idx = i0 + u * 32 + lane;
+        if (idx >= items) break;
+        const bool is_up = idx >= n_chunks;
+        const int c = is_up ? idx - n_chunks : idx;
+        const float dv = chunk_dot_staged<kBits>(wv[u], sc[u], bi[u], xs + c * kQuantChunk, sums[c]);
+        if (is_up)
+          us += dv;
+        else
+          gs += dv;
+      }
+    }
+    gs = warp_sum(gs);
+    us = warp_sum(us);
+  } else {
+    gs = warp_dot(a.gate, e, i, xt, lane);
+    us = warp_dot(a.up, e, i, xt, lane);
+  }
+  if (lane == 0) act[p * f + i] = gated(a.gelu_tanh, gs, us);
+}
+
+// out[t, r] as gemv_down_kernel computes it. Dynamic shared memory: the token's act rows as f32
+// [top_k * f], their chunk sums [top_k * f / 32].
+template <int kBits, typename OT>
+__global__ void gemv_down_staged_kernel(const DevMoeExperts a, const float* act, OT* out) {
+  extern __shared__ __align__(16) float smem[];
+  __shared__ const char* codes_of[kMaxTopK];  // slot j's expert codes, null for an invalid id
+  __shared__ const char* scales_of[kMaxTopK];
+  __shared__ const char* biases_of[kMaxTopK];
+  __shared__ float weight_of[kMaxTopK];
+  __shared__ int aligned;
+  const int64_t t = blockIdx.y, d = a.down.rows, f = a.down.cols;
+  const int top_k = a.top_k;
+  if (threadIdx.x == 0) aligned = 1;
+  __syncthreads();
+  if (threadIdx.x < top_k) {
+    const int64_t p = t * top_k + threadIdx.x;
+    const int e = a.ids[p];
+    codes_of[threadIdx.x] = nullptr;
+    if (valid_expert(e, a.n_experts)) {
+      const int64_t base = a.down.ptrs[e];
+      codes_of[threadIdx.x] = reinterpret_cast<const char*>(base);
+      scales_of[threadIdx.x] = reinterpret_cast<const char*>(a.down.scale_ptrs[e]);
+      biases_of[threadIdx.x] = reinterpret_cast<const char*>(a.down.bias_ptrs[e]);
+      weight_of[threadIdx.x] = a.weights[p];
+      if (base & 15) aligned = 0;
+    }
+  }
+  float* as = smem;
+  float* sums = smem + top_k * f;
+  stage_rows(act + t * top_k * f, top_k * f, as, sums);  // its __syncthreads publishes the table too
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (r >= d) return;
+  float acc = 0.0f;
+  if (aligned) {  // block-uniform
+    constexpr int kU = chunks_in_flight<kBits>();
+    const int n_chunks = static_cast<int>(f / kQuantChunk), items = top_k * n_chunks;
+    const int shift = group_shift(a.down.group_size);
+    const int64_t row_bytes = f * kBits / 8, groups = f / a.down.group_size;
+    const int64_t sb_row = r * groups;
+    for (int i0 = 0; i0 < items; i0 += 32 * kU) {
+      uint32_t wv[kU][kBits];
+      float sc[kU], bi[kU], wt[kU];
+      bool ok[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int idx = i0 + u * 32 + lane;
+        ok[u] = false;
+        if (idx >= items) break;
+        const int j = idx / n_chunks, c = idx - j * n_chunks;
+        const char* codes = codes_of[j];
+        if (codes == nullptr) continue;
+        ok[u] = true;
+        wt[u] = weight_of[j];
+        load_chunk<kBits>(reinterpret_cast<const uint32_t*>(codes + r * row_bytes) + c * kBits, wv[u]);
+        sc[u] = load_any(scales_of[j], a.down.dtype, sb_row + (c >> shift));
+        bi[u] = load_any(biases_of[j], a.down.dtype, sb_row + (c >> shift));
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int idx = i0 + u * 32 + lane;
+        if (idx >= items) break;
+        if (ok[u])
+          acc = fmaf(wt[u], chunk_dot_staged<kBits>(wv[u], sc[u], bi[u], as + idx * kQuantChunk, sums[idx]),
+                     acc);
+      }
+    }
+    acc = warp_sum(acc);
+  } else {
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t p = t * top_k + j;
+      const int e = a.ids[p];
+      if (!valid_expert(e, a.n_experts)) continue;
+      acc += a.weights[p] * warp_dot(a.down, e, r, act + p * f, lane);
+    }
+  }
+  if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
+}
+
 // ---------------------------------------------------------------- expert-sorted tiles (large steps)
 
 struct Plan {
@@ -465,18 +708,65 @@ std::string experts_desc(const DevMoeExperts& a) {
                 (long long)a.n_experts, (long long)a.down.rows, (long long)a.gate.rows);
 }
 
+// The grouped-GEMV form in force: 2 (the staged kernels and route_kernel, the default) or 1 (the first
+// kernels, BUNSEN_MOE_GEMV=1, read once; for A/B runs), or the test hook's.
+int moe_gemv_form() {
+  const int forced = g_form.load();
+  if (forced == 1 || forced == 2) return forced;
+  static const int env = env_int("BUNSEN_MOE_GEMV", 2) == 1 ? 1 : 2;
+  return env;
+}
+
+bool pow2(int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+
+// Shared bytes of the staged kernels for a, or 0 when they do not apply (then the first kernels run).
+size_t staged_gate_up_smem(const DevMoeExperts& a) {
+  const DevExpertWeights &g = a.gate, &u = a.up;
+  if (moe_gemv_form() != 2 || (g.bits != 4 && g.bits != 8) || u.bits != g.bits ||
+      u.group_size != g.group_size || u.dtype != g.dtype || u.cols != g.cols || g.group_size < kQuantChunk ||
+      !pow2(g.group_size) || g.cols % g.group_size != 0)
+    return 0;
+  const int64_t bytes = (g.cols + g.cols / kQuantChunk) * static_cast<int64_t>(sizeof(float));
+  return bytes <= kStagedSmemMax ? static_cast<size_t>(bytes) : 0;
+}
+
+size_t staged_down_smem(const DevMoeExperts& a) {
+  const DevExpertWeights& w = a.down;
+  if (moe_gemv_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk ||
+      !pow2(w.group_size) || w.cols % w.group_size != 0 || a.top_k > kMaxTopK)
+    return 0;
+  const int64_t n = a.top_k * w.cols, bytes = (n + n / kQuantChunk) * static_cast<int64_t>(sizeof(float));
+  return bytes <= kStagedSmemMax ? static_cast<size_t>(bytes) : 0;
+}
+
 void run_gemv(cudaStream_t s, const DevMoeExperts& a, float* act) {
   const int64_t n = a.x.n_rows, pairs = n * a.top_k, f = a.gate.rows, d = a.down.rows;
   const dim3 g1(static_cast<unsigned>((f + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(pairs));
+  const size_t smem1 = staged_gate_up_smem(a);
   with_act_type(a.x.dtype, [&](auto xt) {
     using XT = typename decltype(xt)::type;
-    gemv_gate_up_kernel<XT><<<g1, 32 * kWarpsPerBlock, 0, s>>>(a, static_cast<const XT*>(a.x.data), act);
+    const XT* x = static_cast<const XT*>(a.x.data);
+    if (smem1 == 0)
+      gemv_gate_up_kernel<XT><<<g1, 32 * kWarpsPerBlock, 0, s>>>(a, x, act);
+    else if (a.gate.bits == 4)
+      gemv_gate_up_staged_kernel<4, XT><<<g1, 32 * kWarpsPerBlock, smem1, s>>>(a, x, act);
+    else
+      gemv_gate_up_staged_kernel<8, XT><<<g1, 32 * kWarpsPerBlock, smem1, s>>>(a, x, act);
   });
   check_launch("moe_experts", [&] { return "gate/up" + experts_desc(a); });
   const dim3 g2(static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(n));
+  const size_t smem2 = staged_down_smem(a);
   with_act_type(a.out.dtype, [&](auto ot) {
     using OT = typename decltype(ot)::type;
-    gemv_down_kernel<OT><<<g2, 32 * kWarpsPerBlock, 0, s>>>(a, act, static_cast<OT*>(a.out.data));
+    OT* out = static_cast<OT*>(a.out.data);
+    if (smem2 == 0)
+      gemv_down_kernel<OT><<<g2, 32 * kWarpsPerBlock, 0, s>>>(a, act, out);
+    else if (a.down.bits == 4)
+      gemv_down_staged_kernel<4, OT><<<g2, 32 * kWarpsPerBlock, smem2, s>>>(a, act, out);
+    else
+      gemv_down_staged_kernel<8, OT><<<g2, 32 * kWarpsPerBlock, smem2, s>>>(a, act, out);
   });
   check_launch("moe_experts", [&] { return "down" + experts_desc(a); });
 }
@@ -510,8 +800,11 @@ void moe_route(void* stream, const DevMoeRoute& a) {
   const size_t smem = static_cast<size_t>(n_experts) * sizeof(float);
   with_act_type(a.logits.dtype, [&](auto lt) {
     using LT = typename decltype(lt)::type;
-    route_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(
-        a, static_cast<const LT*>(a.logits.data), n_experts);
+    const LT* logits = static_cast<const LT*>(a.logits.data);
+    if (moe_gemv_form() == 2)
+      route_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
+    else
+      route_v1_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
   });
   check_launch("moe_route", [&] {
     return strfmt(" (%lld tokens, %lld experts, top_k %d)", (long long)n, (long long)n_experts, a.top_k);
@@ -541,6 +834,10 @@ void moe_experts(void* stream, const DevMoeExperts& a) {
 
 void set_moe_path_for_testing(MoePath path) {
   g_path.store(path);
+}
+
+void set_moe_gemv_form_for_testing(int form) {
+  g_form.store(form);
 }
 
 }  // namespace bunsen::kernels::cuda
