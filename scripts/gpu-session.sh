@@ -3,8 +3,8 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, sanitize, decode, families, sampled, defaults, table,
-# serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5 minutes, q8 ~1.5-4,
+# STAGE: new (the new tests alone), tests, q8, xb, moe (~1.5), sanitize, decode, families, sampled, defaults,
+# table, serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5 minutes, q8 ~1.5-4,
 # xb ~1-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64
 # streams greedy and sampled, then 256 greedy unless SERVE_256=0), trace/trace8 ~0.5 each: split them over
 # calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then `serve trace8` (the trace stages need
@@ -122,6 +122,16 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
     x8:BUNSEN_QMMA_XBATCH=8
 }
 
+moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSEN_MOE_GEMV 1 | 2)
+  BUNSEN_CUDA_BENCH=1 timeout 90 "$G/test_cuda" \
+    --gtest_filter='CudaMoeTest.*:CudaTest.EveryFamilyConvertedTo4BitMatchesTheCpu' >"$R/moe_tests.txt" 2>&1
+  echo "moe tests rc=$?: $(grep -c '^\[       OK' "$R/moe_tests.txt") ok," \
+    "$(grep -c '^\[  FAILED' "$R/moe_tests.txt") failed"
+  grep -E '^\[  FAILED|^\[ bench' "$R/moe_tests.txt" | sort -u | head -12
+  snap
+  ab ab_moe "--synthetic gemma4-26b-a4b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+}
+
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
   SANITIZE_ONLY=${SANITIZE_ONLY:-gemv_q8_f16} SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} \
     bash scripts/sanitize.sh "$G" "$R/sanitize" >"$R/sanitize.txt" 2>&1
@@ -232,13 +242,13 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | sanitize | decode | families | sampled | defaults | table | serve | trace | \
-      trace8)
+    new | tests | q8 | xb | moe | sanitize | decode | families | sampled | defaults | table | serve | \
+      trace | trace8)
       $stage
       ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, sanitize, decode, families, sampled, defaults, table, serve," \
-        "trace, trace8)" >&2
+      echo "unknown stage $stage (new, tests, q8, xb, moe, sanitize, decode, families, sampled, defaults, table," \
+        "serve, trace, trace8)" >&2
       exit 2
       ;;
   esac
