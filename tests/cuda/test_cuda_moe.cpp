@@ -197,10 +197,10 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
-// The staged grouped-GEMV kernels and the lane-parallel router (form 2, the default) give the first kernels'
-// bits (form 1): the quantized cases above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's expert widths (top-8),
-// bf16 and f32 activations, an invalid id in a slot; the router with NaN, tied and -inf logits, expert
-// scales.
+// The staged grouped-GEMV kernels and the lane-parallel router (form 2, BUNSEN_MOE_GEMV=2) give the first
+// kernels' bits (form 1, the default): the quantized cases above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's
+// expert widths (top-8), bf16 and f32 activations, an invalid id in a slot; the router with NaN, tied and
+// -inf logits, expert scales.
 TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
   std::mt19937 rng(957);
   cuda::set_moe_path_for_testing(cuda::MoePath::kGemv);
@@ -322,7 +322,7 @@ TEST_F(CudaMoeTest, BenchQuantDecodeExperts) {
                 weights[static_cast<size_t>(c % sets)].tensor, experts);
   };
   const double bytes = k * (3.0 * d * f * bits / 8 + 3.0 * 2 * 2 * d * f / group);
-  for (int form : {1, 2}) {  // the first kernels, then the staged ones (the default)
+  for (int form : {1, 2}) {  // the first kernels (the default), then the staged ones
     cuda::set_moe_gemv_form_for_testing(form);
     for (int64_t c = 0; c < sets; ++c) run(c);
     cudaEvent_t a, b;

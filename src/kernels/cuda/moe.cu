@@ -9,6 +9,8 @@
 //     one expert x kTileN rows] blocks for gate/up (+ act) and for down (into per-slot f32 rows); a last
 //     kernel sums each token's slots in slot order. The grid is the worst-case tile count (pairs / kTileM
 //     + n_experts); blocks past the real count exit, so nothing depends on device data at launch.
+// BUNSEN_MOE_GEMV=2 takes the staged grouped-GEMV kernels and a lane-parallel router instead (same bits; see
+// "grouped GEMV, staged"), off until a GPU has run them.
 // Not tuned: SIMT f32 math (no tensor cores yet). On the grouped-GEMV path 4/8-bit experts stream whole
 // 32-code chunks (16-byte loads, several per lane in flight: gate and up rows together, every top_k slot of
 // a down row together) and take sum_chunk scale * sum(q * v) + bias * sum(v); the tile path and other
@@ -80,8 +82,9 @@ __device__ __forceinline__ bool valid_expert(int e, int64_t n_experts) {
 
 // ---------------------------------------------------------------- routing
 
-// The first form (BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared memory and lane
-// 0 writes the top_k slots one after another (a chain of dependent global loads with an expert scale).
+// The first form (the default; BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared
+// memory and lane 0 writes the top_k slots one after another (a chain of dependent global loads with an
+// expert scale).
 template <typename LT>
 __global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
   extern __shared__ float score[];  // [n_experts]
@@ -380,7 +383,7 @@ __global__ void gemv_down_kernel(const DevMoeExperts a, const float* act, OT* ou
   if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
 }
 
-// ---------------------------------------------------------------- grouped GEMV, staged (the default)
+// ---------------------------------------------------------------- grouped GEMV, staged (BUNSEN_MOE_GEMV=2)
 // The same sums in the same order as the kernels above, with what every warp of a block shares loaded once
 // per block: x (gate/up) or the token's top_k act rows (down) as f32 in shared memory with each 32-value
 // chunk's sum (the bias term's sum(v), summed in chunk_dot's order), and for down the slots' experts,
@@ -708,12 +711,12 @@ std::string experts_desc(const DevMoeExperts& a) {
                 (long long)a.n_experts, (long long)a.down.rows, (long long)a.gate.rows);
 }
 
-// The grouped-GEMV form in force: 2 (the staged kernels and route_kernel, the default) or 1 (the first
-// kernels, BUNSEN_MOE_GEMV=1, read once; for A/B runs), or the test hook's.
+// The grouped-GEMV form in force: 1 (the first kernels, the default until a GPU has run the staged ones) or 2
+// (the staged kernels and route_kernel, BUNSEN_MOE_GEMV=2, read once), or the test hook's.
 int moe_gemv_form() {
   const int forced = g_form.load();
   if (forced == 1 || forced == 2) return forced;
-  static const int env = env_int("BUNSEN_MOE_GEMV", 2) == 1 ? 1 : 2;
+  static const int env = env_int("BUNSEN_MOE_GEMV", 1) == 2 ? 2 : 1;
   return env;
 }
 
