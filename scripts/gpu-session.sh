@@ -3,13 +3,15 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, moe (~1.5), sanitize, decode, families, sampled, defaults,
-# table, serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5 minutes, q8 ~1.5-4,
-# xb ~1-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64
-# streams greedy and sampled, then 256 greedy unless SERVE_256=0), trace/trace8 ~0.5 each: split them over
-# calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then `serve trace8` (the trace stages need
-# .gpu/lib's libcupti: leave test_cuda.xz out of that call). AB_T: seconds per A/B (default 200); SHARD_T:
-# seconds per test shard (default 200);
+# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, sanitize, decode, families, sampled,
+# defaults, table, serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5
+# minutes, q8 ~1.5-4, xb ~1-2, moe ~1.5, splits ~2.5, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2,
+# sampled ~1.5, table ~2, serve ~2-3 (64 streams greedy and sampled, then 256 greedy unless SERVE_256=0),
+# trace/trace8 ~0.5 each: split them over calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then
+# `moe splits serve trace8` (the trace stages need .gpu/lib's libcupti: leave test_cuda.xz out of that call,
+# which skips the moe tests). A machine start costs 3-5 minutes of device time: plan calls back to back on a
+# warm machine (it is given back after 30 s idle). AB_T: seconds per A/B (default 200); SHARD_T: seconds per
+# test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
 # tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
@@ -135,6 +137,13 @@ moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSE
     ab ab_moe "--synthetic gemma4-26b-a4b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
 }
 
+splits() {  # fewer key slices per row (one combine round of 32) against the count that fills the GPU
+  ab ab_e4b_splits "--synthetic gemma4-e4b" auto:BUNSEN_DECODE_SPLITS=0 s16:BUNSEN_DECODE_SPLITS=16 \
+    s32:BUNSEN_DECODE_SPLITS=32
+  ab ab_8b_splits "--synthetic llama3.1-8b" auto:BUNSEN_DECODE_SPLITS=0 s16:BUNSEN_DECODE_SPLITS=16 \
+    s32:BUNSEN_DECODE_SPLITS=32
+}
+
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
   SANITIZE_ONLY=${SANITIZE_ONLY:-gemv_q8_f16} SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} \
     bash scripts/sanitize.sh "$G" "$R/sanitize" >"$R/sanitize.txt" 2>&1
@@ -245,13 +254,13 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | moe | sanitize | decode | families | sampled | defaults | table | serve | \
-      trace | trace8)
+    new | tests | q8 | xb | moe | splits | sanitize | decode | families | sampled | defaults | table | \
+      serve | trace | trace8)
       $stage
       ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, moe, sanitize, decode, families, sampled, defaults, table," \
-        "serve, trace, trace8)" >&2
+      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, sanitize, decode, families, sampled, defaults," \
+        "table, serve, trace, trace8)" >&2
       exit 2
       ;;
   esac
