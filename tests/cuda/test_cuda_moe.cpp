@@ -197,40 +197,44 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
-// The staged grouped-GEMV kernels and the lane-parallel router (form 2, BUNSEN_MOE_GEMV=2) give the first
-// kernels' bits (form 1, the default): the quantized cases above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's
-// expert widths (top-8), bf16 and f32 activations, an invalid id in a slot; the router with NaN, tied and
-// -inf logits, expert scales.
+// The staged grouped-GEMV kernels, the chunk-decoded tile kernels and the lane-parallel router (form 2,
+// BUNSEN_MOE_GEMV=2) give the first kernels' bits (form 1, the default) on both paths: the quantized cases
+// above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's expert widths (top-8), bf16 and f32 activations, an invalid id
+// in a slot; the router with NaN, tied and -inf logits, expert scales.
 TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
   std::mt19937 rng(957);
-  cuda::set_moe_path_for_testing(cuda::MoePath::kGemv);
   std::vector<Case> cases;
   for (const Case& c : kCases)
     if (c.bits == 4 || c.bits == 8) cases.push_back(c);
   cases.push_back({1, 2816, 704, 16, 8, 16, 4, 64});
   cases.push_back({2, 2048, 768, 12, 8, 12, 4, 64});
   cases.push_back({1, 512, 320, 10, 8, 10, 8, 32});
-  for (const Case& c : cases)
-    for (DType act_dt : kActDtypes) {
-      const std::string what =
-          strfmt("n %lld d %lld f %lld k %lld bits %d group %d act %s", (long long)c.n, (long long)c.d,
-                 (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
-      ExpertSet s = make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
-      DeviceExperts ds(s);
-      HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
-      Routing r = make_routing(c.n, c.k, c.used, rng);
-      if (c.n * c.k > 2) r.ids.tensor.ptr<int32_t>()[1] = static_cast<int32_t>(c.e + 3);  // slot 1: invalid
-      DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
-      DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
-      std::vector<std::vector<float>> got;
-      for (int form : {1, 2}) {
-        cuda::set_moe_gemv_form_for_testing(form);
-        DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
-        moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
-        got.push_back(values(dout.download().tensor));
+  for (cuda::MoePath path : {cuda::MoePath::kGemv, cuda::MoePath::kTiles})
+    for (const Case& c : cases) {
+      cuda::set_moe_path_for_testing(path);
+      for (DType act_dt : kActDtypes) {
+        const std::string what =
+            strfmt("%s n %lld d %lld f %lld k %lld bits %d group %d act %s",
+                   path == cuda::MoePath::kGemv ? "gemv" : "tiles", (long long)c.n, (long long)c.d,
+                   (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
+        ExpertSet s =
+            make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
+        DeviceExperts ds(s);
+        HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
+        Routing r = make_routing(c.n, c.k, c.used, rng);
+        if (c.n * c.k > 2) r.ids.tensor.ptr<int32_t>()[1] = static_cast<int32_t>(c.e + 3);  // slot 1: invalid
+        DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
+        DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
+        std::vector<std::vector<float>> got;
+        for (int form : {1, 2}) {
+          cuda::set_moe_gemv_form_for_testing(form);
+          DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
+          moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
+          got.push_back(values(dout.download().tensor));
+        }
+        ASSERT_EQ(got[0].size(), got[1].size()) << what;
+        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
       }
-      ASSERT_EQ(got[0].size(), got[1].size()) << what;
-      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
     }
   for (int64_t n_experts : {8, 128, 257, 1024})
     for (int k : {1, 8, 32})

@@ -625,23 +625,64 @@ __device__ __forceinline__ bool find_tile(const Plan& p, int64_t n_experts, int 
 // One [kTileM slots x kTileN rows] tile of y = A · W_eᵀ over K = w.cols, f32. A row s comes from a_row(s).
 // With kGlu, W is gate and w2 is up, and out = act(gate) * up. Thread (ty, tx) owns rows ty + 16 i and
 // columns tx + 16 j of the tile.
-template <bool kGlu, typename ARow, typename Store>
+// Row r's 32 values k0 .. k0 + 31 (one chunk, k0 % 32 == 0) of expert e's MLX 4/8-bit matrix into dst, each
+// fmaf(scale, q, bias) as weight_at computes it.
+template <int kBits>
+__device__ __forceinline__ void decode_row_chunk(const DevExpertWeights& w, int e, int64_t r, int64_t k0,
+                                                 float* dst) {
+  uint32_t wv[kBits];
+  float s, b;
+  load_q_chunk<kBits>(q_row(w, e, r), w, k0 / kQuantChunk, wv, s, b);
+#pragma unroll
+  for (int js = 0; js < kQuantChunk / 8; ++js) {
+    float q[8];
+    decode8<kBits>(wv, js, q);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[8 * js + i] = fmaf(s, q[i], b);
+  }
+}
+
+// kVecBits 4 or 8 (BUNSEN_MOE_GEMV=2, MLX 4/8-bit experts with 16-byte aligned codes, k % 32 == 0): each
+// weight-tile row is one 32-code chunk decoded by one thread (one 16-byte load, one scale and bias) instead
+// of weight_at per element (address table, group lookup, scale and bias per value); the values are the same.
+template <bool kGlu, int kVecBits = 0, typename ARow, typename Store>
 __device__ void tile_gemm(const DevExpertWeights& w, const DevExpertWeights& w2, int e, int m, int64_t n0,
                           ARow a_row, Store store, bool gelu_tanh) {
+  static_assert(kTileK == kQuantChunk, "a weight-tile row is one chunk");
   __shared__ float as[kTileM][kTileK + 1], bs[kTileN][kTileK + 1], bs2[kGlu ? kTileN : 1][kTileK + 1];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t n = w.rows, k = w.cols;
+  bool vec = false;  // block-uniform
+  if constexpr (kVecBits != 0)
+    vec = k % kTileK == 0 && (w.ptrs[e] & 15) == 0 && (!kGlu || (w2.ptrs[e] & 15) == 0);
   float acc[2][4] = {}, acc2[2][4] = {};
   for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
     for (int i = tid; i < kTileM * kTileK; i += kTileThreads) {
       const int r = i / kTileK, c = i % kTileK;
       as[r][c] = r < m && k0 + c < k ? a_row(r, k0 + c) : 0.0f;
     }
-    for (int i = tid; i < kTileN * kTileK; i += kTileThreads) {
-      const int r = i / kTileK, c = i % kTileK;
-      const bool ok = n0 + r < n && k0 + c < k;
-      bs[r][c] = ok ? weight_at(w, e, n0 + r, k0 + c) : 0.0f;
-      if constexpr (kGlu) bs2[r][c] = ok ? weight_at(w2, e, n0 + r, k0 + c) : 0.0f;
+    if constexpr (kVecBits != 0) {
+      if (vec) {
+        for (int i = tid; i < (kGlu ? 2 : 1) * kTileN; i += kTileThreads) {
+          const bool second = kGlu && i >= kTileN;
+          const int r = second ? i - kTileN : i;
+          float* dst = second ? &bs2[r][0] : &bs[r][0];
+          if (n0 + r < n) {
+            decode_row_chunk<kVecBits>(second ? w2 : w, e, n0 + r, k0, dst);
+          } else {
+#pragma unroll
+            for (int c = 0; c < kTileK; ++c) dst[c] = 0.0f;
+          }
+        }
+      }
+    }
+    if (!vec) {
+      for (int i = tid; i < kTileN * kTileK; i += kTileThreads) {
+        const int r = i / kTileK, c = i % kTileK;
+        const bool ok = n0 + r < n && k0 + c < k;
+        bs[r][c] = ok ? weight_at(w, e, n0 + r, k0 + c) : 0.0f;
+        if constexpr (kGlu) bs2[r][c] = ok ? weight_at(w2, e, n0 + r, k0 + c) : 0.0f;
+      }
     }
     __syncthreads();
 #pragma unroll 8
@@ -667,28 +708,43 @@ __device__ void tile_gemm(const DevExpertWeights& w, const DevExpertWeights& w2,
 }
 
 // act[s, :] = act(gate_e · x[token(s)]) * (up_e · x[token(s)]) for the slots of one tile.
-template <typename XT>
-__global__ void __launch_bounds__(kTileThreads) tile_gate_up_kernel(const DevMoeExperts a, const XT* x, Plan p,
-                                                                     float* act) {
+// With kVecBits != 0 the slots' x row offsets are looked up once per block (not per element) and the weight
+// tiles decoded a chunk per thread (tile_gemm); the same values either way.
+template <typename XT, int kVecBits = 0>
+__global__ void __launch_bounds__(kTileThreads)
+    tile_gate_up_kernel(const DevMoeExperts a, const XT* x, Plan p, float* act) {
+  __shared__ int64_t x_off[kVecBits != 0 ? kTileM : 1];
   int e, s0, m;
   if (!find_tile(p, a.n_experts, blockIdx.x, e, s0, m)) return;
   const int64_t f = a.gate.rows;
-  auto a_row = [&](int r, int64_t c) {
-    return to_f32(x[static_cast<int64_t>(p.sorted[s0 + r] / a.top_k) * a.x.stride + c]);
-  };
   auto store = [&](int r, int64_t col, float v) { act[static_cast<int64_t>(s0 + r) * f + col] = v; };
-  tile_gemm<true>(a.gate, a.up, e, m, static_cast<int64_t>(blockIdx.y) * kTileN, a_row, store, a.gelu_tanh);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTileN;
+  if constexpr (kVecBits != 0) {
+    if (threadIdx.x < kTileM)
+      x_off[threadIdx.x] =
+          threadIdx.x < m ? static_cast<int64_t>(p.sorted[s0 + threadIdx.x] / a.top_k) * a.x.stride : 0;
+    __syncthreads();
+    auto a_row = [&](int r, int64_t c) { return to_f32(x[x_off[r] + c]); };
+    tile_gemm<true, kVecBits>(a.gate, a.up, e, m, n0, a_row, store, a.gelu_tanh);
+  } else {
+    auto a_row = [&](int r, int64_t c) {
+      return to_f32(x[static_cast<int64_t>(p.sorted[s0 + r] / a.top_k) * a.x.stride + c]);
+    };
+    tile_gemm<true>(a.gate, a.up, e, m, n0, a_row, store, a.gelu_tanh);
+  }
 }
 
 // y[s, :] = down_e · act[s, :] for the slots of one tile.
-__global__ void __launch_bounds__(kTileThreads) tile_down_kernel(const DevMoeExperts a, Plan p, const float* act,
-                                                                  float* y) {
+template <int kVecBits = 0>
+__global__ void __launch_bounds__(kTileThreads)
+    tile_down_kernel(const DevMoeExperts a, Plan p, const float* act, float* y) {
   int e, s0, m;
   if (!find_tile(p, a.n_experts, blockIdx.x, e, s0, m)) return;
   const int64_t f = a.down.cols, d = a.down.rows;
   auto a_row = [&](int r, int64_t c) { return act[static_cast<int64_t>(s0 + r) * f + c]; };
   auto store = [&](int r, int64_t col, float v) { y[static_cast<int64_t>(s0 + r) * d + col] = v; };
-  tile_gemm<false>(a.down, a.down, e, m, static_cast<int64_t>(blockIdx.y) * kTileN, a_row, store, false);
+  tile_gemm<false, kVecBits>(a.down, a.down, e, m, static_cast<int64_t>(blockIdx.y) * kTileN, a_row, store,
+                             false);
 }
 
 // out[t, c] = sum_j weights[t, j] * y[slot_of[t * top_k + j], c], j in order.
@@ -744,6 +800,18 @@ size_t staged_down_smem(const DevMoeExperts& a) {
   return bytes <= kStagedSmemMax ? static_cast<size_t>(bytes) : 0;
 }
 
+// The bits of tile_gemm's chunk-decoded weight tiles for w (and w2, gated with it), or 0 for weight_at per
+// element: form 2 only, MLX 4/8-bit with a power-of-two group of >= 32 (code alignment is checked per block).
+int tile_vec_bits(const DevExpertWeights& w, const DevExpertWeights* w2) {
+  if (moe_gemv_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk ||
+      !pow2(w.group_size) || w.cols % w.group_size != 0)
+    return 0;
+  if (w2 &&
+      (w2->bits != w.bits || w2->group_size != w.group_size || w2->dtype != w.dtype || w2->cols != w.cols))
+    return 0;
+  return w.bits;
+}
+
 void run_gemv(cudaStream_t s, const DevMoeExperts& a, float* act) {
   const int64_t n = a.x.n_rows, pairs = n * a.top_k, f = a.gate.rows, d = a.down.rows;
   const dim3 g1(static_cast<unsigned>((f + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(pairs));
@@ -780,13 +848,25 @@ void run_tiles(cudaStream_t s, const DevMoeExperts& a, Plan p, float* act, float
   check_launch("moe_experts", [&] { return "plan" + experts_desc(a); });
   const unsigned tiles = static_cast<unsigned>((pairs + kTileM - 1) / kTileM + a.n_experts);
   const dim3 g1(tiles, static_cast<unsigned>((f + kTileN - 1) / kTileN));
+  const int vec1 = tile_vec_bits(a.gate, &a.up), vec2 = tile_vec_bits(a.down, nullptr);
   with_act_type(a.x.dtype, [&](auto xt) {
     using XT = typename decltype(xt)::type;
-    tile_gate_up_kernel<XT><<<g1, kTileThreads, 0, s>>>(a, static_cast<const XT*>(a.x.data), p, act);
+    const XT* x = static_cast<const XT*>(a.x.data);
+    if (vec1 == 4)
+      tile_gate_up_kernel<XT, 4><<<g1, kTileThreads, 0, s>>>(a, x, p, act);
+    else if (vec1 == 8)
+      tile_gate_up_kernel<XT, 8><<<g1, kTileThreads, 0, s>>>(a, x, p, act);
+    else
+      tile_gate_up_kernel<XT><<<g1, kTileThreads, 0, s>>>(a, x, p, act);
   });
   check_launch("moe_experts", [&] { return "gate/up tiles" + experts_desc(a); });
   const dim3 g2(tiles, static_cast<unsigned>((d + kTileN - 1) / kTileN));
-  tile_down_kernel<<<g2, kTileThreads, 0, s>>>(a, p, act, y);
+  if (vec2 == 4)
+    tile_down_kernel<4><<<g2, kTileThreads, 0, s>>>(a, p, act, y);
+  else if (vec2 == 8)
+    tile_down_kernel<8><<<g2, kTileThreads, 0, s>>>(a, p, act, y);
+  else
+    tile_down_kernel<><<<g2, kTileThreads, 0, s>>>(a, p, act, y);
   check_launch("moe_experts", [&] { return "down tiles" + experts_desc(a); });
   with_act_type(a.out.dtype, [&](auto ot) {
     using OT = typename decltype(ot)::type;
