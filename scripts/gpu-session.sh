@@ -5,7 +5,7 @@
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, sanitize, decode, families, sampled,
 # defaults, table, serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5
-# minutes, q8 ~1.5-4, xb ~1-2, moe ~1.5, splits ~2.5, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2,
+# minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5, splits ~2.5, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2,
 # sampled ~1.5, table ~2, serve ~2-3 (64 streams greedy and sampled, then 256 greedy unless SERVE_256=0),
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then
 # `moe splits serve trace8` (the trace stages need .gpu/lib's libcupti: leave test_cuda.xz out of that call,
@@ -133,8 +133,9 @@ moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSE
     grep -E '^\[  FAILED|^\[ bench' "$R/moe_tests.txt" | sort -u | head -12
     snap
   done
-  [ "${MOE_AB:-1}" = 1 ] && [ -x "$G/bunsen" ] &&
-    ab ab_moe "--synthetic gemma4-26b-a4b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+  [ "${MOE_AB:-1}" = 1 ] && [ -x "$G/bunsen" ] || return 0
+  ab ab_moe "--synthetic gemma4-26b-a4b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+  ab ab_qwen3moe "--synthetic qwen3-30b-a3b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
 }
 
 splits() {  # fewer key slices per row (one combine round of 32) against the count that fills the GPU
