@@ -134,8 +134,14 @@ moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSE
     snap
   done
   [ "${MOE_AB:-1}" = 1 ] && [ -x "$G/bunsen" ] || return 0
-  ab ab_moe "--synthetic gemma4-26b-a4b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
-  ab ab_qwen3moe "--synthetic qwen3-30b-a3b --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+  local name
+  for name in ab_moe:gemma4-26b-a4b ab_qwen3moe:qwen3-30b-a3b; do
+    ab "${name%%:*}" "--synthetic ${name#*:} --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+    python3 -c "import glob,json,os,sys
+for f in sorted(glob.glob(sys.argv[1] + '/*_*.json')):
+    print('  prefill', os.path.basename(f)[:-5], round(json.load(open(f)).get('prefill_tok_s', 0), 1), 'tok/s')" \
+      "$R/${name%%:*}" 2>/dev/null
+  done
 }
 
 splits() {  # fewer key slices per row (one combine round of 32) against the count that fills the GPU
