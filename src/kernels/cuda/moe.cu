@@ -9,8 +9,9 @@
 //     one expert x kTileN rows] blocks for gate/up (+ act) and for down (into per-slot f32 rows); a last
 //     kernel sums each token's slots in slot order. The grid is the worst-case tile count (pairs / kTileM
 //     + n_experts); blocks past the real count exit, so nothing depends on device data at launch.
-// BUNSEN_MOE_GEMV=2 takes the staged grouped-GEMV kernels and a lane-parallel router instead (same bits; see
-// "grouped GEMV, staged"), off until a GPU has run them.
+// BUNSEN_MOE_GEMV=2 takes the staged grouped-GEMV kernels, tile kernels that decode a weight-tile row per
+// thread and a lane-parallel router instead (same bits; see "grouped GEMV, staged" and tile_gemm), off until a
+// GPU has run them.
 // Not tuned: SIMT f32 math (no tensor cores yet). On the grouped-GEMV path 4/8-bit experts stream whole
 // 32-code chunks (16-byte loads, several per lane in flight: gate and up rows together, every top_k slot of
 // a down row together) and take sum_chunk scale * sum(q * v) + bias * sum(v); the tile path and other
