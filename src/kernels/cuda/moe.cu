@@ -413,15 +413,33 @@ __device__ __forceinline__ float chunk_dot_staged(const uint32_t (&wv)[kBits], f
 }
 
 // v[0:n) (n a multiple of 32) into shared memory as f32, and sums[c] = v[32c] + ... + v[32c + 31] summed
-// left to right from 0 as chunk_dot sums them. Block-wide; ends with __syncthreads.
+// left to right from 0 as chunk_dot sums them. One thread per chunk (16-byte loads when v is aligned), so no
+// two lanes read one shared bank while summing. Block-wide; ends with __syncthreads.
 template <typename VT>
 __device__ __forceinline__ void stage_rows(const VT* v, int64_t n, float* vs, float* sums) {
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) vs[c] = to_f32(v[c]);
-  __syncthreads();
+  const bool vec = (reinterpret_cast<uintptr_t>(v) & 15) == 0;  // block-uniform
   for (int64_t c = threadIdx.x; c < n / kQuantChunk; c += blockDim.x) {
+    const VT* src = v + c * kQuantChunk;
+    float f[kQuantChunk];
+    if (vec) {
+#pragma unroll
+      for (int j = 0; j < kQuantChunk / 8; ++j) {
+        float f8[8];
+        load_x8(src + 8 * j, f8);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f[8 * j + i] = f8[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kQuantChunk; ++i) f[i] = to_f32(src[i]);
+    }
     float acc = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < kQuantChunk; ++i) acc += vs[c * kQuantChunk + i];
+#pragma unroll
+    for (int i = 0; i < kQuantChunk; ++i) acc += f[i];
+    float4* dst = reinterpret_cast<float4*>(vs + c * kQuantChunk);
+#pragma unroll
+    for (int q = 0; q < kQuantChunk / 4; ++q)
+      dst[q] = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
     sums[c] = acc;
   }
   __syncthreads();
