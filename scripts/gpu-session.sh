@@ -18,9 +18,8 @@
 # leave .gpu/lib's libcupti and trace library out except for the trace call.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (the f16 8-bit GEMV plans: *F16QuantGemv8*, *EveryQuantGemv8Plan*,
-#      *QMmaPlans*; the 4-bit tile kernel's batched x staging: *QMmaBatchedXStaging*), then the rest of
-#      test_cuda in four parallel shards;
+#   1. the tests of the unvalidated paths (the MoE form 2: CudaMoeTest.*, incl. StagedFormGivesTheFirstFormsBits),
+#      then the rest of test_cuda in four parallel shards;
 #   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
 #      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
 #   1c. (xb) batch-1 decode A/B of BUNSEN_QMMA_XBATCH 1 | 8 on llama3.1-8b and llama3.2-1b at 4 bits;
@@ -57,7 +56,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS='*F16QuantGemv8*:*EveryQuantGemv8Plan*:*QMmaPlans*:*QMmaBatchedXStaging*'
+NEW_TESTS='CudaMoeTest.*'
 new() {  # only the tests of the unvalidated paths
   timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
