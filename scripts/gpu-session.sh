@@ -18,8 +18,8 @@
 # leave .gpu/lib's libcupti and trace library out except for the trace call.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (the MoE form 2: CudaMoeTest.*, incl. StagedFormGivesTheFirstFormsBits),
-#      then the rest of test_cuda in four parallel shards;
+#   1. the tests of the unvalidated paths (the MoE form 2: CudaMoeTest.*, with
+#      StagedFormGivesTheFirstFormsBits), then the rest of test_cuda in four parallel shards;
 #   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
 #      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
 #   1c. (xb) batch-1 decode A/B of BUNSEN_QMMA_XBATCH 1 | 8 on llama3.1-8b and llama3.2-1b at 4 bits;
