@@ -83,16 +83,10 @@ __device__ __forceinline__ bool valid_expert(int e, int64_t n_experts) {
 
 // ---------------------------------------------------------------- routing
 
-// The first form (the default; BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared
-// memory and lane 0 writes the top_k slots one after another (a chain of dependent global loads with an
-// expert scale).
+// score[e] of token t's logits row: softmax or sigmoid, as both router forms take them. One warp.
 template <typename LT>
-__global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
-  extern __shared__ float score[];  // [n_experts]
-  __shared__ int chosen[kMaxTopK];
+__device__ __forceinline__ void expert_scores(const DevMoeRoute& a, const LT* l, int64_t n_experts, float* score) {
   const int lane = threadIdx.x;
-  const int64_t t = blockIdx.x;
-  const LT* l = logits + t * a.logits.stride;
   float mx = -INFINITY;
   for (int64_t e = lane; e < n_experts; e += 32) mx = fmaxf(mx, to_f32(l[e]));
   mx = warp_max(mx);
@@ -107,6 +101,18 @@ __global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n
   if (!a.sigmoid)
     for (int64_t e = lane; e < n_experts; e += 32) score[e] /= sum;
   __syncwarp();
+}
+
+// The first form (the default; BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared
+// memory and lane 0 writes the top_k slots one after another (a chain of dependent global loads with an
+// expert scale).
+template <typename LT>
+__global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
+  extern __shared__ float score[];  // [n_experts]
+  __shared__ int chosen[kMaxTopK];
+  const int lane = threadIdx.x;
+  const int64_t t = blockIdx.x;
+  expert_scores(a, logits + t * a.logits.stride, n_experts, score);
   float total = 0.0f;  // lane 0: sum of the chosen scores, in pick order
   for (int j = 0; j < a.top_k; ++j) {
     float best_key = -INFINITY;
@@ -150,21 +156,7 @@ __global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_ex
   extern __shared__ float score[];  // [n_experts]
   const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
-  const LT* l = logits + t * a.logits.stride;
-  float mx = -INFINITY;
-  for (int64_t e = lane; e < n_experts; e += 32) mx = fmaxf(mx, to_f32(l[e]));
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int64_t e = lane; e < n_experts; e += 32) {
-    const float x = to_f32(l[e]);
-    const float s = a.sigmoid ? 1.0f / (1.0f + expf(-x)) : expf(x - mx);
-    score[e] = s;
-    sum += s;
-  }
-  sum = warp_sum(sum);
-  if (!a.sigmoid)
-    for (int64_t e = lane; e < n_experts; e += 32) score[e] /= sum;
-  __syncwarp();
+  expert_scores(a, logits + t * a.logits.stride, n_experts, score);
   uint32_t taken = 0;  // bit i: expert lane + 32 i was picked (n_experts <= kMaxExperts = 32 * 32)
   int mine = 0;        // lane j < top_k: the j-th pick
   float total = 0.0f;  // sum of the chosen scores, in pick order (every lane the same)
