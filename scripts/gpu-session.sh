@@ -4,7 +4,7 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, sanitize, decode, families, sampled,
-# defaults, table, serve, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5
+# defaults, table, serve, serve_trace, serve_mbt, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5
 # minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5, splits ~2.5, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2,
 # sampled ~1.5, table ~2, serve ~2-3 (64 streams greedy and sampled, then 256 greedy unless SERVE_256=0),
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then
@@ -123,7 +123,7 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
     x8:BUNSEN_QMMA_XBATCH=8
 }
 
-moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSEN_MOE_GEMV 1 | 2)
+moe() {  # the lane-parallel router + chunk-decoded tiles (the default) against the first kernels (BUNSEN_MOE_FORM=1)
   local f
   for f in 'CudaMoeTest.*' 'CudaTest.EveryFamilyConvertedTo4BitMatchesTheCpu'; do
     BUNSEN_CUDA_BENCH=1 timeout 90 "$G/test_cuda" --gtest_filter="$f" >>"$R/moe_tests.txt" 2>&1
@@ -135,7 +135,7 @@ moe() {  # the staged MoE grouped GEMV + router against the first kernels (BUNSE
   [ "${MOE_AB:-1}" = 1 ] && [ -x "$G/bunsen" ] || return 0
   local name
   for name in ab_moe:gemma4-26b-a4b ab_qwen3moe:qwen3-30b-a3b; do
-    ab "${name%%:*}" "--synthetic ${name#*:} --quant 4" v1:BUNSEN_MOE_GEMV=1 staged:BUNSEN_MOE_GEMV=2
+    ab "${name%%:*}" "--synthetic ${name#*:} --quant 4" v1:BUNSEN_MOE_FORM=1 form2:BUNSEN_MOE_FORM=2
     python3 -c "import glob,json,os,sys
 for f in sorted(glob.glob(sys.argv[1] + '/*_*.json')):
     print('  prefill', os.path.basename(f)[:-5], round(json.load(open(f)).get('prefill_tok_s', 0), 1), 'tok/s')" \
@@ -180,11 +180,28 @@ serve() {  # 64 streams of the 8B, greedy and sampled (device sampling on), then
   [ "${SERVE_256:-1}" = 1 ] && serve_run 256 "greedy:2"
 }
 
-serve_run() {  # streams, mode:seed ...
-  local n=$1 port=18080 run mode seed
+serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle and where the busy time goes
+  [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
+  LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_serve.csv" TAG=_traced \
+    serve_run 64 "greedy:3"
+  for _ in $(seq 30); do [ -s "$R/trace_serve.csv" ] && break; sleep 1; done
+  python3 scripts/kernel_trace.py "$R/trace_serve.csv" --whole --after-idle-ms 500 --top 30 >"$R/trace_serve.txt" 2>&1
+  python3 scripts/kernel_trace.py "$R/trace_serve.csv" --whole --after-idle-ms 500 --by-shape --top 40 >"$R/trace_serve_shapes.txt" 2>&1
+  head -34 "$R/trace_serve.txt"
+  xz -9 "$R/trace_serve.csv"
+  snap
+}
+
+serve_mbt() {  # 64 streams with larger steps (--max-num-batched-tokens 4096, 8192; the default is 2048)
+  SERVE_ARGS="--max-num-batched-tokens 4096" TAG=_mbt4096 serve_run 64 "greedy:4"
+  SERVE_ARGS="--max-num-batched-tokens 8192" TAG=_mbt8192 serve_run 64 "greedy:5"
+}
+
+serve_run() {  # streams, mode:seed ... (env: SERVE_ARGS for the server, TAG for the output names)
+  local n=$1 port=18080 run mode seed tag=${TAG:-}
   # shellcheck disable=SC2086
   timeout 200 "$G/bunsen" serve --synthetic llama3.1-8b --device cuda --batch "$n" --ctx 1536 --port $port \
-    >"$R/serve_$n.log" 2>&1 &
+    ${SERVE_ARGS:-} >"$R/serve_$n$tag.log" 2>&1 &
   local pid=$! up=0
   for _ in $(seq 120); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && { up=1; break; }
@@ -196,16 +213,16 @@ serve_run() {  # streams, mode:seed ...
       local extra="--seed $seed"
       [ "$mode" = sampled ] && extra="$extra --temperature 0.8 --top-p 0.95"
       # shellcheck disable=SC2086
-      timeout 90 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" --concurrency "$n" \
-        --requests $((2 * n)) --prompt-len 1024 --gen 256 $extra --json >"$R/serve_${n}_$mode.json" \
-        2>"$R/serve_${n}_$mode.err"
+      env -u LD_PRELOAD timeout 90 "$G/bunsen" benchmark --serve "http://127.0.0.1:$port" --concurrency "$n" \
+        --requests $((2 * n)) --prompt-len 1024 --gen 256 $extra --json >"$R/serve_${n}_$mode$tag.json" \
+        2>"$R/serve_${n}_$mode$tag.err"
       python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['ttft_ms']; i=d['itl_ms']
 print(sys.argv[2], '%.1f tok/s, %d done, TTFT p50/p99 %.1f / %.1f ms, ITL p50/p99 %.2f / %.2f ms' % (
 d['output_tok_s'], d['completed'], t['p50'], t['p99'], i['p50'], i['p99']))" \
-        "$R/serve_${n}_$mode.json" "$n streams $mode" 2>/dev/null || echo "$n streams $mode FAILED"
+        "$R/serve_${n}_$mode$tag.json" "$n streams $mode$tag" 2>/dev/null || echo "$n streams $mode$tag FAILED"
     done
   else
-    echo "server (--batch $n) did not come up"; tail -3 "$R/serve_$n.log"
+    echo "server (--batch $n) did not come up"; tail -3 "$R/serve_$n$tag.log"
   fi
   kill $pid 2>/dev/null; wait $pid 2>/dev/null
   snap
@@ -261,12 +278,12 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | sanitize | decode | families | sampled | defaults | table | \
-      serve | trace | trace8)
+      serve | serve_trace | serve_mbt | trace | trace8)
       $stage
       ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, moe, splits, sanitize, decode, families, sampled, defaults," \
-        "table, serve, trace, trace8)" >&2
+        "table, serve, serve_trace, serve_mbt, trace, trace8)" >&2
       exit 2
       ;;
   esac

@@ -4,6 +4,7 @@
   LD_PRELOAD=build/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE=t.csv bunsen benchmark --device cuda ...
   scripts/kernel_trace.py t.csv [--graph auto|ID] [--skip 2] [--gap-us 20] [--by-shape] [--json]
   scripts/kernel_trace.py new.csv --baseline old.csv      # the same breakdown side by side, with deltas
+  scripts/kernel_trace.py serve.csv --whole [--after-idle-ms 500]  # a whole run (a server under load): busy/idle
 
 Steps are the launches of one CUDA graph (default: the graph with the most kernel launches, i.e. the decode
 step), split where the GPU was idle for more than --gap-us. Within a step, kernels are ordered by start;
@@ -13,6 +14,10 @@ dependent launch overlaps neighbouring kernels (duration - marginal is the part 
 --by-shape keys kernels by name, grid and shared memory (one template serving several launches of a layer
 shows as one row per launch shape); --json prints the same table as JSON; --baseline compares two traces
 (an A/B run: per kernel, marginal µs per step in each and the difference).
+--whole takes every kernel of the trace, in graphs or not (a serving run mixes eager prefill steps with
+graph-replayed decode steps): the wall time from the first kernel's start to the last one's end, the part of
+it the GPU ran no kernel (in gaps longer than --gap-us: time the host kept the GPU waiting), the busy
+stretches between such gaps ("steps"), and per kernel its launches, duration and marginal time over the run.
 """
 import argparse
 import collections
@@ -86,6 +91,57 @@ def breakdown(rows, graph, skip, gap_us):
             "kernels": {k: (c / n, d / n / 1000, m / n / 1000) for k, (c, d, m) in per.items()}}
 
 
+def whole(rows, gap_us, after_ms=0.0):
+    """{wall_us, idle_us, gaps, steps, step_us, in_graph_us, kernels: {name: (count, duration_us, marginal_us)}}.
+    after_ms > 0: only the kernels after the last idle gap longer than after_ms (a server's start-up and its
+    wait for the first request left out)."""
+    ks = sorted(rows, key=lambda r: r[0])
+    if after_ms > 0:
+        end, first = ks[0][1], 0
+        for i, (s, e, _, _) in enumerate(ks):
+            if s - end > after_ms * 1e6:
+                first = i
+            end = max(end, e)
+        ks = ks[first:]
+    per = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    end = ks[0][0]
+    idle = gaps = 0
+    in_graph = 0.0
+    for s, e, g, name in ks:
+        if s - end > gap_us * 1000:
+            idle += s - end
+            gaps += 1
+        m = max(0, e - max(end, s))  # the kernel's own new busy time (idle before it is not charged)
+        end = max(end, e)
+        p = per[name]
+        p[0] += 1
+        p[1] += e - s
+        p[2] += m
+        if g != 0:
+            in_graph += m
+    wall = end - ks[0][0]
+    return {"wall_us": wall / 1000, "idle_us": idle / 1000, "gaps": gaps, "steps": gaps + 1,
+            "step_us": (wall - idle) / (gaps + 1) / 1000, "in_graph_us": in_graph / 1000,
+            "kernels": {k: (c, d / 1000, m / 1000) for k, (c, d, m) in per.items()}}
+
+
+def print_whole(w, top, width):
+    wall = w["wall_us"]
+    busy = wall - w["idle_us"]
+    print(f"wall {wall / 1000:.1f} ms: busy {busy / 1000:.1f} ms ({100 * busy / wall:.1f} %), idle in {w['gaps']} gaps "
+          f"> gap-us {w['idle_us'] / 1000:.1f} ms (mean gap {w['idle_us'] / max(1, w['gaps']):.1f} us); "
+          f"{w['steps']} busy stretches of {w['step_us']:.1f} us mean; in CUDA graphs "
+          f"{100 * w['in_graph_us'] / max(busy, 1e-9):.1f} % of the busy time")
+    print(f"{'kernel':{width}s} {'launches':>9s} {'dur ms':>9s} {'marg ms':>9s} {'% busy':>7s}")
+    items = sorted(w["kernels"].items(), key=lambda kv: -kv[1][2])
+    for name, (c, d, m) in items[:top]:
+        print(f"{name[:width]:{width}s} {c:9d} {d / 1000:9.2f} {m / 1000:9.2f} {100 * m / busy:6.1f}%")
+    rest = items[top:]
+    if rest:
+        print(f"{'(' + str(len(rest)) + ' more)':{width}s} {sum(v[0] for _, v in rest):9d} "
+              f"{sum(v[1] for _, v in rest) / 1000:9.2f} {sum(v[2] for _, v in rest) / 1000:9.2f}")
+
+
 def print_table(b, top, width):
     span = b["span_us"]
     print(f"graph {b['graph']}: {b['steps']} steps of {b['kernels_per_step']} kernels, span {span:.1f} us per step "
@@ -130,7 +186,19 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--by-shape", action="store_true", help="key kernels by name, grid and shared memory")
     ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
+    ap.add_argument("--whole", action="store_true", help="every kernel of the run, busy and idle time (a server)")
+    ap.add_argument("--after-idle-ms", type=float, default=0.0,
+                    help="with --whole: start after the last idle gap longer than this (a server's start-up)")
     args = ap.parse_args()
+
+    width = 100 if args.by_shape else 70
+    if args.whole:
+        w = whole(load(args.csv, args.by_shape), args.gap_us, args.after_idle_ms)
+        if args.json:
+            print(json.dumps(w, indent=1))
+        else:
+            print_whole(w, args.top, width)
+        return
 
     b = breakdown(load(args.csv, args.by_shape), args.graph, args.skip, args.gap_us)
     base = breakdown(load(args.baseline, args.by_shape), args.graph, args.skip, args.gap_us) if args.baseline else None
@@ -140,7 +208,6 @@ def main():
             out["baseline"] = as_json(base)
         print(json.dumps(out, indent=1))
         return
-    width = 100 if args.by_shape else 70
     if base:
         print_comparison(b, base, args.top, width)
     else:

@@ -23,7 +23,7 @@ class CudaMoeTest : public CudaTest {
   void TearDown() override {
     if (cuda::device_count() > 0) {
       cuda::set_moe_path_for_testing(cuda::MoePath::kAuto);
-      cuda::set_moe_gemv_form_for_testing(0);
+      cuda::set_moe_form_for_testing(0);
     }
     CudaTest::TearDown();
   }
@@ -197,11 +197,11 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
-// The staged grouped-GEMV kernels, the chunk-decoded tile kernels and the lane-parallel router (form 2,
-// BUNSEN_MOE_GEMV=2) give the first kernels' bits (form 1, the default) on both paths: the quantized cases
-// above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's expert widths (top-8), bf16 and f32 activations, an invalid id
-// in a slot; the router with NaN, tied and -inf logits, expert scales.
-TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
+// The chunk-decoded tile kernels and the lane-parallel router (form 2, the default) give the first kernels'
+// bits (form 1, BUNSEN_MOE_FORM=1): the quantized cases above on the tile path, Gemma-4-26B-A4B's and
+// Qwen3-30B-A3B's expert widths (top-8), bf16 and f32 activations, an invalid id in a slot; the router with
+// NaN, tied and -inf logits, expert scales.
+TEST_F(CudaMoeTest, SecondFormGivesTheFirstFormsBits) {
   std::mt19937 rng(957);
   std::vector<Case> cases;
   for (const Case& c : kCases)
@@ -209,33 +209,30 @@ TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
   cases.push_back({1, 2816, 704, 16, 8, 16, 4, 64});
   cases.push_back({2, 2048, 768, 12, 8, 12, 4, 64});
   cases.push_back({1, 512, 320, 10, 8, 10, 8, 32});
-  for (cuda::MoePath path : {cuda::MoePath::kGemv, cuda::MoePath::kTiles})
-    for (const Case& c : cases) {
-      cuda::set_moe_path_for_testing(path);
-      for (DType act_dt : kActDtypes) {
-        const std::string what =
-            strfmt("%s n %lld d %lld f %lld k %lld bits %d group %d act %s",
-                   path == cuda::MoePath::kGemv ? "gemv" : "tiles", (long long)c.n, (long long)c.d,
-                   (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
-        ExpertSet s =
-            make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
-        DeviceExperts ds(s);
-        HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
-        Routing r = make_routing(c.n, c.k, c.used, rng);
-        if (c.n * c.k > 2) r.ids.tensor.ptr<int32_t>()[1] = static_cast<int32_t>(c.e + 3);  // slot 1: invalid
-        DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
-        DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
-        std::vector<std::vector<float>> got;
-        for (int form : {1, 2}) {
-          cuda::set_moe_gemv_form_for_testing(form);
-          DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
-          moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
-          got.push_back(values(dout.download().tensor));
-        }
-        ASSERT_EQ(got[0].size(), got[1].size()) << what;
-        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
+  cuda::set_moe_path_for_testing(cuda::MoePath::kTiles);
+  for (const Case& c : cases) {
+    for (DType act_dt : kActDtypes) {
+      const std::string what =
+          strfmt("tiles n %lld d %lld f %lld k %lld bits %d group %d act %s", (long long)c.n, (long long)c.d,
+                 (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
+      ExpertSet s = make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
+      DeviceExperts ds(s);
+      HostPair x = random_pair(act_dt, {c.n, c.d}, rng);
+      Routing r = make_routing(c.n, c.k, c.used, rng);
+      if (c.n * c.k > 2) r.ids.tensor.ptr<int32_t>()[1] = static_cast<int32_t>(c.e + 3);  // slot 1: invalid
+      DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
+      DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
+      std::vector<std::vector<float>> got;
+      for (int form : {1, 2}) {
+        cuda::set_moe_form_for_testing(form);
+        DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
+        moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
+        got.push_back(values(dout.download().tensor));
       }
+      ASSERT_EQ(got[0].size(), got[1].size()) << what;
+      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
     }
+  }
   for (int64_t n_experts : {8, 128, 257, 1024})
     for (int k : {1, 8, 32})
       for (DType lt : kActDtypes)
@@ -257,7 +254,7 @@ TEST_F(CudaMoeTest, StagedFormGivesTheFirstFormsBits) {
           p.top_k = k, p.scoring = sc, p.norm_topk = k > 1, p.scale = 1.5f, p.expert_scale = d_es.tensor;
           std::vector<OwnedTensor> ids, ws;
           for (int form : {1, 2}) {
-            cuda::set_moe_gemv_form_for_testing(form);
+            cuda::set_moe_form_for_testing(form);
             DeviceTensor d_ids = DeviceTensor::upload(OwnedTensor::make(DType::kI32, {n, k}).tensor);
             DeviceTensor d_w = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {n, k}).tensor);
             moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
@@ -326,26 +323,22 @@ TEST_F(CudaMoeTest, BenchQuantDecodeExperts) {
                 weights[static_cast<size_t>(c % sets)].tensor, experts);
   };
   const double bytes = k * (3.0 * d * f * bits / 8 + 3.0 * 2 * 2 * d * f / group);
-  for (int form : {1, 2}) {  // the first kernels (the default), then the staged ones
-    cuda::set_moe_gemv_form_for_testing(form);
-    for (int64_t c = 0; c < sets; ++c) run(c);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    const int reps = 200;
-    cudaEventRecord(a);
-    for (int r = 0; r < reps; ++r) run(r);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    const double us = 1000.0 * ms / reps;
-    std::printf(
-        "[ bench    ] moe_experts form %d q%d m=1 d %lld f %lld top-%lld of %lld: %8.2f us %7.1f GB/s\n",
-        form, bits, (long long)d, (long long)f, (long long)k, (long long)e, us, bytes / (us * 1e3));
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
+  for (int64_t c = 0; c < sets; ++c) run(c);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int reps = 200;
+  cudaEventRecord(a);
+  for (int r = 0; r < reps; ++r) run(r);
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  const double us = 1000.0 * ms / reps;
+  std::printf("[ bench    ] moe_experts q%d m=1 d %lld f %lld top-%lld of %lld: %8.2f us %7.1f GB/s\n", bits,
+              (long long)d, (long long)f, (long long)k, (long long)e, us, bytes / (us * 1e3));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
   for (float v : values(out.download().tensor)) ASSERT_TRUE(std::isfinite(v));
 }
 

@@ -106,6 +106,37 @@ class KernelTrace(unittest.TestCase):
         first = r.stdout.splitlines()[2]  # the largest change comes first
         self.assertTrue(first.startswith("attn") and first.rstrip().endswith("-1.0"), first)
 
+    def test_whole_run_counts_busy_idle_and_every_kernel(self):
+        # Eager prefill kernels (graph 0) overlapping, a 50 us gap, a graph kernel, a 190 us gap, one more eager.
+        rows = [(0, 100_000, 0, 1, "a"), (50_000, 150_000, 0, 1, "b"), (200_000, 210_000, 5, 1, "c"),
+                (400_000, 500_000, 0, 1, "a"), (500_005, 500_010, 0, 1, "a")]
+        write(rows, self.path)
+        r = run(self.path, "--whole", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        w = json.loads(r.stdout)
+        self.assertAlmostEqual(w["wall_us"], 500.01)
+        self.assertAlmostEqual(w["idle_us"], 240.0)  # 50 + 190; the 5 ns gap is below --gap-us
+        self.assertEqual((w["gaps"], w["steps"]), (2, 3))
+        self.assertAlmostEqual(w["in_graph_us"], 10.0)
+        self.assertEqual(w["kernels"]["a"][0], 3)
+        self.assertAlmostEqual(w["kernels"]["a"][2], 200.005)  # marginals: no idle time charged
+        self.assertAlmostEqual(w["kernels"]["b"][2], 50.0)
+        self.assertAlmostEqual(sum(v[2] for v in w["kernels"].values()), w["wall_us"] - w["idle_us"] - 0.005)
+        # A start-up before a long wait is left out with --after-idle-ms.
+        write([(0, 1000, 0, 1, "startup"), (2_000_000_000, 2_000_001_000, 0, 1, "a")] + [
+            (s + 2_000_031_000, e + 2_000_031_000, g, grid, n) for s, e, g, grid, n in rows], self.path)
+        r = run(self.path, "--whole", "--json", "--after-idle-ms", "500")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        w2 = json.loads(r.stdout)
+        self.assertNotIn("startup", w2["kernels"])
+        self.assertEqual(w2["kernels"]["a"][0], 4)
+        self.assertAlmostEqual(w2["idle_us"], w["idle_us"] + 30.0)  # the 30 us gap before the rows above
+        write(rows, self.path)
+        r = run(self.path, "--whole", "--gap-us", "100")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("idle in 1 gaps", r.stdout)
+        self.assertTrue(r.stdout.splitlines()[2].startswith("a "), r.stdout)
+
     def test_errors(self):
         r = run(os.path.join(self.dir.name, "missing.csv"))
         self.assertNotEqual(r.returncode, 0)

@@ -9,13 +9,15 @@
 //     one expert x kTileN rows] blocks for gate/up (+ act) and for down (into per-slot f32 rows); a last
 //     kernel sums each token's slots in slot order. The grid is the worst-case tile count (pairs / kTileM
 //     + n_experts); blocks past the real count exit, so nothing depends on device data at launch.
-// BUNSEN_MOE_GEMV=2 takes the staged grouped-GEMV kernels, tile kernels that decode a weight-tile row per
-// thread and a lane-parallel router instead (same bits; see "grouped GEMV, staged" and tile_gemm), off until a
-// GPU has run them.
+// The router is lane-parallel (route_kernel) and the tile kernels decode a weight-tile row as one 32-code
+// chunk per thread (tile_gemm); BUNSEN_MOE_FORM=1 takes the first forms of both (route_v1_kernel, weight_at
+// per element), same bits. (A staged grouped GEMV -- x or the act rows in shared memory per block -- gave
+// the same bits but measured 40 % slower per MoE layer at batch 1 on an H100: every block re-staged the
+// whole vector before its first weight load.)
 // Not tuned: SIMT f32 math (no tensor cores yet). On the grouped-GEMV path 4/8-bit experts stream whole
 // 32-code chunks (16-byte loads, several per lane in flight: gate and up rows together, every top_k slot of
-// a down row together) and take sum_chunk scale * sum(q * v) + bias * sum(v); the tile path and other
-// widths decode one code at a time.
+// a down row together) and take sum_chunk scale * sum(q * v) + bias * sum(v); other widths decode one code at
+// a time.
 // Invariants: every output element is written once; an out-of-range expert id contributes nothing; all
 // launches go to `stream` with no host sync (graph-capturable); one scratch() call per op.
 #include <atomic>
@@ -103,7 +105,7 @@ __device__ __forceinline__ void expert_scores(const DevMoeRoute& a, const LT* l,
   __syncwarp();
 }
 
-// The first form (the default; BUNSEN_MOE_GEMV=1): every pick scans the earlier picks per expert in shared
+// The first form (BUNSEN_MOE_FORM=1): every pick scans the earlier picks per expert in shared
 // memory and lane 0 writes the top_k slots one after another (a chain of dependent global loads with an
 // expert scale).
 template <typename LT>
@@ -376,208 +378,6 @@ __global__ void gemv_down_kernel(const DevMoeExperts a, const float* act, OT* ou
   if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
 }
 
-// ---------------------------------------------------------------- grouped GEMV, staged (BUNSEN_MOE_GEMV=2)
-// The same sums in the same order as the kernels above, with what every warp of a block shares loaded once
-// per block: x (gate/up) or the token's top_k act rows (down) as f32 in shared memory with each 32-value
-// chunk's sum (the bias term's sum(v), summed in chunk_dot's order), and for down the slots' experts,
-// weights and row bases. A warp then issues no dependent id -> address -> code chain per item, and
-// chunk_dot_staged takes x from shared memory without re-summing it. MLX 4/8-bit experts with a power-of-two
-// group of >= 32 only (moe_experts picks these kernels; codes not 16-byte aligned take warp_dot as before).
-
-constexpr int64_t kStagedSmemMax = 48 * 1024;
-
-// One loaded chunk against the staged v[0:32] (16-byte aligned shared memory) whose sum is vs.
-template <int kBits>
-__device__ __forceinline__ float chunk_dot_staged(const uint32_t (&wv)[kBits], float s, float b,
-                                                  const float* v, float vs) {
-  float dot = 0.0f;
-#pragma unroll
-  for (int js = 0; js < kQuantChunk / 8; ++js) {
-    float q[8];
-    decode8<kBits>(wv, js, q);
-    const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * js);
-    const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * js + 4);
-    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dot = fmaf(q[e], xv[e], dot);
-  }
-  return fmaf(s, dot, b * vs);
-}
-
-// v[0:n) (n a multiple of 32) into shared memory as f32, and sums[c] = v[32c] + ... + v[32c + 31] summed
-// left to right from 0 as chunk_dot sums them. One thread per chunk (16-byte loads when v is aligned), so no
-// two lanes read one shared bank while summing. Block-wide; ends with __syncthreads.
-template <typename VT>
-__device__ __forceinline__ void stage_rows(const VT* v, int64_t n, float* vs, float* sums) {
-  const bool vec = (reinterpret_cast<uintptr_t>(v) & 15) == 0;  // block-uniform
-  for (int64_t c = threadIdx.x; c < n / kQuantChunk; c += blockDim.x) {
-    const VT* src = v + c * kQuantChunk;
-    float f[kQuantChunk];
-    if (vec) {
-#pragma unroll
-      for (int j = 0; j < kQuantChunk / 8; ++j) {
-        float f8[8];
-        load_x8(src + 8 * j, f8);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) f[8 * j + i] = f8[i];
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < kQuantChunk; ++i) f[i] = to_f32(src[i]);
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kQuantChunk; ++i) acc += f[i];
-    float4* dst = reinterpret_cast<float4*>(vs + c * kQuantChunk);
-#pragma unroll
-    for (int q = 0; q < kQuantChunk / 4; ++q)
-      dst[q] = make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
-    sums[c] = acc;
-  }
-  __syncthreads();
-}
-
-__device__ __forceinline__ int group_shift(int group_size) {
-  return 31 - __clz(group_size / kQuantChunk);  // log2(group / 32)
-}
-
-// act[p, i] as gemv_gate_up_kernel computes it. Dynamic shared memory: x as f32 [d], chunk sums [d / 32].
-template <int kBits, typename XT>
-__global__ void gemv_gate_up_staged_kernel(const DevMoeExperts a, const XT* x, float* act) {
-  extern __shared__ __align__(16) float smem[];
-  const int64_t d = a.gate.cols, f = a.gate.rows, p = blockIdx.y;
-  const XT* xt = x + (p / a.top_k) * a.x.stride;
-  float* xs = smem;
-  float* sums = smem + d;
-  stage_rows(xt, d, xs, sums);
-  const int lane = threadIdx.x & 31;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (i >= f) return;
-  const int e = a.ids[p];
-  if (!valid_expert(e, a.n_experts)) {
-    if (lane == 0) act[p * f + i] = 0.0f;
-    return;
-  }
-  float gs = 0.0f, us = 0.0f;
-  if (((a.gate.ptrs[e] | a.up.ptrs[e]) & 15) == 0) {  // warp-uniform
-    constexpr int kU = chunks_in_flight<kBits>();
-    const QRow qg = q_row(a.gate, e, i), qu = q_row(a.up, e, i);
-    const int n_chunks = static_cast<int>(d / kQuantChunk), items = 2 * n_chunks;
-    const int shift = group_shift(a.gate.group_size);
-    for (int i0 = 0; i0 < items; i0 += 32 * kU) {
-      uint32_t wv[kU][kBits];
-      float sc[kU], bi[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = i0 + u * 32 + lane;
-        if (idx >= items) break;
-        const bool is_up = idx >= n_chunks;
-        const int c = is_up ? idx - n_chunks : idx;
-        load_chunk<kBits>((is_up ? qu.codes : qg.codes) + c * kBits, wv[u]);
-        sc[u] = load_any(is_up ? qu.scales : qg.scales, a.gate.dtype, c >> shift);
-        bi[u] = load_any(is_up ? qu.biases : qg.biases, a.gate.dtype, c >> shift);
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = i0 + u * 32 + lane;
-        if (idx >= items) break;
-        const bool is_up = idx >= n_chunks;
-        const int c = is_up ? idx - n_chunks : idx;
-        const float dv = chunk_dot_staged<kBits>(wv[u], sc[u], bi[u], xs + c * kQuantChunk, sums[c]);
-        if (is_up)
-          us += dv;
-        else
-          gs += dv;
-      }
-    }
-    gs = warp_sum(gs);
-    us = warp_sum(us);
-  } else {
-    gs = warp_dot(a.gate, e, i, xt, lane);
-    us = warp_dot(a.up, e, i, xt, lane);
-  }
-  if (lane == 0) act[p * f + i] = gated(a.gelu_tanh, gs, us);
-}
-
-// out[t, r] as gemv_down_kernel computes it. Dynamic shared memory: the token's act rows as f32
-// [top_k * f], their chunk sums [top_k * f / 32].
-template <int kBits, typename OT>
-__global__ void gemv_down_staged_kernel(const DevMoeExperts a, const float* act, OT* out) {
-  extern __shared__ __align__(16) float smem[];
-  __shared__ const char* codes_of[kMaxTopK];  // slot j's expert codes, null for an invalid id
-  __shared__ const char* scales_of[kMaxTopK];
-  __shared__ const char* biases_of[kMaxTopK];
-  __shared__ float weight_of[kMaxTopK];
-  __shared__ int aligned;
-  const int64_t t = blockIdx.y, d = a.down.rows, f = a.down.cols;
-  const int top_k = a.top_k;
-  if (threadIdx.x == 0) aligned = 1;
-  __syncthreads();
-  if (threadIdx.x < top_k) {
-    const int64_t p = t * top_k + threadIdx.x;
-    const int e = a.ids[p];
-    codes_of[threadIdx.x] = nullptr;
-    if (valid_expert(e, a.n_experts)) {
-      const int64_t base = a.down.ptrs[e];
-      codes_of[threadIdx.x] = reinterpret_cast<const char*>(base);
-      scales_of[threadIdx.x] = reinterpret_cast<const char*>(a.down.scale_ptrs[e]);
-      biases_of[threadIdx.x] = reinterpret_cast<const char*>(a.down.bias_ptrs[e]);
-      weight_of[threadIdx.x] = a.weights[p];
-      if (base & 15) aligned = 0;
-    }
-  }
-  float* as = smem;
-  float* sums = smem + top_k * f;
-  stage_rows(act + t * top_k * f, top_k * f, as, sums);  // its __syncthreads publishes the table too
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (r >= d) return;
-  float acc = 0.0f;
-  if (aligned) {  // block-uniform
-    constexpr int kU = chunks_in_flight<kBits>();
-    const int n_chunks = static_cast<int>(f / kQuantChunk), items = top_k * n_chunks;
-    const int shift = group_shift(a.down.group_size);
-    const int64_t row_bytes = f * kBits / 8, groups = f / a.down.group_size;
-    const int64_t sb_row = r * groups;
-    for (int i0 = 0; i0 < items; i0 += 32 * kU) {
-      uint32_t wv[kU][kBits];
-      float sc[kU], bi[kU], wt[kU];
-      bool ok[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = i0 + u * 32 + lane;
-        ok[u] = false;
-        if (idx >= items) break;
-        const int j = idx / n_chunks, c = idx - j * n_chunks;
-        const char* codes = codes_of[j];
-        if (codes == nullptr) continue;
-        ok[u] = true;
-        wt[u] = weight_of[j];
-        load_chunk<kBits>(reinterpret_cast<const uint32_t*>(codes + r * row_bytes) + c * kBits, wv[u]);
-        sc[u] = load_any(scales_of[j], a.down.dtype, sb_row + (c >> shift));
-        bi[u] = load_any(biases_of[j], a.down.dtype, sb_row + (c >> shift));
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int idx = i0 + u * 32 + lane;
-        if (idx >= items) break;
-        if (ok[u])
-          acc = fmaf(wt[u], chunk_dot_staged<kBits>(wv[u], sc[u], bi[u], as + idx * kQuantChunk, sums[idx]),
-                     acc);
-      }
-    }
-    acc = warp_sum(acc);
-  } else {
-    for (int j = 0; j < top_k; ++j) {
-      const int64_t p = t * top_k + j;
-      const int e = a.ids[p];
-      if (!valid_expert(e, a.n_experts)) continue;
-      acc += a.weights[p] * warp_dot(a.down, e, r, act + p * f, lane);
-    }
-  }
-  if (lane == 0) out[t * a.out.stride + r] = from_f32<OT>(acc);
-}
-
 // ---------------------------------------------------------------- expert-sorted tiles (large steps)
 
 struct Plan {
@@ -653,7 +453,7 @@ __device__ __forceinline__ void decode_row_chunk(const DevExpertWeights& w, int 
   }
 }
 
-// kVecBits 4 or 8 (BUNSEN_MOE_GEMV=2, MLX 4/8-bit experts with 16-byte aligned codes, k % 32 == 0): each
+// kVecBits 4 or 8 (form 2, MLX 4/8-bit experts with 16-byte aligned codes, k % 32 == 0): each
 // weight-tile row is one 32-code chunk decoded by one thread (one 16-byte load, one scale and bias) instead
 // of weight_at per element (address table, group lookup, scale and bias per value); the values are the same.
 template <bool kGlu, int kVecBits = 0, typename ARow, typename Store>
@@ -778,12 +578,12 @@ std::string experts_desc(const DevMoeExperts& a) {
                 (long long)a.n_experts, (long long)a.down.rows, (long long)a.gate.rows);
 }
 
-// The grouped-GEMV form in force: 1 (the first kernels, the default until a GPU has run the staged ones) or 2
-// (the staged kernels and route_kernel, BUNSEN_MOE_GEMV=2, read once), or the test hook's.
-int moe_gemv_form() {
+// The kernel form in force: 2 (route_kernel and the chunk-decoded tiles, the default) or 1 (route_v1_kernel
+// and weight_at per tile element, BUNSEN_MOE_FORM=1, kept for one A/B on a GPU), or the test hook's.
+int moe_form() {
   const int forced = g_form.load();
   if (forced == 1 || forced == 2) return forced;
-  static const int env = env_int("BUNSEN_MOE_GEMV", 1) == 2 ? 2 : 1;
+  static const int env = env_int("BUNSEN_MOE_FORM", 2) == 1 ? 1 : 2;
   return env;
 }
 
@@ -791,31 +591,11 @@ bool pow2(int64_t v) {
   return v > 0 && (v & (v - 1)) == 0;
 }
 
-// Shared bytes of the staged kernels for a, or 0 when they do not apply (then the first kernels run).
-size_t staged_gate_up_smem(const DevMoeExperts& a) {
-  const DevExpertWeights &g = a.gate, &u = a.up;
-  if (moe_gemv_form() != 2 || (g.bits != 4 && g.bits != 8) || u.bits != g.bits ||
-      u.group_size != g.group_size || u.dtype != g.dtype || u.cols != g.cols || g.group_size < kQuantChunk ||
-      !pow2(g.group_size) || g.cols % g.group_size != 0)
-    return 0;
-  const int64_t bytes = (g.cols + g.cols / kQuantChunk) * static_cast<int64_t>(sizeof(float));
-  return bytes <= kStagedSmemMax ? static_cast<size_t>(bytes) : 0;
-}
-
-size_t staged_down_smem(const DevMoeExperts& a) {
-  const DevExpertWeights& w = a.down;
-  if (moe_gemv_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk ||
-      !pow2(w.group_size) || w.cols % w.group_size != 0 || a.top_k > kMaxTopK)
-    return 0;
-  const int64_t n = a.top_k * w.cols, bytes = (n + n / kQuantChunk) * static_cast<int64_t>(sizeof(float));
-  return bytes <= kStagedSmemMax ? static_cast<size_t>(bytes) : 0;
-}
-
 // The bits of tile_gemm's chunk-decoded weight tiles for w (and w2, gated with it), or 0 for weight_at per
 // element: form 2 only, MLX 4/8-bit with a power-of-two group of >= 32 (code alignment is checked per block).
 int tile_vec_bits(const DevExpertWeights& w, const DevExpertWeights* w2) {
-  if (moe_gemv_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk ||
-      !pow2(w.group_size) || w.cols % w.group_size != 0)
+  if (moe_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk || !pow2(w.group_size) ||
+      w.cols % w.group_size != 0)
     return 0;
   if (w2 &&
       (w2->bits != w.bits || w2->group_size != w.group_size || w2->dtype != w.dtype || w2->cols != w.cols))
@@ -825,30 +605,19 @@ int tile_vec_bits(const DevExpertWeights& w, const DevExpertWeights* w2) {
 
 void run_gemv(cudaStream_t s, const DevMoeExperts& a, float* act) {
   const int64_t n = a.x.n_rows, pairs = n * a.top_k, f = a.gate.rows, d = a.down.rows;
-  const dim3 g1(static_cast<unsigned>((f + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(pairs));
-  const size_t smem1 = staged_gate_up_smem(a);
+  const dim3 g1(static_cast<unsigned>((f + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                static_cast<unsigned>(pairs));
   with_act_type(a.x.dtype, [&](auto xt) {
     using XT = typename decltype(xt)::type;
     const XT* x = static_cast<const XT*>(a.x.data);
-    if (smem1 == 0)
-      gemv_gate_up_kernel<XT><<<g1, 32 * kWarpsPerBlock, 0, s>>>(a, x, act);
-    else if (a.gate.bits == 4)
-      gemv_gate_up_staged_kernel<4, XT><<<g1, 32 * kWarpsPerBlock, smem1, s>>>(a, x, act);
-    else
-      gemv_gate_up_staged_kernel<8, XT><<<g1, 32 * kWarpsPerBlock, smem1, s>>>(a, x, act);
+    gemv_gate_up_kernel<XT><<<g1, 32 * kWarpsPerBlock, 0, s>>>(a, x, act);
   });
   check_launch("moe_experts", [&] { return "gate/up" + experts_desc(a); });
   const dim3 g2(static_cast<unsigned>((d + kWarpsPerBlock - 1) / kWarpsPerBlock), static_cast<unsigned>(n));
-  const size_t smem2 = staged_down_smem(a);
   with_act_type(a.out.dtype, [&](auto ot) {
     using OT = typename decltype(ot)::type;
     OT* out = static_cast<OT*>(a.out.data);
-    if (smem2 == 0)
-      gemv_down_kernel<OT><<<g2, 32 * kWarpsPerBlock, 0, s>>>(a, act, out);
-    else if (a.down.bits == 4)
-      gemv_down_staged_kernel<4, OT><<<g2, 32 * kWarpsPerBlock, smem2, s>>>(a, act, out);
-    else
-      gemv_down_staged_kernel<8, OT><<<g2, 32 * kWarpsPerBlock, smem2, s>>>(a, act, out);
+    gemv_down_kernel<OT><<<g2, 32 * kWarpsPerBlock, 0, s>>>(a, act, out);
   });
   check_launch("moe_experts", [&] { return "down" + experts_desc(a); });
 }
@@ -895,7 +664,7 @@ void moe_route(void* stream, const DevMoeRoute& a) {
   with_act_type(a.logits.dtype, [&](auto lt) {
     using LT = typename decltype(lt)::type;
     const LT* logits = static_cast<const LT*>(a.logits.data);
-    if (moe_gemv_form() == 2)
+    if (moe_form() == 2)
       route_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
     else
       route_v1_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
@@ -930,7 +699,7 @@ void set_moe_path_for_testing(MoePath path) {
   g_path.store(path);
 }
 
-void set_moe_gemv_form_for_testing(int form) {
+void set_moe_form_for_testing(int form) {
   g_form.store(form);
 }
 

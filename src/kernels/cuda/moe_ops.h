@@ -49,8 +49,9 @@ void moe_experts(void* stream, const DevMoeExperts& a);
 // Test hook (process-wide): force the grouped-GEMV (decode) or the expert-sorted tile (prefill) path.
 enum class MoePath : uint8_t { kAuto, kGemv, kTiles };
 void set_moe_path_for_testing(MoePath path);
-// Test hook (process-wide): the grouped-GEMV path's kernels and the router: 1 the first ones (the default),
-// 2 the staged ones (as BUNSEN_MOE_GEMV=2), 0 back to BUNSEN_MOE_GEMV. Either gives the same bits.
-void set_moe_gemv_form_for_testing(int form);
+// Test hook (process-wide): the router and tile kernels' form: 1 the first ones (as BUNSEN_MOE_FORM=1), 2 the
+// lane-parallel router and chunk-decoded tiles (the default), 0 back to BUNSEN_MOE_FORM. Both give the same
+// bits.
+void set_moe_form_for_testing(int form);
 
 }  // namespace bunsen::kernels::cuda
