@@ -3,23 +3,22 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, trace, trace8 (default: tests table serve trace8). Times (H100): tests ~2.5-5.5
-# minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5, splits ~2.5, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2,
-# sampled ~1.5, table ~2, serve ~2-3 (64 streams greedy and sampled, then 256 greedy unless SERVE_256=0),
-# trace/trace8 ~0.5 each: split them over calls of < 10 minutes, e.g. `SHARD_T=150 ... tests table`, then
-# `moe splits serve trace8` (the trace stages need .gpu/lib's libcupti: leave test_cuda.xz out of that call,
-# which skips the moe tests). A machine start costs 3-5 minutes of device time: plan calls back to back on a
-# warm machine (it is given back after 30 s idle). AB_T: seconds per A/B (default 200); SHARD_T: seconds per
-# test shard (default 200);
+# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, trace, trace8 (default: tests table serve trace8).
+# Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
+# greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1,
+# trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
+# trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
+# 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
+# AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
 # tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
 # leave .gpu/lib's libcupti and trace library out except for the trace call.
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
-#   1. the tests of the unvalidated paths (the MoE form 2: CudaMoeTest.*, with
-#      StagedFormGivesTheFirstFormsBits), then the rest of test_cuda in four parallel shards;
+#   1. the tests of the unvalidated paths (NEW_TESTS), then the rest of test_cuda in four parallel shards;
 #   1b. (q8) the 8-bit GEMV plans per decode launch shape (QMmaPlanBench.Shapes) and batch-1 decode A/B of
 #      BUNSEN_QMMA_PLAN8 0 (register kernel) | 5 | 6 (f16 kernels) on llama3.1-8b and llama3.2-1b at 8 bits;
 #   1c. (xb) batch-1 decode A/B of BUNSEN_QMMA_XBATCH 1 | 8 on llama3.1-8b and llama3.2-1b at 4 bits;
@@ -123,7 +122,7 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
     x8:BUNSEN_QMMA_XBATCH=8
 }
 
-moe() {  # the lane-parallel router + chunk-decoded tiles (the default) against the first kernels (BUNSEN_MOE_FORM=1)
+moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
   local f
   for f in 'CudaMoeTest.*' 'CudaTest.EveryFamilyConvertedTo4BitMatchesTheCpu'; do
     BUNSEN_CUDA_BENCH=1 timeout 90 "$G/test_cuda" --gtest_filter="$f" >>"$R/moe_tests.txt" 2>&1
@@ -135,7 +134,7 @@ moe() {  # the lane-parallel router + chunk-decoded tiles (the default) against 
   [ "${MOE_AB:-1}" = 1 ] && [ -x "$G/bunsen" ] || return 0
   local name
   for name in ab_moe:gemma4-26b-a4b ab_qwen3moe:qwen3-30b-a3b; do
-    ab "${name%%:*}" "--synthetic ${name#*:} --quant 4" v1:BUNSEN_MOE_FORM=1 form2:BUNSEN_MOE_FORM=2
+    ab "${name%%:*}" "--synthetic ${name#*:} --quant 4" default:
     python3 -c "import glob,json,os,sys
 for f in sorted(glob.glob(sys.argv[1] + '/*_*.json')):
     print('  prefill', os.path.basename(f)[:-5], round(json.load(open(f)).get('prefill_tok_s', 0), 1), 'tok/s')" \
@@ -148,6 +147,12 @@ splits() {  # fewer key slices per row (one combine round of 32) against the cou
     s32:BUNSEN_DECODE_SPLITS=32
   ab ab_8b_splits "--synthetic llama3.1-8b" auto:BUNSEN_DECODE_SPLITS=0 s16:BUNSEN_DECODE_SPLITS=16 \
     s32:BUNSEN_DECODE_SPLITS=32
+}
+
+attn() {  # the decode attention path by shape: the cluster default (<= 2 rows x kv heads) against split
+  ab ab_e4b_attn "--synthetic gemma4-e4b" default: split:BUNSEN_DECODE_ATTN=split
+  ab ab_qwen35_attn "--synthetic qwen3.5-4b" default: cluster:BUNSEN_DECODE_ATTN=cluster
+  ab ab_26b_attn "--synthetic gemma4-26b-a4b --quant 4" default: split:BUNSEN_DECODE_ATTN=split
 }
 
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
@@ -195,6 +200,10 @@ serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle 
 serve_mbt() {  # 64 streams with larger steps (--max-num-batched-tokens 4096, 8192; the default is 2048)
   SERVE_ARGS="--max-num-batched-tokens 4096" TAG=_mbt4096 serve_run 64 "greedy:4"
   SERVE_ARGS="--max-num-batched-tokens 8192" TAG=_mbt8192 serve_run 64 "greedy:5"
+}
+
+serve_b8() {  # 64 streams with the packed decode attention's 8-warp blocks (BUNSEN_DECODE_BATCHED=8)
+  BUNSEN_DECODE_BATCHED=8 TAG=_b8 serve_run 64 "greedy:6"
 }
 
 serve_run() {  # streams, mode:seed ... (env: SERVE_ARGS for the server, TAG for the output names)
@@ -277,13 +286,13 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | moe | splits | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | trace | trace8)
+    new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
+      serve | serve_trace | serve_mbt | serve_b8 | trace | trace8)
       $stage
       ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, trace, trace8)" >&2
+      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
+        "table, serve, serve_trace, serve_mbt, serve_b8, trace, trace8)" >&2
       exit 2
       ;;
   esac

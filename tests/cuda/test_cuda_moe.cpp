@@ -23,7 +23,7 @@ class CudaMoeTest : public CudaTest {
   void TearDown() override {
     if (cuda::device_count() > 0) {
       cuda::set_moe_path_for_testing(cuda::MoePath::kAuto);
-      cuda::set_moe_form_for_testing(0);
+      cuda::set_moe_tiles_per_element_for_testing(false);
     }
     CudaTest::TearDown();
   }
@@ -197,11 +197,10 @@ TEST_F(CudaMoeTest, DecodeStepReplaysFromAGraph) {
   cuda::stream_destroy(stream);
 }
 
-// The chunk-decoded tile kernels and the lane-parallel router (form 2, the default) give the first kernels'
-// bits (form 1, BUNSEN_MOE_FORM=1): the quantized cases above on the tile path, Gemma-4-26B-A4B's and
-// Qwen3-30B-A3B's expert widths (top-8), bf16 and f32 activations, an invalid id in a slot; the router with
-// NaN, tied and -inf logits, expert scales.
-TEST_F(CudaMoeTest, SecondFormGivesTheFirstFormsBits) {
+// The tile kernels' chunk-decoded 4/8-bit weight tiles (the default) give weight_at's bits (the per-element
+// form): the quantized cases above, Gemma-4-26B-A4B's and Qwen3-30B-A3B's expert widths (top-8), bf16 and f32
+// activations, an invalid id in a slot.
+TEST_F(CudaMoeTest, ChunkDecodedTilesGiveThePerElementBits) {
   std::mt19937 rng(957);
   std::vector<Case> cases;
   for (const Case& c : kCases)
@@ -213,7 +212,7 @@ TEST_F(CudaMoeTest, SecondFormGivesTheFirstFormsBits) {
   for (const Case& c : cases) {
     for (DType act_dt : kActDtypes) {
       const std::string what =
-          strfmt("tiles n %lld d %lld f %lld k %lld bits %d group %d act %s", (long long)c.n, (long long)c.d,
+          strfmt("n %lld d %lld f %lld k %lld bits %d group %d act %s", (long long)c.n, (long long)c.d,
                  (long long)c.f, (long long)c.k, c.bits, c.group, dtype_name(act_dt));
       ExpertSet s = make_experts(c.e, c.d, c.f, DType::kBF16, c.bits, c.group, rng, MoeActivation::kGeluTanh);
       DeviceExperts ds(s);
@@ -223,8 +222,8 @@ TEST_F(CudaMoeTest, SecondFormGivesTheFirstFormsBits) {
       DeviceTensor dx = DeviceTensor::upload(x.data.tensor), dids = DeviceTensor::upload(r.ids.tensor);
       DeviceTensor dw = DeviceTensor::upload(r.weights.tensor);
       std::vector<std::vector<float>> got;
-      for (int form : {1, 2}) {
-        cuda::set_moe_form_for_testing(form);
+      for (bool per_element : {true, false}) {
+        cuda::set_moe_tiles_per_element_for_testing(per_element);
         DeviceTensor dout = DeviceTensor::upload(random_tensor(act_dt, {c.n, c.d}, rng).tensor);
         moe_experts(ctx_, dout.tensor, dx.tensor, dids.tensor, dw.tensor, ds.view());
         got.push_back(values(dout.download().tensor));
@@ -233,38 +232,60 @@ TEST_F(CudaMoeTest, SecondFormGivesTheFirstFormsBits) {
       EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0) << what;
     }
   }
+}
+
+// The router's pick rules at every width it takes (up to 1,024 experts, top-32), as the CPU's: equal scores
+// go to the lower expert; with sigmoid scores a NaN logit never wins while another expert is left and a -inf
+// logit scores zero; with softmax a NaN logit makes the whole row NaN, which the weights carry on (the picks
+// then go in expert order, as on the CPU). Every row's picks equal the CPU's bit for bit.
+TEST_F(CudaMoeTest, RoutePicksTiesLowerAndNeverNaN) {
+  std::mt19937 rng(958);
   for (int64_t n_experts : {8, 128, 257, 1024})
-    for (int k : {1, 8, 32})
-      for (DType lt : kActDtypes)
-        for (MoeScoring sc : {MoeScoring::kSoftmax, MoeScoring::kSigmoid}) {
-          if (k > n_experts) continue;
-          const int64_t n = 9;
-          HostPair logits = random_pair(lt, {n, n_experts}, rng, -6.0f, 6.0f);
-          float* l = logits.f32.tensor.ptr<float>();
-          if (lt == DType::kF32) {  // ties, NaN and -inf in row 0 (the f32 rows are uploaded as they are)
-            l[3 % n_experts] = l[5 % n_experts] = 4.0f;
-            l[1] = std::nanf("");
-            l[2 % n_experts] = -INFINITY;
-          }
-          const OwnedTensor& up = lt == DType::kF32 ? logits.f32 : logits.data;
-          DeviceTensor d_logits = DeviceTensor::upload(up.tensor);
-          DeviceTensor d_es =
-              DeviceTensor::upload(random_tensor(DType::kBF16, {n_experts}, rng, 0.5f, 2.0f).tensor);
-          MoeRouteParams p;
-          p.top_k = k, p.scoring = sc, p.norm_topk = k > 1, p.scale = 1.5f, p.expert_scale = d_es.tensor;
-          std::vector<OwnedTensor> ids, ws;
-          for (int form : {1, 2}) {
-            cuda::set_moe_form_for_testing(form);
-            DeviceTensor d_ids = DeviceTensor::upload(OwnedTensor::make(DType::kI32, {n, k}).tensor);
-            DeviceTensor d_w = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {n, k}).tensor);
-            moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
-            ids.push_back(d_ids.download());
-            ws.push_back(d_w.download());
-          }
-          const std::string what = strfmt("%lld experts k %d %s", (long long)n_experts, k, dtype_name(lt));
-          EXPECT_EQ(std::memcmp(ids[0].tensor.data, ids[1].tensor.data, ids[0].tensor.nbytes()), 0) << what;
-          EXPECT_EQ(std::memcmp(ws[0].tensor.data, ws[1].tensor.data, ws[0].tensor.nbytes()), 0) << what;
+    for (int k : {1, 2, 6, 32})
+      for (MoeScoring sc : {MoeScoring::kSoftmax, MoeScoring::kSigmoid}) {
+        if (k > n_experts - 2) continue;
+        const int64_t n = 9;
+        HostPair logits = random_pair(DType::kF32, {n, n_experts}, rng, -6.0f, 6.0f);
+        float* l = logits.f32.tensor.ptr<float>();
+        l[3] = l[5] = 100.0f;  // row 0: a tie at the top, NaN and -inf
+        l[1] = std::nanf("");
+        l[2] = -INFINITY;
+        l[n_experts + 4] = l[n_experts + 6] = 50.0f;  // row 1: a tie at the top
+        MoeRouteParams p;
+        p.top_k = k, p.scoring = sc, p.norm_topk = k > 1, p.scale = 1.5f;
+        DeviceTensor d_logits = DeviceTensor::upload(logits.f32.tensor);
+        DeviceTensor d_ids = DeviceTensor::upload(OwnedTensor::make(DType::kI32, {n, k}).tensor);
+        DeviceTensor d_w = DeviceTensor::upload(OwnedTensor::make(DType::kF32, {n, k}).tensor);
+        moe_route(ctx_, d_ids.tensor, d_w.tensor, d_logits.tensor, p);
+        const OwnedTensor ids = d_ids.download(), w = d_w.download();
+        const int32_t* got = ids.tensor.ptr<int32_t>();
+        const float* gw = w.tensor.ptr<float>();
+        const std::string what = strfmt("%lld experts k %d %s", (long long)n_experts, k,
+                                        sc == MoeScoring::kSoftmax ? "softmax" : "sigmoid");
+        OwnedTensor want_ids = OwnedTensor::make(DType::kI32, {n, k}),
+                    want_w = OwnedTensor::make(DType::kF32, {n, k});
+        ref::moe_route(want_ids.tensor, want_w.tensor, logits.f32.tensor, p);
+        EXPECT_EQ(std::memcmp(got, want_ids.tensor.data, want_ids.tensor.nbytes()), 0) << what;
+        EXPECT_EQ(got[k], 4) << what;
+        if (k > 1) {
+          EXPECT_EQ(got[k + 1], 6) << what;
         }
+        for (int j = 0; j < k; ++j) {
+          if (sc == MoeScoring::kSigmoid) {
+            EXPECT_NE(got[j], 1) << what << " slot " << j;
+            EXPECT_TRUE(std::isfinite(gw[j])) << what << " slot " << j;
+          } else {
+            EXPECT_TRUE(std::isnan(gw[j])) << what << " slot " << j;
+          }
+          EXPECT_TRUE(std::isfinite(gw[k + j])) << what << " row 1 slot " << j;
+        }
+        if (sc == MoeScoring::kSigmoid) {
+          EXPECT_EQ(got[0], 3) << what;
+          if (k > 1) {
+            EXPECT_EQ(got[1], 5) << what;
+          }
+        }
+      }
 }
 
 // BUNSEN_CUDA_BENCH=1: one decode token (m = 1) through moe_experts on the Gemma-4-26B-A4B expert shapes

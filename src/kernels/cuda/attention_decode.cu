@@ -11,13 +11,15 @@
 // surplus slice blocks exit at once. A row with several slices is merged with log-sum-exp weights by
 // combine_kernel in a second launch (the default), or by the last of its slice blocks to finish (fused
 // combine, BUNSEN_DECODE_FUSED_COMBINE=1 or the testing switch: one launch per call, but on the H200 it
-// measured 0.5-2.4 us per layer slower than the two launches at batch 1 x 256..4k keys). Slice kernels are launched with programmatic
-// dependent launch (BUNSEN_PDL=0: plain stream order) and wait before their first read. The cluster path
-// (BUNSEN_DECODE_ATTN=cluster or the testing switch; bf16 tensor-core shapes, <= 16 slices per row) runs a
-// row's slices as one thread-block cluster merged through distributed shared memory (one launch, no
-// partials) and starts its copies of older keys before the wait. Off by default: on the H200 it is faster
-// at batch 1 up to 1k keys (8B shape: 8.2 vs 11.9 us per layer) but slower at 4k keys and at batch >= 8, and
-// end to end 3 % slower on the Llama-3.1-8B shape (5 % faster on Llama-3.2-1B). The packed tensor-core
+// measured 0.5-2.4 us per layer slower than the two launches at batch 1 x 256..4k keys). Slice kernels are
+// launched with programmatic dependent launch (BUNSEN_PDL=0: plain stream order) and wait before their first
+// read. The cluster path (bf16 tensor-core shapes, <= 16 slices per row) runs a row's slices as one
+// thread-block cluster merged through distributed shared memory (one launch, no partials) and starts its
+// copies of older keys before the wait. The default for steps of <= 2 rows x kv heads over short block
+// tables (cluster_path: Gemma 4 e4b's 1-2 kv heads, +10.5 % end to end on the H200); elsewhere off
+// (BUNSEN_DECODE_ATTN=cluster|split forces): on the H200 it is faster at batch 1 up to 1k keys (8B shape:
+// 8.2 vs 11.9 us per layer) but slower at 4k keys and at batch >= 8, and end to end 1-3 % slower on the
+// Llama-3.1-8B shape (mixed on Llama-3.2-1B). The packed tensor-core
 // kernel (batched steps: head_dim 64/128, one kv head per warp, a row's kv heads 4 (or 8) per block, slices
 // only to fill one wave of blocks, merged by combine_kernel) serves steps of >= 128 rows x kv heads (16 rows
 // of the 8B shape: 46.0 -> 31.2 us per layer at 16 x 1k keys, 423 -> 383 at 256 x 1k; batch 1 stays on the
@@ -53,24 +55,38 @@ constexpr int kSimtBlocksPerSm = 4;  // the SIMT kernel's residency (128 registe
 
 std::atomic<int> g_variant{0};  // 0: tensor cores where they apply, else SIMT; 1: SIMT always
 std::atomic<int> g_combine{0};  // 0: BUNSEN_DECODE_FUSED_COMBINE (default combine_kernel); 1: fused; 2: combine_kernel
-std::atomic<int> g_path{0};     // 0: BUNSEN_DECODE_ATTN (default split); 1: split slices; 2: cluster
+std::atomic<int> g_path{0};     // 0: BUNSEN_DECODE_ATTN (unset: by shape); 1: split slices; 2: cluster
 std::atomic<int> g_batched{0};  // 0: BUNSEN_DECODE_BATCHED (unset: by shape); 1: never; 2: packed; 3: 8 warps
 constexpr int kBatchedMinKeys = 64;  // the packed kernel's shortest slice: 4 tiles per warp
 constexpr int64_t kBatchedMinRowHeads = 128;  // rows x kv heads from which the packed kernel is the default
 
-bool cluster_path() {
+constexpr int64_t kClusterMaxRowHeads = 2;  // rows x kv heads up to which the cluster path is the default
+constexpr int64_t kClusterMaxKeys = 2048;   // ... over a block table of at most this many keys
+
+// Whether the cluster path serves this call (tensor-core shapes only; the caller checks): the testing switch,
+// else BUNSEN_DECODE_ATTN ("cluster" | "split", read once), else by shape: steps of <= 2 rows x kv heads over
+// a short block table. There the split path spreads a row over up to 134 slices of a few keys each and merges
+// them in a second launch; H200, gemma4-e4b (2 / 1 kv heads of 256 / 512) batch 1 at 1k keys: split 234.5,
+// cluster (<= 8 slices) 244.9, (<= 16) 259.3 tok/s. With 8 kv heads (Llama 3 8B / 1B) the split path stays
+// ahead (8B 210.3 vs 208.5 at <= 16 slices), and at 4k keys the cluster path's longer slices lose.
+bool cluster_path(const DevAttention& at) {
   const int mode = g_path.load();
   if (mode != 0) return mode == 2;
-  static const bool env_on = env_str("BUNSEN_DECODE_ATTN") == "cluster";
-  return env_on;
+  static const int env_mode = [] {
+    const std::string_view v = env_str("BUNSEN_DECODE_ATTN");
+    return v == "cluster" ? 2 : v == "split" ? 1 : 0;
+  }();
+  if (env_mode != 0) return env_mode == 2;
+  return at.q.n_tokens * at.cache.n_kv_heads <= kClusterMaxRowHeads &&
+         at.meta.max_blocks * at.cache.block_size <= kClusterMaxKeys;
 }
 
 // The most slices (cluster blocks) per row the cluster path chooses by itself: BUNSEN_DECODE_CLUSTER_MAX
-// (1..16; default 8, the portable cluster size; 16 needs the non-portable attribute, which it sets).
+// (1..16; default 16, which needs the non-portable cluster size attribute, which the launch sets).
 int cluster_cap() {
   static const int cap = [] {
-    const int v = env_int("BUNSEN_DECODE_CLUSTER_MAX", 8);
-    return v >= 1 && v <= kMaxCluster ? v : 8;
+    const int v = env_int("BUNSEN_DECODE_CLUSTER_MAX", kMaxCluster);
+    return v >= 1 && v <= kMaxCluster ? v : kMaxCluster;
   }();
   return cap;
 }
@@ -723,7 +739,7 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
   // The cluster path: as many slices as the split path would use, at most cluster_cap() (a forced count
   // above kMaxCluster keeps the split path).
-  if (mma && !packed && cluster_path() && forced_splits <= kMaxCluster) {
+  if (mma && !packed && cluster_path(at) && forced_splits <= kMaxCluster) {
     if (forced_splits <= 0) a.n_splits = std::min(a.n_splits, cluster_cap());
     launch_decode_mma_cluster(s, a, n_kv_heads);
     check_launch(op, detail);

@@ -29,10 +29,10 @@ void set_attention_decode_variant_for_testing(int variant);
 void set_attention_decode_combine_for_testing(int mode);
 
 // Which flash-decoding path runs where the tensor-core kernel applies: 0 (default): as BUNSEN_DECODE_ATTN
-// says (unset or "split": the slice kernel + combine above; "cluster": the cluster path); 1: split; 2:
-// cluster (a row's <= 16 slices form one thread-block cluster merged in distributed shared memory, one
-// launch; BUNSEN_DECODE_CLUSTER_MAX caps the slice count it chooses, default 8). For tests and the
-// micro-benchmark.
+// says ("split": the slice kernel + combine above; "cluster": the cluster path; unset: the cluster path for
+// steps of <= 2 rows x kv heads over a block table of <= 2,048 keys, else split); 1: split; 2: cluster (a
+// row's <= 16 slices form one thread-block cluster merged in distributed shared memory, one launch;
+// BUNSEN_DECODE_CLUSTER_MAX caps the slice count it chooses, default 16). For tests and the micro-benchmark.
 void set_attention_decode_path_for_testing(int mode);
 
 }  // namespace bunsen::kernels::cuda

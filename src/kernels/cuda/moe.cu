@@ -9,10 +9,9 @@
 //     one expert x kTileN rows] blocks for gate/up (+ act) and for down (into per-slot f32 rows); a last
 //     kernel sums each token's slots in slot order. The grid is the worst-case tile count (pairs / kTileM
 //     + n_experts); blocks past the real count exit, so nothing depends on device data at launch.
-// The router is lane-parallel (route_kernel) and the tile kernels decode a weight-tile row as one 32-code
-// chunk per thread (tile_gemm); BUNSEN_MOE_FORM=1 takes the first forms of both (route_v1_kernel, weight_at
-// per element), same bits. (A staged grouped GEMV -- x or the act rows in shared memory per block -- gave
-// the same bits but measured 40 % slower per MoE layer at batch 1 on an H100: every block re-staged the
+// The tile kernels decode a 4/8-bit weight-tile row as one 32-code chunk per thread (tile_gemm; weight_at
+// per element for other widths). (A staged grouped GEMV -- x or the act rows in shared memory per block --
+// gave the same bits but measured 40 % slower per MoE layer at batch 1 on an H100: every block re-staged the
 // whole vector before its first weight load.)
 // Not tuned: SIMT f32 math (no tensor cores yet). On the grouped-GEMV path 4/8-bit experts stream whole
 // 32-code chunks (16-byte loads, several per lane in flight: gate and up rows together, every top_k slot of
@@ -22,7 +21,6 @@
 // launches go to `stream` with no host sync (graph-capturable); one scratch() call per op.
 #include <atomic>
 
-#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/moe_ops.h"
 #include "kernels/cuda/quant_common.cuh"
@@ -37,7 +35,7 @@ constexpr int kTileM = 32, kTileN = 64, kTileK = 32, kTileThreads = 256;
 constexpr int kPlanThreads = 1024;
 
 std::atomic<MoePath> g_path{MoePath::kAuto};
-std::atomic<int> g_form{0};
+std::atomic<bool> g_per_element{false};
 
 // ---------------------------------------------------------------- weights
 
@@ -85,7 +83,7 @@ __device__ __forceinline__ bool valid_expert(int e, int64_t n_experts) {
 
 // ---------------------------------------------------------------- routing
 
-// score[e] of token t's logits row: softmax or sigmoid, as both router forms take them. One warp.
+// score[e] of token t's logits row: softmax or sigmoid. One warp.
 template <typename LT>
 __device__ __forceinline__ void expert_scores(const DevMoeRoute& a, const LT* l, int64_t n_experts, float* score) {
   const int lane = threadIdx.x;
@@ -105,56 +103,13 @@ __device__ __forceinline__ void expert_scores(const DevMoeRoute& a, const LT* l,
   __syncwarp();
 }
 
-// The first form (BUNSEN_MOE_FORM=1): every pick scans the earlier picks per expert in shared
-// memory and lane 0 writes the top_k slots one after another (a chain of dependent global loads with an
-// expert scale).
-template <typename LT>
-__global__ void route_v1_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
-  extern __shared__ float score[];  // [n_experts]
-  __shared__ int chosen[kMaxTopK];
-  const int lane = threadIdx.x;
-  const int64_t t = blockIdx.x;
-  expert_scores(a, logits + t * a.logits.stride, n_experts, score);
-  float total = 0.0f;  // lane 0: sum of the chosen scores, in pick order
-  for (int j = 0; j < a.top_k; ++j) {
-    float best_key = -INFINITY;
-    int best = 0x7fffffff;
-    for (int64_t e = lane; e < n_experts; e += 32) {
-      bool taken = false;
-      for (int i = 0; i < j; ++i) taken = taken || chosen[i] == e;
-      if (taken) continue;
-      const float key = isnan(score[e]) ? -INFINITY : score[e];
-      if (best == 0x7fffffff || key > best_key) best_key = key, best = static_cast<int>(e);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ok = __shfl_xor_sync(0xffffffffu, best_key, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best, o);
-      if (oi != 0x7fffffff && (best == 0x7fffffff || ok > best_key || (ok == best_key && oi < best)))
-        best_key = ok, best = oi;
-    }
-    if (lane == 0) {
-      chosen[j] = best;
-      total += score[best];
-    }
-    __syncwarp();
-  }
-  if (lane != 0) return;
-  for (int j = 0; j < a.top_k; ++j) {
-    float w = score[chosen[j]];
-    if (a.norm_topk) w /= total;
-    w *= a.scale;
-    if (a.expert_scale) w *= load_any(a.expert_scale, a.expert_scale_dtype, chosen[j]);
-    a.ids[t * a.top_k + j] = chosen[j];
-    a.weights[t * a.top_k + j] = w;
-  }
-}
-
-// The scores as route_v1_kernel computes them; each lane marks the experts it owns (lane + 32 i) as taken in
-// a register mask, every lane keeps the running total in pick order, and lane j writes slot j: the same
-// picks, the same bits, no per-expert scan of the earlier picks and no serial chain of stores and loads.
+// Each lane marks the experts it owns (lane + 32 i) as taken in a register mask, every lane keeps the running
+// total of the chosen scores in pick order, and lane j writes slot j: no scan of the earlier picks per expert
+// and no serial chain of stores and loads (an earlier form that had both took 13 us per MoE layer at batch
+// 1).
 template <typename LT>
 __global__ void route_kernel(const DevMoeRoute a, const LT* logits, int64_t n_experts) {
+  static_assert(kMaxTopK <= 32 && kMaxExperts <= 32 * 32, "lane j writes slot j; 32 experts per lane");
   extern __shared__ float score[];  // [n_experts]
   const int lane = threadIdx.x;
   const int64_t t = blockIdx.x;
@@ -453,7 +408,7 @@ __device__ __forceinline__ void decode_row_chunk(const DevExpertWeights& w, int 
   }
 }
 
-// kVecBits 4 or 8 (form 2, MLX 4/8-bit experts with 16-byte aligned codes, k % 32 == 0): each
+// kVecBits 4 or 8 (MLX 4/8-bit experts with 16-byte aligned codes, k % 32 == 0): each
 // weight-tile row is one 32-code chunk decoded by one thread (one 16-byte load, one scale and bias) instead
 // of weight_at per element (address table, group lookup, scale and bias per value); the values are the same.
 template <bool kGlu, int kVecBits = 0, typename ARow, typename Store>
@@ -578,24 +533,16 @@ std::string experts_desc(const DevMoeExperts& a) {
                 (long long)a.n_experts, (long long)a.down.rows, (long long)a.gate.rows);
 }
 
-// The kernel form in force: 2 (route_kernel and the chunk-decoded tiles, the default) or 1 (route_v1_kernel
-// and weight_at per tile element, BUNSEN_MOE_FORM=1, kept for one A/B on a GPU), or the test hook's.
-int moe_form() {
-  const int forced = g_form.load();
-  if (forced == 1 || forced == 2) return forced;
-  static const int env = env_int("BUNSEN_MOE_FORM", 2) == 1 ? 1 : 2;
-  return env;
-}
-
 bool pow2(int64_t v) {
   return v > 0 && (v & (v - 1)) == 0;
 }
 
 // The bits of tile_gemm's chunk-decoded weight tiles for w (and w2, gated with it), or 0 for weight_at per
-// element: form 2 only, MLX 4/8-bit with a power-of-two group of >= 32 (code alignment is checked per block).
+// element: MLX 4/8-bit with a power-of-two group of >= 32 (code alignment is checked per block), unless the
+// test hook asks for weight_at.
 int tile_vec_bits(const DevExpertWeights& w, const DevExpertWeights* w2) {
-  if (moe_form() != 2 || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk || !pow2(w.group_size) ||
-      w.cols % w.group_size != 0)
+  if (g_per_element.load() || (w.bits != 4 && w.bits != 8) || w.group_size < kQuantChunk ||
+      !pow2(w.group_size) || w.cols % w.group_size != 0)
     return 0;
   if (w2 &&
       (w2->bits != w.bits || w2->group_size != w.group_size || w2->dtype != w.dtype || w2->cols != w.cols))
@@ -664,10 +611,7 @@ void moe_route(void* stream, const DevMoeRoute& a) {
   with_act_type(a.logits.dtype, [&](auto lt) {
     using LT = typename decltype(lt)::type;
     const LT* logits = static_cast<const LT*>(a.logits.data);
-    if (moe_form() == 2)
-      route_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
-    else
-      route_v1_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
+    route_kernel<LT><<<static_cast<unsigned>(n), 32, smem, as_stream(stream)>>>(a, logits, n_experts);
   });
   check_launch("moe_route", [&] {
     return strfmt(" (%lld tokens, %lld experts, top_k %d)", (long long)n, (long long)n_experts, a.top_k);
@@ -699,8 +643,8 @@ void set_moe_path_for_testing(MoePath path) {
   g_path.store(path);
 }
 
-void set_moe_form_for_testing(int form) {
-  g_form.store(form);
+void set_moe_tiles_per_element_for_testing(bool on) {
+  g_per_element.store(on);
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -49,9 +49,8 @@ void moe_experts(void* stream, const DevMoeExperts& a);
 // Test hook (process-wide): force the grouped-GEMV (decode) or the expert-sorted tile (prefill) path.
 enum class MoePath : uint8_t { kAuto, kGemv, kTiles };
 void set_moe_path_for_testing(MoePath path);
-// Test hook (process-wide): the router and tile kernels' form: 1 the first ones (as BUNSEN_MOE_FORM=1), 2 the
-// lane-parallel router and chunk-decoded tiles (the default), 0 back to BUNSEN_MOE_FORM. Both give the same
-// bits.
-void set_moe_form_for_testing(int form);
+// Test hook (process-wide): the tile kernels decode 4/8-bit weights per element (weight_at) instead of a
+// 32-code chunk per thread (the default). Both give the same bits.
+void set_moe_tiles_per_element_for_testing(bool on);
 
 }  // namespace bunsen::kernels::cuda
