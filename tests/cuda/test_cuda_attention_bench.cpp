@@ -41,7 +41,7 @@ struct BenchResult {
 // path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT (attention.cu's general kernel
 // for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu. combine: as
 // set_attention_decode_combine_for_testing (0 default, 1 fused, 2 combine kernel); splits: forced slice
-// count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env);
+// count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env or shape);
 // with_write: each layer first writes the newest key and value of every row with rope_kv_write (no rotation),
 // as the model does right before attention; the time then covers both. batched: as
 // set_attention_decode_batched_for_testing (0: BUNSEN_DECODE_BATCHED, by shape when unset; 1: never;
