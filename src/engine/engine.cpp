@@ -381,6 +381,7 @@ void Engine::admit(std::unique_ptr<Pending> p) {
 }
 
 bool Engine::step_once() {
+  const auto t_begin = std::chrono::steady_clock::now();
   take_inbox();
   ssd_poll_restores();  // also when nothing is left to run: a cancelled request's restore frees its blocks
   if (!scheduler_.has_unfinished()) {
@@ -402,6 +403,7 @@ bool Engine::step_once() {
   for (const ScheduledChunk& c : out.chunks) decode_only = decode_only && c.is_decode;
   std::span<const int32_t> ids;
   const auto t0 = std::chrono::steady_clock::now();
+  counters_.schedule_s += std::chrono::duration<double>(t0 - t_begin).count();
   try {
     restore_states(out);
     if (!chunks_.empty() && all_argmax) {
@@ -422,10 +424,12 @@ bool Engine::step_once() {
       std::chrono::duration<double>(t1 - t0).count();
   if (decode_only && !chunks_.empty()) ++counters_.decode_steps;
   pick_rows(out, ids, host_logits);
-  counters_.sampling_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  const auto t2 = std::chrono::steady_clock::now();
+  counters_.sampling_s += std::chrono::duration<double>(t2 - t1).count();
   const std::vector<SeqId> finished = scheduler_.on_step_done(sampled_);
   if (!chunks_.empty()) ++counters_.steps;
   emit_step_events(out, finished);
+  counters_.events_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
   refresh_stats();
   return !chunks_.empty();
 }

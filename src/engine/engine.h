@@ -88,12 +88,15 @@ struct EngineStats {
   int64_t requests_finished = 0;
   int64_t prompt_tokens = 0;     // computed prompt tokens, all requests
   int64_t generated_tokens = 0;  // sampled tokens, all requests
-  // Where the engine thread's time goes (seconds, cumulative): forward passes of decode-only steps and
-  // of steps with prefill chunks, and host-side sampling of logits rows.
+  // Where the engine thread's time goes (seconds, cumulative): scheduling a step (inbox, admission, the
+  // chunk list, pick plans), forward passes of decode-only steps and of steps with prefill chunks, host-side
+  // sampling of logits rows, and the step's bookkeeping and event delivery (the sinks run on this thread).
   int64_t decode_steps = 0;
+  double schedule_s = 0;
   double decode_forward_s = 0;
   double mixed_forward_s = 0;
   double sampling_s = 0;
+  double events_s = 0;
   // Prefix cache (device tier). Hits/misses count full blocks looked up at admission; the hit ratio is
   // over tokens (prompt tokens served from the cache / tokens of admitted sequences).
   bool prefix_cache_enabled = false;

@@ -132,9 +132,11 @@ nlohmann::json stats_json(ModelService& service, const AdminInfo& info) {
                                                                         : info.max_num_batched_tokens}};
   j["engine"] = {{"steps", es.steps},
                  {"decode_steps", es.decode_steps},
+                 {"schedule_s", es.schedule_s},
                  {"decode_forward_s", es.decode_forward_s},
                  {"mixed_forward_s", es.mixed_forward_s},
                  {"sampling_s", es.sampling_s},
+                 {"events_s", es.events_s},
                  {"preemptions", es.preemptions},
                  {"requests_finished", es.requests_finished},
                  {"prompt_tokens", es.prompt_tokens},

@@ -1,6 +1,6 @@
 // Anthropic routes: POST /v1/messages (JSON or the SSE grammar) and POST /v1/messages/count_tokens.
-// Parsing, rendering and tokenizing happen on the IO thread; the generation's sink (engine thread) feeds a
-// MessageAssembler and either the SseGate or, at the end, the Responder.
+// Parsing, rendering and tokenizing happen on the IO thread; the generation's sink (the event relay's thread)
+// feeds a MessageAssembler and either the SseGate or, at the end, the Responder.
 #include "server/anthropic/routes.h"
 
 #include <memory>

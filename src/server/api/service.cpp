@@ -6,6 +6,7 @@
 #include <mutex>
 #include <random>
 
+#include "core/env.h"
 #include "core/status.h"
 #include "server/api/api_error.h"
 #include "text/stop_matcher.h"
@@ -61,7 +62,7 @@ class PipelineGeneration final : public Generation, public std::enable_shared_fr
     if (id_ != 0) svc_.backend().cancel(id_);
   }
 
-  // Engine thread.
+  // The event relay's thread.
   void on_event(engine::EngineEvent&& ev) {
     if (done_) return;
     switch (ev.kind) {
@@ -206,10 +207,10 @@ class PipelineGeneration final : public Generation, public std::enable_shared_fr
   GenerationSink sink_;
   bool want_logprobs_;
   int64_t n_prompt_;
-  std::mutex mu_;  // guards id_ and cancel_requested_ (IO threads vs the engine thread)
+  std::mutex mu_;  // guards id_ and cancel_requested_ (IO threads vs the relay's thread)
   engine::RequestId id_ = 0;
   bool cancel_requested_ = false;
-  // Engine thread only:
+  // The relay's thread only:
   bool done_ = false;
   int n_tool_calls_ = 0;
   std::string stop_sequence_;
@@ -223,10 +224,19 @@ class PipelineGeneration final : public Generation, public std::enable_shared_fr
 
 ModelService::ModelService(ModelServiceConfig config, const text::Tokenizer& tokenizer,
                            std::optional<text::ChatTemplate> chat_template, engine::Backend& backend)
-    : config_(std::move(config)), tokenizer_(tokenizer), chat_template_(std::move(chat_template)),
+    : config_(std::move(config)),
+      tokenizer_(tokenizer),
+      chat_template_(std::move(chat_template)),
       backend_(backend) {
+  // BUNSEN_EVENT_RELAY=0 (read once): the pipeline runs on the engine thread, as before the relay (A/B runs).
+  static const bool relay_on = env_flag("BUNSEN_EVENT_RELAY", true);
+  if (relay_on) relay_ = std::make_shared<EventRelay>();
   if (config_.created == 0) config_.created = unix_now();
   if (config_.parser_family.empty()) config_.parser_family = "none";
+}
+
+ModelService::~ModelService() {
+  if (relay_) relay_->close();
 }
 
 bool ModelService::accepts_model(const std::string& name) const {
@@ -288,8 +298,16 @@ std::shared_ptr<Generation> ModelService::start(GenerationRequest request, Gener
   er.ignore_eos = request.ignore_eos;
   er.top_logprobs = request.top_logprobs;
   try {
-    // The engine holds the pipeline alive until its terminal event (the sink owns a strong reference).
-    engine::RequestId id = backend_.submit(std::move(er), [gen](engine::EngineEvent&& ev) { gen->on_event(std::move(ev)); });
+    // The engine holds the pipeline alive until its terminal event (the sink owns a strong reference). The
+    // engine thread only queues the event: the pipeline runs on the relay's thread (see event_relay.h).
+    engine::EventSink sink_of_gen;
+    if (relay_)
+      sink_of_gen = [gen, relay = relay_](engine::EngineEvent&& ev) {
+        relay->post([gen, ev = std::move(ev)]() mutable { gen->on_event(std::move(ev)); });
+      };
+    else
+      sink_of_gen = [gen](engine::EngineEvent&& ev) { gen->on_event(std::move(ev)); };
+    engine::RequestId id = backend_.submit(std::move(er), std::move(sink_of_gen));
     gen->set_id(id);
   } catch (const std::exception& e) {
     throw to_api_error(e);

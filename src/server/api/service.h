@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/api/event_relay.h"
 #include "server/api/metrics.h"
 #include "text/chat_template.h"
 #include "text/parsers/output_parser.h"
@@ -104,6 +105,10 @@ class ModelService {
   // tokenizer and backend must outlive the service; chat_template may be absent (raw models).
   ModelService(ModelServiceConfig config, const text::Tokenizer& tokenizer,
                std::optional<text::ChatTemplate> chat_template, engine::Backend& backend);
+  // Runs the events still queued for delivery; the backend must have stopped calling sinks (shut down).
+  ~ModelService();
+  ModelService(const ModelService&) = delete;
+  ModelService& operator=(const ModelService&) = delete;
 
   const ModelServiceConfig& config() const { return config_; }
   const std::string& model_id() const { return config_.model_id; }
@@ -131,7 +136,9 @@ class ModelService {
   int64_t default_max_tokens(int64_t n_prompt) const;
 
   // Starts a generation. Throws ApiError (e.g. 400 memory_admission/context_over_budget, 400 for bad
-  // sampling values) before anything is queued; otherwise events arrive on the engine thread.
+  // sampling values) before anything is queued; otherwise the engine's events are handed to the event relay
+  // and `sink` receives the generation's events on the relay's thread, in order (on the engine thread
+  // with BUNSEN_EVENT_RELAY=0).
   std::shared_ptr<Generation> start(GenerationRequest request, GenerationSink sink);
 
  private:
@@ -140,6 +147,8 @@ class ModelService {
   std::optional<text::ChatTemplate> chat_template_;
   engine::Backend& backend_;
   Metrics metrics_;
+  // Shared with the engine's sinks, which may outlive a service whose backend was not shut down first.
+  std::shared_ptr<EventRelay> relay_;
 };
 
 // Seconds since the epoch (for "created" fields) and a random hex id ("chatcmpl-<hex>", "msg_<hex>").

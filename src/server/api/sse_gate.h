@@ -1,10 +1,10 @@
 // SseGate: the ordered SSE output of one streaming request, usable before the stream exists. A dialect
 // queues its preamble (message_start, response.created, ...) and calls ModelService::start(); only when
 // start() did not throw does it open the 200 event-stream and flush, so an error before any SSE byte still
-// gets a JSON error body. Events the engine thread sends meanwhile are held in order. Not the framing
-// (http::SseStream does that); shared by the Anthropic and Responses dialects.
-// Invariants: events reach the stream in send() order; after close() nothing more is written and the
-// stream handle is released (breaking the sink -> stream -> on_disconnect reference chain).
+// gets a JSON error body. Events the generation sends meanwhile (event relay thread) are held in order. Not
+// the framing (http::SseStream does that); shared by the Anthropic and Responses dialects. Invariants: events
+// reach the stream in send() order; after close() nothing more is written and the stream handle is released
+// (breaking the sink -> stream -> on_disconnect reference chain).
 #pragma once
 #include <mutex>
 #include <string>

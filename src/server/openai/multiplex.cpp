@@ -92,7 +92,7 @@ void Multiplex::process(size_t choice, GenerationEvent& event) {
   const bool terminal =
       event.kind == GenerationEvent::Kind::kFinish || event.kind == GenerationEvent::Kind::kError;
   if (terminal) ++n_done_;
-  // Writers must not throw on the engine thread; if one does, end this request rather than the engine.
+  // Writers must not throw on the event relay's thread; if one does, end this request rather than the relay.
   try {
     on_event(choice, event);
   } catch (const std::exception& e) {

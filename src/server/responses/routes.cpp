@@ -1,7 +1,8 @@
 // Responses routes: POST /v1/responses (JSON or the streaming event sequence), GET and DELETE
 // /v1/responses/{id} over the bounded store. Parsing, history lookup, rendering and tokenizing run on the
-// IO thread; the generation's sink (engine thread) feeds a ResponseAssembler, stores the finished response
-// (before the client sees it complete, so a follow-up previous_response_id always finds it) and answers.
+// IO thread; the generation's sink (the event relay's thread) feeds a ResponseAssembler, stores the finished
+// response (before the client sees it complete, so a follow-up previous_response_id always finds it) and
+// answers.
 #include "server/responses/routes.h"
 
 #include <algorithm>
@@ -54,7 +55,7 @@ Json base_response(const ResponsesRequest& req, const std::string& id) {
               {"metadata", req.metadata}};
 }
 
-// What one generation needs on the engine thread.
+// What one generation needs on the event relay's thread.
 struct Job {
   Job(ResponseAssembler a, ModelService& s, std::shared_ptr<ResponseStore> st) : assembler(std::move(a)), service(s), store(std::move(st)) {}
   ResponseAssembler assembler;
