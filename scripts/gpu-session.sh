@@ -4,10 +4,11 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, trace, trace8 (default: tests table serve trace8).
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, trace, trace8 (default: tests table serve
+# trace8).
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
-# greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1,
+# greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
 # trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
 # 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
@@ -206,6 +207,11 @@ serve_b8() {  # 64 streams with the packed decode attention's 8-warp blocks (BUN
   BUNSEN_DECODE_BATCHED=8 TAG=_b8 serve_run 64 "greedy:6"
 }
 
+serve_relay() {  # 64 streams with the events delivered on the engine thread (BUNSEN_EVENT_RELAY=0), then relayed
+  BUNSEN_EVENT_RELAY=0 TAG=_norelay serve_run 64 "greedy:7"
+  TAG=_relay serve_run 64 "greedy:8"
+}
+
 serve_run() {  # streams, mode:seed ... (env: SERVE_ARGS for the server, TAG for the output names)
   local n=$1 port=18080 run mode seed tag=${TAG:-}
   # shellcheck disable=SC2086
@@ -229,6 +235,11 @@ serve_run() {  # streams, mode:seed ... (env: SERVE_ARGS for the server, TAG for
 print(sys.argv[2], '%.1f tok/s, %d done, TTFT p50/p99 %.1f / %.1f ms, ITL p50/p99 %.2f / %.2f ms' % (
 d['output_tok_s'], d['completed'], t['p50'], t['p99'], i['p50'], i['p99']))" \
         "$R/serve_${n}_$mode$tag.json" "$n streams $mode$tag" 2>/dev/null || echo "$n streams $mode$tag FAILED"
+      # The engine thread's time so far (cumulative over this server's runs): scheduling, forwards, events.
+      curl -s "http://127.0.0.1:$port/stats" >"$R/serve_stats_${n}_$mode$tag.json"
+      python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['engine']
+print('  engine: %d steps,' % e['steps'], ', '.join('%s %.2f s' % (k, v) for k, v in e.items() if k.endswith('_s')))" \
+        "$R/serve_stats_${n}_$mode$tag.json" 2>/dev/null
     done
   else
     echo "server (--batch $n) did not come up"; tail -3 "$R/serve_$n$tag.log"
@@ -287,12 +298,12 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | trace | trace8)
+      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | trace | trace8)
       $stage
       ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, serve_b8, trace, trace8)" >&2
+        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, trace, trace8)" >&2
       exit 2
       ;;
   esac
