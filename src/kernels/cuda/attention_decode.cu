@@ -63,12 +63,23 @@ constexpr int64_t kBatchedMinRowHeads = 128;  // rows x kv heads from which the 
 constexpr int64_t kClusterMaxRowHeads = 2;  // rows x kv heads up to which the cluster path is the default
 constexpr int64_t kClusterMaxKeys = 2048;   // ... over a block table of at most this many keys
 
+// Whether the device launches thread-block clusters (sm_90+; read once per process, as pdl_enabled).
+bool cluster_launch_ok() {
+  static const bool ok = [] {
+    int dev = 0, v = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev) == cudaSuccess && v != 0;
+  }();
+  return ok;
+}
+
 // Whether the cluster path serves this call (tensor-core shapes only; the caller checks): the testing switch,
-// else BUNSEN_DECODE_ATTN ("cluster" | "split", read once), else by shape: steps of <= 2 rows x kv heads over
-// a short block table. There the split path spreads a row over up to 134 slices of a few keys each and merges
-// them in a second launch; H200, gemma4-e4b (2 / 1 kv heads of 256 / 512) batch 1 at 1k keys: split 234.5,
-// cluster (<= 8 slices) 244.9, (<= 16) 259.3 tok/s. With 8 kv heads (Llama 3 8B / 1B) the split path stays
-// ahead (8B 210.3 vs 208.5 at <= 16 slices), and at 4k keys the cluster path's longer slices lose.
+// else BUNSEN_DECODE_ATTN ("cluster" | "split", read once), else by shape on a device with cluster launch:
+// steps of <= 2 rows x kv heads over a short block table. There the split path spreads a row over up to 134
+// slices of a few keys each and merges them in a second launch; H200, gemma4-e4b (2 / 1 kv heads of 256 /
+// 512) batch 1 at 1k keys: split 234.5, cluster (<= 8 slices) 244.9, (<= 16) 259.3 tok/s. With 8 kv heads
+// (Llama 3 8B / 1B) the split path stays ahead (8B 210.3 vs 208.5 at <= 16 slices), and at 4k keys the
+// cluster path's longer slices lose.
 bool cluster_path(const DevAttention& at) {
   const int mode = g_path.load();
   if (mode != 0) return mode == 2;
@@ -78,7 +89,7 @@ bool cluster_path(const DevAttention& at) {
   }();
   if (env_mode != 0) return env_mode == 2;
   return at.q.n_tokens * at.cache.n_kv_heads <= kClusterMaxRowHeads &&
-         at.meta.max_blocks * at.cache.block_size <= kClusterMaxKeys;
+         at.meta.max_blocks * at.cache.block_size <= kClusterMaxKeys && cluster_launch_ok();
 }
 
 // The most slices (cluster blocks) per row the cluster path chooses by itself: BUNSEN_DECODE_CLUSTER_MAX
