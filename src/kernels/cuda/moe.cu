@@ -220,9 +220,13 @@ __device__ __forceinline__ void warp_dot_gate_up_q(const DevMoeExperts& a, int e
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t idx = i0 + u * 32 + lane;
-      if (idx >= items) break;
-      const bool is_up = idx >= n_chunks;
-      load_q_chunk<kBits>(is_up ? qu : qg, is_up ? a.up : a.gate, is_up ? idx - n_chunks : idx, wv[u], s[u], b[u]);
+      if (idx >= items) continue;  // (not break: ptxas then keeps 94 registers, 2 blocks per SM instead of 3)
+      // Two calls, not one with `is_up ? qu : qg`: selecting a struct at run time put both rows' QRows in
+      // local memory (a 48-byte stack frame) and every code load's address behind a local load.
+      if (idx >= n_chunks)
+        load_q_chunk<kBits>(qu, a.up, idx - n_chunks, wv[u], s[u], b[u]);
+      else
+        load_q_chunk<kBits>(qg, a.gate, idx, wv[u], s[u], b[u]);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
