@@ -49,27 +49,24 @@ bool on_cuda(const char* op, std::initializer_list<const Tensor*> ts) {
 #endif
 }
 
-void need(bool ok, const char* op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-
 bool is_act(const Tensor& t) { return t.dtype == DType::kF32 || t.dtype == DType::kBF16; }
 
 // A CUDA activation walked as rows: f32|bf16, contiguous last dim, collapsible leading dims, data.
 void need_act_rows(const char* op, const char* name, const Tensor& t) {
-  need(is_act(t) && t.ndim >= 1 && rows_ok(t) && (t.data != nullptr || t.numel() == 0), op,
-       desc(name, t) + " must be an f32 or bf16 tensor with a contiguous last dim and row-strided leading dims");
+  if (!(is_act(t) && t.ndim >= 1 && rows_ok(t) && (t.data != nullptr || t.numel() == 0)))
+    fail(op, desc(name, t) +
+                 " must be an f32 or bf16 tensor with a contiguous last dim and row-strided leading dims");
 }
 
 void need_weight(const char* op, const char* name, const Tensor& w) {
-  need(is_float(w.dtype) && w.ndim == 2 && rows_ok(w) && (w.data != nullptr || w.numel() == 0), op,
-       desc(name, w) + " must be a 2-D f32, f16 or bf16 tensor with a contiguous last dim");
+  if (!(is_float(w.dtype) && w.ndim == 2 && rows_ok(w) && (w.data != nullptr || w.numel() == 0)))
+    fail(op, desc(name, w) + " must be a 2-D f32, f16 or bf16 tensor with a contiguous last dim");
 }
 
 void need_bias(const char* op, const char* name, const Tensor& b, int64_t n) {
   if (b.empty()) return;
-  need(is_float(b.dtype) && b.ndim == 1 && b.shape[0] == n && (n <= 1 || b.strides[0] == 1), op,
-       desc(name, b) + strfmt(" must be a contiguous float vector of %lld elements", (long long)n));
+  if (!(is_float(b.dtype) && b.ndim == 1 && b.shape[0] == n && (n <= 1 || b.strides[0] == 1)))
+    fail(op, desc(name, b) + strfmt(" must be a contiguous float vector of %lld elements", (long long)n));
 }
 
 // out [m, n] = x [m, k] · w [n, k]ᵀ shapes (CUDA side of linear's checks).
@@ -77,22 +74,26 @@ void need_linear_shapes(const char* op, const Tensor& out, const Tensor& x, cons
   need_act_rows(op, "x", x);
   need_act_rows(op, "out", out);
   need_weight(op, "w", w);
-  need(x.dim(-1) == w.shape[1], op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
-  need(out.dim(-1) == w.shape[0], op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
-  need(as_rows(out).n_rows == as_rows(x).n_rows, op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
+  if (!(x.dim(-1) == w.shape[1])) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
+  if (!(out.dim(-1) == w.shape[0])) fail(op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
+  if (!(as_rows(out).n_rows == as_rows(x).n_rows))
+    fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
   need_bias(op, "bias", bias, w.shape[0]);
 }
 
 // [n_tokens, heads, head_dim], f32|bf16, contiguous last dim.
 void need_heads(const char* op, const char* name, const Tensor& t) {
-  need(is_act(t) && t.ndim == 3 && (t.shape[2] <= 1 || t.strides[2] == 1) && (t.data != nullptr || t.numel() == 0),
-       op, desc(name, t) + " must be an f32 or bf16 [n_tokens, heads, head_dim] tensor with a contiguous last dim");
+  if (!(is_act(t) && t.ndim == 3 && (t.shape[2] <= 1 || t.strides[2] == 1) &&
+        (t.data != nullptr || t.numel() == 0)))
+    fail(op, desc(name, t) +
+                 " must be an f32 or bf16 [n_tokens, heads, head_dim] tensor with a contiguous last dim");
 }
 
 void need_index(const char* op, const char* name, const Tensor& t, DType dtype, int64_t n) {
-  need(t.dtype == dtype && t.ndim == 1 && t.shape[0] == n && (n <= 1 || t.strides[0] == 1) &&
-           (t.data != nullptr || n == 0),
-       op, desc(name, t) + strfmt(" must be a contiguous %s vector of %lld elements", dtype_name(dtype), (long long)n));
+  if (!(t.dtype == dtype && t.ndim == 1 && t.shape[0] == n && (n <= 1 || t.strides[0] == 1) &&
+        (t.data != nullptr || n == 0)))
+    fail(op, desc(name, t) +
+                 strfmt(" must be a contiguous %s vector of %lld elements", dtype_name(dtype), (long long)n));
 }
 
 #ifdef BUNSEN_HAVE_CUDA
@@ -104,23 +105,21 @@ void need_pre(const char* op, const Tensor& x, const AddRmsNorm& p) {
   for (const auto& [name, t] : ts) {
     need_act_rows(op, name, *t);
     const Rows r = as_rows(*t);
-    need(r.n_rows == xr.n_rows && r.n_cols == xr.n_cols, op,
-         desc(name, *t) + " and " + desc("x", x) + " disagree on [m, d]");
+    if (!(r.n_rows == xr.n_rows && r.n_cols == xr.n_cols))
+      fail(op, desc(name, *t) + " and " + desc("x", x) + " disagree on [m, d]");
   }
-  need(is_float(p.w.dtype) && p.w.ndim == 1 && p.w.shape[0] == xr.n_cols &&
-           (p.w.shape[0] <= 1 || p.w.strides[0] == 1) && p.w.data != nullptr,
-       op,
-       desc("pre.w", p.w) +
-           strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols));
-  need(!rows_overlap(p.x_in, p.x_out) && !rows_overlap(p.y, p.x_out), op,
-       desc("pre.x_out", p.x_out) + " must not overlap pre.x_in or pre.y");
+  if (!(is_float(p.w.dtype) && p.w.ndim == 1 && p.w.shape[0] == xr.n_cols &&
+        (p.w.shape[0] <= 1 || p.w.strides[0] == 1) && p.w.data != nullptr))
+    fail(op, desc("pre.w", p.w) +
+                 strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols));
+  if (!(!rows_overlap(p.x_in, p.x_out) && !rows_overlap(p.y, p.x_out)))
+    fail(op, desc("pre.x_out", p.x_out) + " must not overlap pre.x_in or pre.y");
   if (p.y_w.empty()) return;
-  need(is_float(p.y_w.dtype) && p.y_w.ndim == 1 && p.y_w.shape[0] == xr.n_cols &&
-           (p.y_w.shape[0] <= 1 || p.y_w.strides[0] == 1) && p.y_w.data != nullptr && p.y_scale == 1.0f,
-       op,
-       desc("pre.y_w", p.y_w) +
-           strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols) +
-           strfmt(" (y_scale %g must be 1 in the post-norm form)", p.y_scale));
+  if (!(is_float(p.y_w.dtype) && p.y_w.ndim == 1 && p.y_w.shape[0] == xr.n_cols &&
+        (p.y_w.shape[0] <= 1 || p.y_w.strides[0] == 1) && p.y_w.data != nullptr && p.y_scale == 1.0f))
+    fail(op, desc("pre.y_w", p.y_w) +
+                 strfmt(" must be a contiguous float vector of %lld elements", (long long)xr.n_cols) +
+                 strfmt(" (y_scale %g must be 1 in the post-norm form)", p.y_scale));
 }
 
 cuda::DevRows dev_rows(const Tensor& t) {
@@ -161,7 +160,7 @@ bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p
 
 void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts, const AddRmsNorm* pre) {
   const char* op = "linear_multi";
-  need(!parts.empty() && parts.size() <= 4, op, strfmt("%zu parts (1..4)", parts.size()));
+  if (!(!parts.empty() && parts.size() <= 4)) fail(op, strfmt("%zu parts (1..4)", parts.size()));
   const AddRmsNorm none;
   const AddRmsNorm& pn = pre != nullptr ? *pre : none;
   std::vector<const Tensor*> ts{&x, &pn.x_in, &pn.y, &pn.x_out, &pn.w};
@@ -194,8 +193,8 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
   const AddRmsNorm none;
   const AddRmsNorm& p = pre != nullptr ? *pre : none;
   const bool gpu = on_cuda(op, {&out, &x, &w_gate, &w_up, &b_gate, &b_up, &p.x_in, &p.y, &p.x_out, &p.w});
-  need(x.ndim >= 1 && rows_ok(x) && w_gate.ndim == 2, op,
-       desc("x", x) + " must be row-strided and " + desc("w_gate", w_gate) + " 2-D");
+  if (!(x.ndim >= 1 && rows_ok(x) && w_gate.ndim == 2))
+    fail(op, desc("x", x) + " must be row-strided and " + desc("w_gate", w_gate) + " 2-D");
   const int64_t m = as_rows(x).n_rows, f = w_gate.shape[0];
   if (!gpu) {
     if (pre != nullptr) add_rms_norm(ctx, x, p);
@@ -208,10 +207,10 @@ void linear_swiglu(Context& ctx, Tensor out, Tensor x, Tensor w_gate, Tensor w_u
   }
   need_linear_shapes(op, out, x, w_gate, b_gate);
   need_linear_shapes(op, out, x, w_up, b_up);
-  need(w_gate.dtype == w_up.dtype && same_shape(w_gate, w_up), op,
-       desc("w_gate", w_gate) + " and " + desc("w_up", w_up) + " must have one shape and dtype");
-  need(b_gate.empty() || b_up.empty() || b_gate.dtype == b_up.dtype, op,
-       desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
+  if (!(w_gate.dtype == w_up.dtype && same_shape(w_gate, w_up)))
+    fail(op, desc("w_gate", w_gate) + " and " + desc("w_up", w_up) + " must have one shape and dtype");
+  if (!(b_gate.empty() || b_up.empty() || b_gate.dtype == b_up.dtype))
+    fail(op, desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
 #ifdef BUNSEN_HAVE_CUDA
   const cuda::DevLinearPart gate = dev_part(out, w_gate, b_gate), up = dev_part(out, w_up, b_up);
   const bool gelu = act == GluAct::kGeluTanh;
@@ -232,27 +231,29 @@ cuda::DevRopeKv rope_kv_args(const char* op, Tensor q, Tensor k, Tensor v, const
   need_heads(op, "q", q);
   need_heads(op, "k", k);
   need_heads(op, "v", v);
-  need(same_shape(k, v) && q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2], op,
-       desc("q", q) + ", " + desc("k", k) + " and " + desc("v", v) + " disagree on n_tokens, heads or head_dim");
+  if (!(same_shape(k, v) && q.shape[0] == k.shape[0] && q.shape[2] == k.shape[2]))
+    fail(op, desc("q", q) + ", " + desc("k", k) + " and " + desc("v", v) +
+                 " disagree on n_tokens, heads or head_dim");
   const Tensor &ck = cache.k, &cv = cache.v;
   if (cache.quantized())  // u8 codes + f32 params (dispatch.cpp's checks)
     detail::check_paged_kv(op, cache);
-  else
-    need(ck.ndim == 4 && is_act(ck) && ck.dtype == cv.dtype && same_shape(ck, cv) && ck.shape[1] >= 1 &&
+  else if (!(ck.ndim == 4 && is_act(ck) && ck.dtype == cv.dtype && same_shape(ck, cv) && ck.shape[1] >= 1 &&
              (ck.shape[3] <= 1 || (ck.strides[3] == 1 && cv.strides[3] == 1)) && ck.data != nullptr &&
-             cv.data != nullptr,
-         op, desc("cache.k", ck) + " and " + desc("cache.v", cv) +
-                 " must be one f32|bf16 [n_blocks, block_size, n_kv_heads, head_dim] shape with contiguous rows");
-  need(k.shape[1] == ck.shape[2] && k.shape[2] == cache.head_dim(), op,
-       desc("k", k) + " and " + desc("cache.k", ck) + " disagree on n_kv_heads or head_dim");
+             cv.data != nullptr))
+    fail(op,
+         desc("cache.k", ck) + " and " + desc("cache.v", cv) +
+             " must be one f32|bf16 [n_blocks, block_size, n_kv_heads, head_dim] shape with contiguous rows");
+  if (!(k.shape[1] == ck.shape[2] && k.shape[2] == cache.head_dim()))
+    fail(op, desc("k", k) + " and " + desc("cache.k", ck) + " disagree on n_kv_heads or head_dim");
   need_index(op, "positions", positions, DType::kI32, q.shape[0]);
   need_index(op, "slot_mapping", slot_mapping, DType::kI64, q.shape[0]);
   const bool rot_ok = p.rotary_dim == 0 || (p.inv_freq != nullptr && p.rotary_dim > 0 && p.rotary_dim % 2 == 0 &&
                                             p.rotary_dim <= q.shape[2]);
-  need(rot_ok, op, strfmt("rotary_dim %d must be 0, or even and <= head_dim of ", p.rotary_dim) + desc("q", q) +
-                       " with inv_freq set");
-  need(p.rotary_dim <= cuda::kMaxRotaryDim, op,
-       strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
+  if (!rot_ok)
+    fail(op, strfmt("rotary_dim %d must be 0, or even and <= head_dim of ", p.rotary_dim) + desc("q", q) +
+                 " with inv_freq set");
+  if (!(p.rotary_dim <= cuda::kMaxRotaryDim))
+    fail(op, strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
   cuda::DevRopeKv a;
   a.q = dev_heads(q);
   a.k = dev_heads(k);
@@ -299,15 +300,14 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
 void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
   if (p.y_w.empty()) return add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
   const char* op = "add_rms_norm";
-  need(p.y_scale == 1.0f, op,
-       strfmt("the post-norm form (pre.y_w given) takes y_scale 1, not %g", p.y_scale));
+  if (!(p.y_scale == 1.0f))
+    fail(op, strfmt("the post-norm form (pre.y_w given) takes y_scale 1, not %g", p.y_scale));
   if (!p.x_in.empty()) {  // x_out = x_in, then the sandwich step in place on x_out
-    need(p.x_in.dtype == DType::kF32 && p.x_out.dtype == DType::kF32 && same_shape(p.x_in, p.x_out) &&
-             rows_ok(p.x_in) && rows_ok(p.x_out) && !rows_overlap(p.x_in, p.x_out) &&
-             p.x_in.device == p.x_out.device,
-         op,
-         desc("pre.x_in", p.x_in) + " and " + desc("pre.x_out", p.x_out) +
-             " must be non-overlapping f32 row-strided tensors of one shape and device");
+    if (!(p.x_in.dtype == DType::kF32 && p.x_out.dtype == DType::kF32 && same_shape(p.x_in, p.x_out) &&
+          rows_ok(p.x_in) && rows_ok(p.x_out) && !rows_overlap(p.x_in, p.x_out) &&
+          p.x_in.device == p.x_out.device))
+      fail(op, desc("pre.x_in", p.x_in) + " and " + desc("pre.x_out", p.x_out) +
+                   " must be non-overlapping f32 row-strided tensors of one shape and device");
     const Rows in = as_rows(p.x_in), to = as_rows(p.x_out);
     const size_t width = static_cast<size_t>(in.n_cols) * sizeof(float);
     if (p.x_out.device.is_cuda()) {
@@ -363,7 +363,7 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
                         Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
                         const RopeParams& p, const AddRmsNorm* pre) {
   const char* op = "linear_qkv_rope_kv";
-  need(qkv.size() == 3, op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
+  if (!(qkv.size() == 3)) fail(op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
   const AddRmsNorm none;
   const AddRmsNorm& pn = pre != nullptr ? *pre : none;
 #ifdef BUNSEN_HAVE_CUDA
@@ -378,8 +378,9 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
     }
     const Tensor* outs[3] = {&q3, &k3, &v3};
     for (size_t i = 0; i < 3; ++i)
-      need(outs[i]->data == qkv[i].out.data && outs[i]->nbytes() == qkv[i].out.nbytes(), op,
-           desc("part out", qkv[i].out) + " must be the memory of its heads view " + desc("heads", *outs[i]));
+      if (!(outs[i]->data == qkv[i].out.data && outs[i]->nbytes() == qkv[i].out.nbytes()))
+        fail(op, desc("part out", qkv[i].out) + " must be the memory of its heads view " +
+                     desc("heads", *outs[i]));
     const cuda::DevRopeKv a = rope_kv_args(op, q3, k3, v3, cache, positions, slot_mapping, p);
     if (pre != nullptr) {
       if (pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {

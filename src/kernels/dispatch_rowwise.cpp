@@ -20,24 +20,20 @@ using detail::desc;
 using detail::fail;
 using detail::rows_overlap;
 
-void need(bool ok, const char* op, const std::string& what) {
-  if (!ok) fail(op, what);
-}
-
 // An activation walked as rows: f32 (f32|bf16 on CUDA), contiguous last dim, collapsible leading dims, data.
 void need_act_rows(const char* op, const char* name, const Tensor& t, bool gpu) {
   const bool dtype_ok = t.dtype == DType::kF32 || (gpu && t.dtype == DType::kBF16);
-  need(dtype_ok && t.ndim >= 1 && rows_ok(t) && (t.data != nullptr || t.numel() == 0), op,
-       desc(name, t) + (gpu ? " must be f32 or bf16" : " must be f32") +
-           " with a contiguous last dim and row-strided leading dims");
+  if (!(dtype_ok && t.ndim >= 1 && rows_ok(t) && (t.data != nullptr || t.numel() == 0)))
+    fail(op, desc(name, t) + (gpu ? " must be f32 or bf16" : " must be f32") +
+                 " with a contiguous last dim and row-strided leading dims");
 }
 
 // A norm weight: empty (when allowed) or a contiguous float vector of d elements.
 void need_norm_weight(const char* op, const char* name, const Tensor& w, int64_t d, bool may_be_empty) {
   if (w.empty() && may_be_empty) return;
-  need(
-      is_float(w.dtype) && w.ndim == 1 && w.shape[0] == d && (d <= 1 || w.strides[0] == 1) && !w.empty(), op,
-      desc(name, w) + strfmt(" must be a contiguous f32, f16 or bf16 vector of %lld elements", (long long)d));
+  if (!(is_float(w.dtype) && w.ndim == 1 && w.shape[0] == d && (d <= 1 || w.strides[0] == 1) && !w.empty()))
+    fail(op, desc(name, w) +
+                 strfmt(" must be a contiguous f32, f16 or bf16 vector of %lld elements", (long long)d));
 }
 
 // The weight an empty CPU norm weight stands for: n ones (thread-local, only grows).
@@ -61,8 +57,8 @@ cuda::DevNormWeight dev_weight(const Tensor& w) {
 // The launch goes to the current device; a tensor of another device would be a wrong pointer there.
 void need_current_device(const char* op, const Tensor& t) {
   const int dev = cuda::current_device();
-  need(t.device.index == dev, op,
-       strfmt("tensors are on cuda:%d but the current CUDA device is cuda:%d", t.device.index, dev));
+  if (!(t.device.index == dev))
+    fail(op, strfmt("tensors are on cuda:%d but the current CUDA device is cuda:%d", t.device.index, dev));
 }
 #endif
 
@@ -82,19 +78,19 @@ void rms_norm_qkv(Context& ctx, const QkvNorm& a, float eps) {
       d = xs[i]->dim(-1);
       dtype = xs[i]->dtype;
     }
-    need(xs[i]->dim(-1) == d && xs[i]->dtype == dtype, op,
-         desc(names[i], *xs[i]) + " must have the head_dim and dtype of the others: " + desc("q", a.q) +
-             ", " + desc("k", a.k) + ", " + desc("v", a.v));
+    if (!(xs[i]->dim(-1) == d && xs[i]->dtype == dtype))
+      fail(op, desc(names[i], *xs[i]) + " must have the head_dim and dtype of the others: " + desc("q", a.q) +
+                   ", " + desc("k", a.k) + ", " + desc("v", a.v));
   }
   if (d < 0) return;  // nothing to normalise
   need_norm_weight(op, "q_w", a.q_w, d, true);
   need_norm_weight(op, "k_w", a.k_w, d, true);
   need_norm_weight(op, "v_w", a.v_w, d, true);
   if (a.v_from_k)
-    need(!a.k.empty() && !a.v.empty() && as_rows(a.k).n_rows == as_rows(a.v).n_rows, op,
-         "v_from_k needs k and v with the same rows: " + desc("k", a.k) + ", " + desc("v", a.v));
-  need(!rows_overlap(a.q, a.k) && !rows_overlap(a.q, a.v) && !rows_overlap(a.k, a.v), op,
-       desc("q", a.q) + ", " + desc("k", a.k) + " and " + desc("v", a.v) + " must not overlap");
+    if (!(!a.k.empty() && !a.v.empty() && as_rows(a.k).n_rows == as_rows(a.v).n_rows))
+      fail(op, "v_from_k needs k and v with the same rows: " + desc("k", a.k) + ", " + desc("v", a.v));
+  if (!(!rows_overlap(a.q, a.k) && !rows_overlap(a.q, a.v) && !rows_overlap(a.k, a.v)))
+    fail(op, desc("q", a.q) + ", " + desc("k", a.k) + " and " + desc("v", a.v) + " must not overlap");
   if (!gpu) {
     auto w_or_ones = [&](const Tensor& w) { return w.empty() ? cpu_ones(d) : w; };
     if (!a.v.empty()) rms_norm(ctx, a.v, a.v_from_k ? a.k : a.v, w_or_ones(a.v_w), eps);
@@ -122,19 +118,20 @@ void post_norm_residual(Context& ctx, const PostNormResidual& a, float eps) {
   const bool gpu = detail::on_cuda(op, {&a.x, &a.y, &a.w_post, &a.out, &a.w_next});
   need_act_rows(op, "x", a.x, gpu);
   need_act_rows(op, "y", a.y, gpu);
-  need(same_shape(a.x, a.y), op, desc("x", a.x) + " and " + desc("y", a.y) + " must have the same shape");
+  if (!(same_shape(a.x, a.y)))
+    fail(op, desc("x", a.x) + " and " + desc("y", a.y) + " must have the same shape");
   const int64_t d = a.x.dim(-1);
   need_norm_weight(op, "w_post", a.w_post, d, false);
-  need(a.out.empty() == a.w_next.empty(), op,
-       desc("out", a.out) + " and " + desc("w_next", a.w_next) + " must be given together");
-  need(!rows_overlap(a.x, a.y), op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
+  if (!(a.out.empty() == a.w_next.empty()))
+    fail(op, desc("out", a.out) + " and " + desc("w_next", a.w_next) + " must be given together");
+  if (!(!rows_overlap(a.x, a.y))) fail(op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
   if (!a.out.empty()) {
     need_act_rows(op, "out", a.out, gpu);
-    need(same_shape(a.out, a.x), op,
-         desc("out", a.out) + " and " + desc("x", a.x) + " must have the same shape");
+    if (!(same_shape(a.out, a.x)))
+      fail(op, desc("out", a.out) + " and " + desc("x", a.x) + " must have the same shape");
     need_norm_weight(op, "w_next", a.w_next, d, false);
-    need(!rows_overlap(a.out, a.x) && !rows_overlap(a.out, a.y), op,
-         desc("out", a.out) + " must not overlap x or y");
+    if (!(!rows_overlap(a.out, a.x) && !rows_overlap(a.out, a.y)))
+      fail(op, desc("out", a.out) + " must not overlap x or y");
   }
   if (!gpu) {
     rms_norm(ctx, a.y, a.y, a.w_post, eps, a.w_offset);
