@@ -116,7 +116,7 @@ const Sequence* Scheduler::find(SeqId id) const { return lookup(id); }
 
 const Sequence& Scheduler::get(SeqId id) const {
   const Sequence* s = lookup(id);
-  check(s != nullptr, "engine", strfmt("unknown sequence id %lld", (long long)id));
+  if (s == nullptr) throw Error("engine", strfmt("unknown sequence id %lld", (long long)id));
   return *s;
 }
 
@@ -344,12 +344,13 @@ std::vector<SeqId> Scheduler::on_step_done(std::span<const SampledToken> sampled
   size_t k = 0;
   for (const ScheduledChunk& c : out_.chunks) {  // validate before changing anything
     if (!c.needs_logits) continue;
-    check(k < sampled.size() && sampled[k].id == c.id, "engine",
-          strfmt("on_step_done: expected a sampled token for sequence %lld at row %zu", (long long)c.id, k));
+    if (!(k < sampled.size() && sampled[k].id == c.id))
+      throw Error("engine", strfmt("on_step_done: expected a sampled token for sequence %lld at row %zu",
+                                   (long long)c.id, k));
     ++k;
   }
-  check(k == sampled.size(), "engine",
-        strfmt("on_step_done: %zu sampled tokens for %zu logits rows", sampled.size(), k));
+  if (k != sampled.size())
+    throw Error("engine", strfmt("on_step_done: %zu sampled tokens for %zu logits rows", sampled.size(), k));
   in_flight_ = false;
   std::vector<SeqId> finished;
   k = 0;

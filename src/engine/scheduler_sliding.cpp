@@ -62,8 +62,9 @@ void Scheduler::attach_sliding(Sequence& s, int64_t d, const std::vector<kv::Blo
   for (int64_t j = 0; j < lo; ++j) s.swa_table.append_released();
   for (int64_t j = lo; j < d; ++j) {
     const kv::BlockId id = found[static_cast<size_t>(j)];
-    check(id >= 0, "engine", strfmt("sequence %lld: sliding block %lld of the hit is not cached", (long long)s.id,
-                                    (long long)j));
+    if (id < 0)
+      throw Error("engine", strfmt("sequence %lld: sliding block %lld of the hit is not cached",
+                                   (long long)s.id, (long long)j));
     sw_.cache->acquire(id);
     s.swa_table.append(id);
   }

@@ -20,7 +20,8 @@ BlockPool::BlockPool(int32_t n_blocks, int32_t n_state_slots) {
 }
 
 static void check_id(BlockId id, int32_t n_blocks) {
-  check(id >= 0 && id < n_blocks, "kv", strfmt("block id %d out of range [0, %d)", id, n_blocks));
+  if (!(id >= 0 && id < n_blocks))
+    throw Error("kv", strfmt("block id %d out of range [0, %d)", id, n_blocks));
 }
 
 std::optional<BlockId> BlockPool::allocate() {
@@ -42,14 +43,14 @@ bool BlockPool::allocate_n(int32_t n, std::vector<BlockId>& out) {
 void BlockPool::retain(BlockId id) {
   check_id(id, n_blocks());
   int32_t& rc = refcount_[static_cast<size_t>(id)];
-  check(rc > 0, "kv", strfmt("retain of free block %d", id));
+  if (rc <= 0) throw Error("kv", strfmt("retain of free block %d", id));
   ++rc;
 }
 
 void BlockPool::release(BlockId id) {
   check_id(id, n_blocks());
   int32_t& rc = refcount_[static_cast<size_t>(id)];
-  check(rc > 0, "kv", strfmt("double free of block %d", id));
+  if (rc <= 0) throw Error("kv", strfmt("double free of block %d", id));
   if (--rc == 0) free_.push_back(id);
 }
 
@@ -69,7 +70,7 @@ std::optional<int32_t> BlockPool::allocate_state_slot() {
 void BlockPool::release_state_slot(int32_t slot) {
   check(slot >= 0 && slot < n_state_slots(), "kv",
         strfmt("state slot %d out of range [0, %d)", slot, n_state_slots()));
-  check(slot_used_[static_cast<size_t>(slot)], "kv", strfmt("double free of state slot %d", slot));
+  if (!slot_used_[static_cast<size_t>(slot)]) throw Error("kv", strfmt("double free of state slot %d", slot));
   slot_used_[static_cast<size_t>(slot)] = false;
   free_slots_.push_back(slot);
 }

@@ -100,7 +100,7 @@ std::optional<BlockId> PrefixCache::find(BlockKey key, BlockKey parent, std::spa
 }
 
 void PrefixCache::acquire(BlockId id) {
-  check(is_cached(id), "kv", strfmt("acquire: block %d is not cached", id));
+  if (!is_cached(id)) throw Error("kv", strfmt("acquire: block %d is not cached", id));
   Slot& s = slots_[static_cast<size_t>(id)];
   if (s.in_lru) {  // unreferenced until now: no longer evictable
     lru_.erase(s.lru);
@@ -112,7 +112,7 @@ void PrefixCache::acquire(BlockId id) {
 void PrefixCache::release_keyed(BlockKey key, BlockKey parent, std::span<const int32_t> block_tokens, BlockId id) {
   check(static_cast<int64_t>(block_tokens.size()) == block_size_, "kv",
         strfmt("release_keyed: a block holds %d tokens, got %zu", block_size_, block_tokens.size()));
-  check(pool_.refcount(id) > 0, "kv", strfmt("release_keyed: block %d is free", id));
+  if (pool_.refcount(id) <= 0) throw Error("kv", strfmt("release_keyed: block %d is free", id));
   insert(key, parent, block_tokens, id);
   release(id);
 }
@@ -183,7 +183,8 @@ std::optional<BlockId> PrefixCache::allocate() {
 }
 
 bool PrefixCache::is_cached(BlockId id) const {
-  check(id >= 0 && id < pool_.n_blocks(), "kv", strfmt("block id %d out of range [0, %d)", id, pool_.n_blocks()));
+  if (!(id >= 0 && id < pool_.n_blocks()))
+    throw Error("kv", strfmt("block id %d out of range [0, %d)", id, pool_.n_blocks()));
   return slots_[static_cast<size_t>(id)].cached;
 }
 

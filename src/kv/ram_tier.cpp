@@ -78,7 +78,7 @@ bool RamTier::holds(BlockKey key, BlockKey parent, std::span<const int32_t> bloc
 
 void RamTier::release(int32_t slot) {
   Slot& s = slots_.at(static_cast<size_t>(slot));
-  check(s.used && s.pins > 0, "kv", strfmt("RamTier::release: slot %d is not pinned", slot));
+  if (!(s.used && s.pins > 0)) throw Error("kv", strfmt("RamTier::release: slot %d is not pinned", slot));
   --s.pins;
 }
 
