@@ -74,8 +74,8 @@ void need_linear_shapes(const char* op, const Tensor& out, const Tensor& x, cons
   need_act_rows(op, "x", x);
   need_act_rows(op, "out", out);
   need_weight(op, "w", w);
-  if (!(x.dim(-1) == w.shape[1])) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
-  if (!(out.dim(-1) == w.shape[0])) fail(op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
+  if (x.dim(-1) != w.shape[1]) fail(op, desc("x", x) + " and " + desc("w", w) + " disagree on k");
+  if (out.dim(-1) != w.shape[0]) fail(op, desc("out", out) + " and " + desc("w", w) + " disagree on n");
   if (!(as_rows(out).n_rows == as_rows(x).n_rows))
     fail(op, desc("out", out) + " and " + desc("x", x) + " disagree on m");
   need_bias(op, "bias", bias, w.shape[0]);
@@ -252,7 +252,7 @@ cuda::DevRopeKv rope_kv_args(const char* op, Tensor q, Tensor k, Tensor v, const
   if (!rot_ok)
     fail(op, strfmt("rotary_dim %d must be 0, or even and <= head_dim of ", p.rotary_dim) + desc("q", q) +
                  " with inv_freq set");
-  if (!(p.rotary_dim <= cuda::kMaxRotaryDim))
+  if (p.rotary_dim > cuda::kMaxRotaryDim)
     fail(op, strfmt("rotary_dim %d is above the CUDA limit %d", p.rotary_dim, cuda::kMaxRotaryDim));
   cuda::DevRopeKv a;
   a.q = dev_heads(q);
@@ -300,7 +300,7 @@ void rope_kv_write(Context& ctx, Tensor q, Tensor k, Tensor v, const PagedKv& ca
 void add_rms_norm(Context& ctx, Tensor out, const AddRmsNorm& p) {
   if (p.y_w.empty()) return add_rms_norm(ctx, out, p.x_out, p.y, p.w, p.eps, p.y_scale, p.w_offset, p.x_in);
   const char* op = "add_rms_norm";
-  if (!(p.y_scale == 1.0f))
+  if (p.y_scale != 1.0f)
     fail(op, strfmt("the post-norm form (pre.y_w given) takes y_scale 1, not %g", p.y_scale));
   if (!p.x_in.empty()) {  // x_out = x_in, then the sandwich step in place on x_out
     if (!(p.x_in.dtype == DType::kF32 && p.x_out.dtype == DType::kF32 && same_shape(p.x_in, p.x_out) &&
@@ -363,7 +363,7 @@ bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv,
                         Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
                         const RopeParams& p, const AddRmsNorm* pre) {
   const char* op = "linear_qkv_rope_kv";
-  if (!(qkv.size() == 3)) fail(op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
+  if (qkv.size() != 3) fail(op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
   const AddRmsNorm none;
   const AddRmsNorm& pn = pre != nullptr ? *pre : none;
 #ifdef BUNSEN_HAVE_CUDA

@@ -62,33 +62,36 @@ void need_pairs(const char* op, const char* name, const Tensor& t, DType dt, int
                  strfmt(" must be a contiguous %s [%lld, %lld]", dtype_name(dt), (long long)n, (long long)k));
 }
 
-void need_table(const char* op, const char* name, const Tensor& t, int64_t n_experts, bool gpu) {
+// Table `table` ("ptrs", "scale_ptrs", "bias_ptrs") of the expert weights `name`; the two are joined only for
+// a failure's message.
+void need_table(const char* op, const char* name, const char* table, const Tensor& t, int64_t n_experts,
+                bool gpu) {
   if (!(t.dtype == DType::kI64 && t.ndim == 1 && t.shape[0] == n_experts &&
         (n_experts <= 1 || t.strides[0] == 1) && t.data != nullptr))
-    fail(op, desc(name, t) +
+    fail(op, desc((std::string(name) + "." + table).c_str(), t) +
                  strfmt(" must be a contiguous i64 address table of %lld experts", (long long)n_experts));
   if (gpu) return;
   for (int64_t e = 0; e < n_experts; ++e)
-    if (!(t.ptr<int64_t>()[e] != 0))
-      fail(op, std::string(name) + strfmt(": expert %lld has a null address", (long long)e));
+    if (t.ptr<int64_t>()[e] == 0)
+      fail(op, strfmt("%s.%s: expert %lld has a null address", name, table, (long long)e));
 }
 
 void need_expert_weights(const char* op, const char* name, const ExpertWeights& w, int64_t rows, int64_t cols,
                          int64_t n_experts, bool gpu) {
-  const std::string n(name);
   if (!(w.rows == rows && w.cols == cols))
-    fail(op, n + strfmt(" is [%lld, %lld] per expert, expected [%lld, %lld]", (long long)w.rows,
-                        (long long)w.cols, (long long)rows, (long long)cols));
-  if (!(is_float(w.dtype))) fail(op, n + ": dtype " + dtype_name(w.dtype) + " must be f32, f16 or bf16");
-  need_table(op, (n + ".ptrs").c_str(), w.ptrs, n_experts, gpu);
+    fail(op, strfmt("%s is [%lld, %lld] per expert, expected [%lld, %lld]", name, (long long)w.rows,
+                    (long long)w.cols, (long long)rows, (long long)cols));
+  if (!is_float(w.dtype))
+    fail(op, strfmt("%s: dtype %s must be f32, f16 or bf16", name, dtype_name(w.dtype)));
+  need_table(op, name, "ptrs", w.ptrs, n_experts, gpu);
   if (!w.quantized()) return;
   const bool bits_ok = w.bits == 2 || w.bits == 3 || w.bits == 4 || w.bits == 5 || w.bits == 6 || w.bits == 8;
   const bool group_ok = w.group_size == 32 || w.group_size == 64 || w.group_size == 128;
   if (!(bits_ok && group_ok && cols % w.group_size == 0))
-    fail(op, n + strfmt(": unsupported quantization bits=%d group_size=%d for %lld columns", w.bits,
-                        w.group_size, (long long)cols));
-  need_table(op, (n + ".scale_ptrs").c_str(), w.scale_ptrs, n_experts, gpu);
-  need_table(op, (n + ".bias_ptrs").c_str(), w.bias_ptrs, n_experts, gpu);
+    fail(op, strfmt("%s: unsupported quantization bits=%d group_size=%d for %lld columns", name, w.bits,
+                    w.group_size, (long long)cols));
+  need_table(op, name, "scale_ptrs", w.scale_ptrs, n_experts, gpu);
+  need_table(op, name, "bias_ptrs", w.bias_ptrs, n_experts, gpu);
 }
 
 #ifdef BUNSEN_HAVE_CUDA
@@ -116,7 +119,7 @@ cuda::DevExpertWeights dev_experts(const ExpertWeights& w) {
 void moe_route(Context& ctx, Tensor ids, Tensor weights, Tensor logits, const MoeRouteParams& p) {
   const char* op = "moe_route";
   const bool gpu = on_cuda(op, {&ids, &weights, &logits, &p.expert_scale});
-  if (!(logits.ndim == 2)) fail(op, desc("logits", logits) + " must be [n_tokens, n_experts]");
+  if (logits.ndim != 2) fail(op, desc("logits", logits) + " must be [n_tokens, n_experts]");
   const int64_t n = logits.shape[0], n_experts = logits.shape[1];
   need_act(op, "logits", logits, n, n_experts, gpu);
   if (!(n_experts >= 1 && n_experts <= kMoeMaxExperts && p.top_k >= 1 && p.top_k <= n_experts &&

@@ -57,7 +57,7 @@ cuda::DevNormWeight dev_weight(const Tensor& w) {
 // The launch goes to the current device; a tensor of another device would be a wrong pointer there.
 void need_current_device(const char* op, const Tensor& t) {
   const int dev = cuda::current_device();
-  if (!(t.device.index == dev))
+  if (t.device.index != dev)
     fail(op, strfmt("tensors are on cuda:%d but the current CUDA device is cuda:%d", t.device.index, dev));
 }
 #endif
@@ -118,16 +118,16 @@ void post_norm_residual(Context& ctx, const PostNormResidual& a, float eps) {
   const bool gpu = detail::on_cuda(op, {&a.x, &a.y, &a.w_post, &a.out, &a.w_next});
   need_act_rows(op, "x", a.x, gpu);
   need_act_rows(op, "y", a.y, gpu);
-  if (!(same_shape(a.x, a.y)))
+  if (!same_shape(a.x, a.y))
     fail(op, desc("x", a.x) + " and " + desc("y", a.y) + " must have the same shape");
   const int64_t d = a.x.dim(-1);
   need_norm_weight(op, "w_post", a.w_post, d, false);
   if (!(a.out.empty() == a.w_next.empty()))
     fail(op, desc("out", a.out) + " and " + desc("w_next", a.w_next) + " must be given together");
-  if (!(!rows_overlap(a.x, a.y))) fail(op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
+  if (rows_overlap(a.x, a.y)) fail(op, desc("x", a.x) + " and " + desc("y", a.y) + " must not overlap");
   if (!a.out.empty()) {
     need_act_rows(op, "out", a.out, gpu);
-    if (!(same_shape(a.out, a.x)))
+    if (!same_shape(a.out, a.x))
       fail(op, desc("out", a.out) + " and " + desc("x", a.x) + " must have the same shape");
     need_norm_weight(op, "w_next", a.w_next, d, false);
     if (!(!rows_overlap(a.out, a.x) && !rows_overlap(a.out, a.y)))
