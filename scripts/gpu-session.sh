@@ -4,7 +4,7 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, trace, trace8 (default: tests table serve
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8 (default: tests table serve
 # trace8).
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
@@ -156,6 +156,27 @@ attn() {  # the decode attention path by shape: the cluster default (<= 2 rows x
   ab ab_26b_attn "--synthetic gemma4-26b-a4b --quant 4" default: split:BUNSEN_DECODE_ATTN=split
 }
 
+bulk() {  # the packed decode attention's bulk copies: tests, sanitizer, bench, 64-stream serving A/B
+  timeout 150 "$G/test_cuda" --gtest_filter='Variants/CudaDecodeTest.*' >"$R/bulk_tests.txt" 2>&1
+  echo "decode tests rc=$?: $(grep -c '^\[       OK' "$R/bulk_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/bulk_tests.txt") failed"
+  grep -h '^\[  FAILED' "$R/bulk_tests.txt" | sort -u | head -10
+  BUNSEN_BENCH_ATTENTION=1 timeout 200 "$G/test_cuda" --gtest_filter='*DecodeAttentionBenchBatched*' \
+    >"$R/bulk_bench.txt" 2>&1
+  echo "bench rc=$?"
+  grep -E 'batch +(64|256) ctx +(1024|4096) (packed|packed8|packed/bulk|packed8/bulk|packed/hnd|packed/bulk/hnd|chosen) ' \
+    "$R/bulk_bench.txt"
+  snap
+  SANITIZE_ONLY=decode_packed_bulk SANITIZE_BUDGET=120 bash scripts/sanitize.sh "$G" "$R/sanitize" \
+    >"$R/sanitize_bulk.txt" 2>&1
+  echo "sanitize rc=$?"
+  tail -4 "$R/sanitize_bulk.txt"
+  snap
+}
+serve_bulk() {  # 64 streams, the packed decode attention with cp.async copies, then with bulk copies
+  BUNSEN_DECODE_BULK=0 TAG=_cpasync serve_run 64 "greedy:9"
+  BUNSEN_DECODE_BULK=1 TAG=_bulk serve_run 64 "greedy:10"
+}
+
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
   SANITIZE_ONLY=${SANITIZE_ONLY:-gemv_q8_f16} SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} \
     bash scripts/sanitize.sh "$G" "$R/sanitize" >"$R/sanitize.txt" 2>&1
@@ -298,12 +319,12 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | trace | trace8)
+      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | trace | trace8)
       $stage
       ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, trace, trace8)" >&2
+        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8)" >&2
       exit 2
       ;;
   esac

@@ -41,7 +41,8 @@ cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo "${CUDA_HOME:-/us
 mkdir -p "$out" || exit 2
 
 # tools;case;gtest filter;env (VAR=value, space separated, or -);extra sanitizer options (or -);expect
-# Decode attention: variants 0 split (tensor cores), 1 SIMT, 2 cluster, 3/4 packed; head_dim 64..512.
+# Decode attention: variants 0 split (tensor cores), 1 SIMT, 2 cluster, 3/4 packed, 5/6 packed with bulk copies;
+# head_dim 64..512.
 D=Variants/CudaDecodeTest
 cases=(
   # test_cuda_decode_sanitize.cpp: every head_dim (64..512), 8/16 MMA rows, 1/3 slices, odd/even tile counts,
@@ -51,6 +52,7 @@ cases=(
   "memcheck racecheck;decode_mixed_simt;$D.MixedLengthsGqaAndHeadDims/1;-;-;clean"
   "memcheck racecheck;decode_mixed_cluster;$D.MixedLengthsGqaAndHeadDims/2;-;-;clean"
   "memcheck racecheck;decode_mixed_packed;$D.MixedLengthsGqaAndHeadDims/3:$D.MixedLengthsGqaAndHeadDims/4;-;-;clean"
+  "memcheck racecheck;decode_packed_bulk;$D.MixedLengthsGqaAndHeadDims/5:$D.MixedLengthsGqaAndHeadDims/6:$D.InvalidBlockIdPoisonsOnlyItsRow/5;-;-;clean"
   "memcheck racecheck;decode_wide_256_512;$D.WideHeadsAndLargeGroups/0:$D.WideHeadsAndLargeGroups/2;-;-;clean"
   "memcheck racecheck;decode_gemma4_f32;$D.Gemma4ShapesF32Out/0;-;-;clean"
   "memcheck racecheck;decode_fused_combine;$D.FusedCombineAcrossContextsAndSliceCounts/0;-;-;clean"

@@ -132,8 +132,9 @@ inline DeviceBatch upload(const Batch& b, DType out_dtype, std::mt19937& rng) {
 
 // The decode-attention testing switches a test fixture sets (flash decoding off; kernel variant, slice path,
 // combine mode and packed-kernel mode as the cuda:: hooks take them) and puts back to the environment's choice.
-inline void set_decode_switches(int variant, int path, int combine, int batched) {
+inline void set_decode_switches(int variant, int path, int combine, int batched, int bulk = 0) {
   cuda::set_attention_flash_decode_for_testing(false);
+  cuda::set_attention_decode_bulk_for_testing(bulk);
   cuda::set_attention_decode_variant_for_testing(variant);
   cuda::set_attention_decode_path_for_testing(path);
   cuda::set_attention_decode_combine_for_testing(combine);
@@ -142,6 +143,7 @@ inline void set_decode_switches(int variant, int path, int combine, int batched)
 inline void reset_decode_switches() {
   if (cuda::device_count() == 0) return;
   cuda::set_attention_decode_batched_for_testing(0);
+  cuda::set_attention_decode_bulk_for_testing(0);
   cuda::set_attention_decode_variant_for_testing(0);
   cuda::set_attention_decode_path_for_testing(0);
   cuda::set_attention_decode_combine_for_testing(0);

@@ -41,13 +41,20 @@ struct BenchResult {
 // path: 0 flash-decoding (default: tensor cores), 1 flash-decoding on SIMT (attention.cu's general kernel
 // for shapes SIMT flash-decoding does not take), 2 attention_prefill.cu. combine: as
 // set_attention_decode_combine_for_testing (0 default, 1 fused, 2 combine kernel); splits: forced slice
-// count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env or shape);
-// with_write: each layer first writes the newest key and value of every row with rope_kv_write (no rotation),
-// as the model does right before attention; the time then covers both. batched: as
+// count (0: chosen); decode_path: as set_attention_decode_path_for_testing (1 split, 2 cluster; 0 env or
+// shape); with_write: each layer first writes the newest key and value of every row with rope_kv_write (no
+// rotation), as the model does right before attention; the time then covers both. batched: as
 // set_attention_decode_batched_for_testing (0: BUNSEN_DECODE_BATCHED, by shape when unset; 1: never;
-// 2: the packed kernel, 4 warps per block; 3: 8 warps).
+// 2: the packed kernel, 4 warps per block; 3: 8 warps). bulk: as set_attention_decode_bulk_for_testing (0:
+// BUNSEN_DECODE_BULK; 1: cp.async copies; 2: bulk copies). hnd: the caches' blocks laid out [kv head, slot,
+// dim] instead of [slot, kv head, dim] (strided views of the same buffers: what a head-major pool would
+// give each warp, one contiguous 4 KB run per cache block; not with with_write). depth, copy_only: as
+// set_attention_decode_packed_probe_for_testing. shuffle false: each row's cache blocks in id order (a
+// row's keys contiguous in memory) instead of ids shuffled over the pool.
 BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path, int combine = 0,
-                         int splits = 0, int decode_path = 0, bool with_write = false, int batched = 0) {
+                         int splits = 0, int decode_path = 0, bool with_write = false, int batched = 0,
+                         int bulk = 0, bool hnd = false, int depth = 0, bool copy_only = false,
+                         bool shuffle = true) {
   const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
@@ -55,6 +62,8 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_splits_for_testing(splits);
   cuda::set_attention_decode_path_for_testing(decode_path);
   cuda::set_attention_decode_batched_for_testing(batched);
+  cuda::set_attention_decode_bulk_for_testing(bulk);
+  cuda::set_attention_decode_packed_probe_for_testing(depth, copy_only);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -75,7 +84,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   std::mt19937 rng(501);
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  if (shuffle) std::shuffle(ids.begin(), ids.end(), rng);
   OwnedTensor tables = OwnedTensor::make(DType::kI32, {batch, width});
   OwnedTensor positions = OwnedTensor::make(DType::kI32, {batch}),
               seq_index = OwnedTensor::make(DType::kI32, {batch});
@@ -105,8 +114,13 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
     for (int64_t l = 0; l < kLayers; ++l) {
       const auto i = static_cast<size_t>(l % n_caches);
       const std::initializer_list<int64_t> shape = {n_blocks, kBlock, n_kv_heads, head_dim};
-      const PagedKv cache{Tensor::view(ks[i].data(), DType::kBF16, shape, dev),
-                          Tensor::view(vs[i].data(), DType::kBF16, shape, dev)};
+      PagedKv cache{Tensor::view(ks[i].data(), DType::kBF16, shape, dev),
+                    Tensor::view(vs[i].data(), DType::kBF16, shape, dev)};
+      if (hnd)
+        for (Tensor* t : {&cache.k, &cache.v}) {
+          t->strides[1] = head_dim;           // slot
+          t->strides[2] = kBlock * head_dim;  // kv head
+        }
       if (with_write) rope_kv_write(c, wq.tensor, wk.tensor, wv.tensor, cache, dp.tensor, dslots.tensor, {});
       paged_attention(c, out.tensor, q.tensor, cache, meta, params);
     }
@@ -135,7 +149,8 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cudaEventSynchronize(t1);
   float ms = 0.0f;
   cudaEventElapsedTime(&ms, t0, t1);
-  for (float v : values(out.download().tensor)) EXPECT_TRUE(std::isfinite(v));
+  if (!copy_only)
+    for (float v : values(out.download().tensor)) EXPECT_TRUE(std::isfinite(v));
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
   cudaGraphExecDestroy(exec);
@@ -147,6 +162,8 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_splits_for_testing(0);
   cuda::set_attention_decode_path_for_testing(0);
   cuda::set_attention_decode_batched_for_testing(0);
+  cuda::set_attention_decode_bulk_for_testing(0);
+  cuda::set_attention_decode_packed_probe_for_testing(0, false);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
@@ -229,25 +246,67 @@ TEST_F(CudaTest, DecodeAttentionBenchBatched) {
   if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
   struct Variant {
     const char* name;
-    int batched, splits;
+    int batched, splits, bulk = 1;
+    bool hnd = false;
   };
-  const Variant variants[] = {{"split", 1, 0},     {"packed", 2, 0},    {"packed/s1", 2, 1},
-                              {"packed/s2", 2, 2}, {"packed/s4", 2, 4}, {"packed8", 3, 0},
-                              {"packed8/s1", 3, 1}, {"chosen", 0, 0}};
+  const Variant variants[] = {{"split", 1, 0},
+                              {"packed", 2, 0},
+                              {"packed/s1", 2, 1},
+                              {"packed/s2", 2, 2},
+                              {"packed/s4", 2, 4},
+                              {"packed8", 3, 0},
+                              {"packed8/s1", 3, 1},
+                              {"chosen", 0, 0, 0},
+                              {"packed/bulk", 2, 0, 2},
+                              {"packed8/bulk", 3, 0, 2},
+                              {"packed/hnd", 2, 0, 1, true},
+                              {"packed/bulk/hnd", 2, 0, 2, true}};
   for (bool with_write : {false, true})
     for (int64_t batch : {16, 64, 256})
       for (int64_t ctx : {1024, 4096})
         for (const Variant& v : variants) {
-          if (with_write && v.splits > 0) continue;
-          const BenchResult r = bench_decode(kLlama, batch, ctx, 0, 0, v.splits, 1, with_write, v.batched);
+          if (with_write && (v.splits > 0 || v.hnd)) continue;
+          const BenchResult r =
+              bench_decode(kLlama, batch, ctx, 0, 0, v.splits, 1, with_write, v.batched, v.bulk, v.hnd);
           char name[40];
           std::snprintf(name, sizeof(name), "%s%s", v.name, with_write ? "+write" : "");
           print_result(kLlama, batch, ctx, name, r);
         }
   for (int64_t ctx : {256, 1024, 4096})  // batch 1 keeps the split path unless forced
     for (const Variant& v : {variants[0], variants[1], variants[5], variants[7]}) {
-      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 0, v.splits, 1, false, v.batched);
+      const BenchResult r = bench_decode(kLlama, 1, ctx, 0, 0, v.splits, 1, false, v.batched, v.bulk);
       print_result(kLlama, 1, ctx, v.name, r);
+    }
+}
+
+// Why the packed kernel streams KV at ~2.9 TB/s at most (H100 and H200 alike; H200 probe 4.29): the 8B shape
+// at 16 rows x 4k keys with one slice (one warp per SM: a warp's own rate), 64 / 256 rows x 1k and 256 x 4k,
+// with the default ring (3 stages: 2 tiles in flight per warp) or 5 stages (4 in flight), the arithmetic
+// skipped (the copies alone), each row's blocks contiguous (no shuffle: page locality), cp.async or bulk
+// copies. BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchPackedProbe*'
+TEST_F(CudaTest, DecodeAttentionBenchPackedProbe) {
+  const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
+  if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
+  struct Probe {
+    const char* name;
+    int bulk, depth;
+    bool copy_only, shuffle;
+  };
+  const Probe probes[] = {{"packed", 1, 0, false, true},         {"packed/copy", 1, 0, true, true},
+                          {"packed/seq", 1, 0, false, false},    {"packed/seq/copy", 1, 0, true, false},
+                          {"packed/d5", 1, 5, false, true},      {"packed/d5/copy", 1, 5, true, true},
+                          {"packed/bulk/d5", 2, 5, false, true}, {"packed/bulk/d5/copy", 2, 5, true, true}};
+  struct Case {
+    int64_t batch, ctx;
+    int splits;
+  };
+  for (const Case& c : {Case{16, 4096, 1}, Case{64, 1024, 0}, Case{256, 1024, 0}, Case{256, 4096, 0}})
+    for (const Probe& p : probes) {
+      const BenchResult r = bench_decode(kLlama, c.batch, c.ctx, 0, 0, c.splits, 1, false, 2, p.bulk, false,
+                                         p.depth, p.copy_only, p.shuffle);
+      char name[40];
+      std::snprintf(name, sizeof(name), "%s%s", p.name, c.splits == 1 ? "/s1" : "");
+      print_result(kLlama, c.batch, c.ctx, name, r);
     }
 }
 

@@ -34,8 +34,13 @@ class CudaDecodeTest : public CudaTest, public ::testing::WithParamInterface<int
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    set_decode_switches(GetParam() == 1 ? 1 : 0, GetParam() == 2 ? 2 : 1, 0,
-                        GetParam() == 3 ? 2 : GetParam() == 4 ? 3 : 1);
+    // 0 split (tensor cores), 1 SIMT, 2 cluster, 3 / 4 packed 4 / 8 warps, 5 / 6 the same with bulk copies.
+    const int p = GetParam();
+    set_decode_switches(p == 1 ? 1 : 0, p == 2 ? 2 : 1, 0,
+                        p == 3 || p == 5   ? 2
+                        : p == 4 || p == 6 ? 3
+                                           : 1,
+                        p >= 5 ? 2 : 1);
   }
   void TearDown() override {
     reset_decode_switches();
@@ -462,7 +467,8 @@ TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
 // equal the forced 4-warp packed kernel bit for bit when it picks it.
 TEST_P(CudaDecodeTest, PackedKernelBatchesAndSlices) {
   if (GetParam() < 3) GTEST_SKIP() << "packed kernel only";
-  const int mine = GetParam() == 3 ? 2 : 3;  // the testing switch's value for this parameter
+  const int mine =
+      GetParam() == 3 || GetParam() == 5 ? 2 : 3;  // the testing switch's value for this parameter
   struct Shape {
     int64_t n_heads, n_kv_heads, head_dim;
   };
@@ -507,9 +513,16 @@ TEST_P(CudaDecodeTest, PackedKernelBatchesAndSlices) {
   expect_close(split, want, tolerance(DType::kBF16), "64 rows split path");
   // 64 rows x 8 kv heads are past the packed kernel's threshold (128 rows x kv heads): the default is packed.
   expect_close(chosen, packed4, 0.0f, "64 rows chosen path is packed");
+  if (GetParam() >=
+      5) {  // bulk copies: the same tiles and arithmetic as the cp.async copies, so the same bits
+    cuda::set_attention_decode_bulk_for_testing(1);
+    const std::vector<float> copied = run(mine);
+    cuda::set_attention_decode_bulk_for_testing(2);
+    expect_close(packed, copied, 0.0f, "64 rows: bulk copies vs cp.async");
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(Variants, CudaDecodeTest, ::testing::Values(0, 1, 2, 3, 4, 5, 6));
 
 }  // namespace
 }  // namespace bunsen::kernels::test

@@ -9,11 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "../golden/golden_file.h"
 #include "cuda_test_util.h"
-#include "golden_cuda_util.h"
 #include "engine/generator.h"
+#include "golden_cuda_util.h"
 #include "model/registry.h"
 
 namespace bunsen::golden {
@@ -221,10 +222,15 @@ TEST_F(CudaTest, DecodeStepsAllocateNoDeviceMemory) {
   };
   decode(T);  // first decode step: the attention's split-KV scratch is sized here
   size_t free_before = 0, free_after = 0, total = 0;
+  const uint64_t buffers_before = kernels::cuda::DeviceBuffer::allocations();
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
   for (int64_t p = T + 1; p < T + 40; ++p) decode(p);
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-  EXPECT_EQ(free_after, free_before);
+  EXPECT_EQ(kernels::cuda::DeviceBuffer::allocations(), buffers_before);
+  // The device-wide free memory also catches allocations outside DeviceBuffer (cuBLASLt, graph
+  // instantiation), but other processes change it too: exact only when this test has the GPU to itself,
+  // so not in a sharded run (scripts/gpu-session.sh runs four shards at once on one GPU).
+  if (std::getenv("GTEST_TOTAL_SHARDS") == nullptr) EXPECT_EQ(free_after, free_before);
   table.release_all(runner.pool());
 }
 

@@ -697,6 +697,14 @@ void set_attention_decode_batched_for_testing(int mode) {
   g_batched.store(mode);
 }
 
+void set_attention_decode_bulk_for_testing(int mode) {
+  decode::set_bulk_for_testing(mode);
+}
+
+void set_attention_decode_packed_probe_for_testing(int depth, bool copy_only) {
+  decode::set_packed_probe_for_testing(depth, copy_only);
+}
+
 bool decode_attention_ok(const DevAttention& at) {
   const DevCache& c = at.cache;
   const int64_t hd = at.q.head_dim;

@@ -60,6 +60,9 @@ struct DecodeArgs : PagedArgs {
   // decode_timing.cuh; null in production. timing_layer: which layer's launch (the host's ordinal).
   TimingBuffer* timing = nullptr;
   int timing_layer = 0;
+  // Diagnostics only (set_attention_decode_packed_probe_for_testing): the packed instances stream their tiles
+  // but skip the arithmetic on them (the output is meaningless): how fast the copies alone go.
+  int copy_only = 0;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below
@@ -341,10 +344,16 @@ void launch_decode_mma(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads);
 // Its packed variant for batched decode steps (BUNSEN_DECODE_BATCHED): head_dim 64/128, blocks of `warps` (4
 // or 8) warps, each warp one kv head of the row (grid [n_tokens, ceil(n_kv_heads / warps), n_splits])
-// streaming the whole slice; a.counters must be null (rows of several slices merge in combine_kernel).
+// streaming the whole slice; a.counters must be null (rows of several slices merge in combine_kernel); with
+// BUNSEN_DECODE_BULK=1 on sm_90 each key row of a tile arrives by one bulk copy (see decode_mma_kernel).
 bool mma_packed_ok(int64_t head_dim, int64_t group);
 void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps);
 int mma_packed_blocks_per_sm(int head_dim, int group, int warps);  // shared memory bound
+// Whether its packed instances copy key rows with bulk copies (set_attention_decode_bulk_for_testing).
+void set_bulk_for_testing(int mode);
+// The packed instance of head_dim 128, <= 8 heads per kv head, 4 warps with a ring of `depth` stages (3: the
+// default; 5) and, when copy_only, a.copy_only set: a measurement tool (the attention bench).
+void set_packed_probe_for_testing(int depth, bool copy_only);
 int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);

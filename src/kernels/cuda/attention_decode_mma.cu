@@ -78,6 +78,26 @@ __device__ __forceinline__ int swz(int row, int chunk, int row_bytes) {
   return row * row_bytes + ((chunk ^ (row & 7)) << 4);
 }
 
+// A warp's ring of K / V tiles. The cp.async instances XOR-swizzle rows of kRowBytes; the bulk-copy
+// instances (kBulk, packed only) copy each key row with one bulk copy, which cannot swizzle, so their rows
+// are padded by 16 bytes instead (row r starts r x 16 bytes further into the bank groups: the 8 rows of an
+// ldmatrix phase still hit 8 different ones). The bulk rings' mbarriers (one per stage and warp) follow the
+// block's rings in shared memory.
+template <class S, bool kBulk>
+struct Ring {
+  static constexpr int kPitch = kBulk ? S::kRowBytes + 16 : S::kRowBytes;  // bytes per key row of a tile
+  static constexpr int kMat = kTile * kPitch;                              // one K or V tile
+  static constexpr int kStage = 2 * kMat;
+  static constexpr int kWarp = S::kDepth * kStage;
+  static constexpr int kBarBytes = kBulk ? S::kDepth * 8 : 0;  // per warp
+};
+
+// Byte offset of 16-byte chunk c of row r in a tile of the ring above.
+template <bool kBulk>
+__device__ __forceinline__ int tile_at(int row, int chunk, int row_bytes) {
+  return kBulk ? row * (row_bytes + 16) + (chunk << 4) : swz(row, chunk, row_bytes);
+}
+
 // Named barrier kId (1..15; 0 is __syncthreads) over kThreadsIn threads. Immediate ids, so ptxas reserves
 // only the barriers used.
 template <int kId, int kThreadsIn>
@@ -195,8 +215,12 @@ __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, 
 
 // kCluster: the cluster instance (see the file comment); surplus slice blocks stay for the cluster barriers.
 // kPack > 0: a packed instance (kPack warps of one kv head each, blockIdx.y = kv heads / kPack; see the
-// file comment); its shared memory is its kPack warps' rings.
-template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages>
+// file comment); its shared memory is its kPack warps' rings. kBulk (packed only): each lane of a warp
+// copies one key row of a tile (lanes 0-15 K, 16-31 V) with one bulk copy (the TMA's non-tensor form) that
+// completes on the stage's mbarrier, instead of 16 16-byte cp.async per lane per matrix: the copies leave
+// the SM's load path, so more of the slice is in flight (the cp.async instance streams KV at ~58-66 % of
+// the probe). Same tiles in the same order, same arithmetic: the same bits.
+template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages, bool kBulk = false>
 __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
                                   kPack > kWarps ? 1 : MmaShape<kD, kRows, kDepth>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
@@ -207,6 +231,8 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   constexpr int kR = S::kR, kPartD = S::kPartD;
   constexpr bool kPacked = kPack > 0;
   static_assert(!kPacked || (S::kParts == 1 && !kCluster), "packed: one warp covers the head, split slices");
+  static_assert(!kBulk || (kPacked && kDepth > 1), "bulk copies: the packed instances' deep rings only");
+  using R = Ring<S, kBulk>;
   constexpr int kStreams = kPacked ? 1 : S::kStreams;  // key streams per (row, kv head)
   extern __shared__ __align__(128) unsigned char smem[];
   // Early copies (the cluster instance; the split instance when a.early_kv): the row's older keys are
@@ -242,13 +268,24 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   const int32_t* table = a.block_tables + (seq_ok ? static_cast<int64_t>(w.seq) * a.table_stride : 0);
   const int base0 = w.k0 + stream * kTile, stride = kStreams * kTile;
   const int n_it = base0 < w.k1 ? (w.k1 - base0 + stride - 1) / stride : 0;  // uniform over the stream
-  unsigned char* ring = smem + warp * S::kWarpBytes;
-  // Block ids of the rows this lane copies for tile `it` (-1: past the slice or invalid). Looked up one
-  // tile ahead of the copies, so the table's latency hides behind a tile of compute.
-  auto lookup = [&](int it, int(&blk)[S::kPerLane]) {
+  unsigned char* ring = smem + warp * R::kWarp;
+  // The bulk ring's mbarriers: stage i's completes a phase when tile i (+ kDepth, ...) has landed.
+  static_assert(!kBulk || kTile == 16, "bulk: lanes 0-15 copy a tile's K rows, 16-31 its V rows");
+  uint64_t* bars = kBulk ? reinterpret_cast<uint64_t*>(smem + kPack * R::kWarp) + warp * kDepth : nullptr;
+  if constexpr (kBulk) {
+    if (lane == 0)
 #pragma unroll
-    for (int i = 0; i < S::kPerLane; ++i) {
-      const int key = base0 + it * stride + (i * 32 + lane) / S::kChunks;
+      for (int i = 0; i < kDepth; ++i) mbar_init(bars + i, 1);
+    __syncwarp();
+  }
+  // Block ids of the rows this lane copies for tile `it` (-1: past the slice or invalid). Looked up one
+  // tile ahead of the copies, so the table's latency hides behind a tile of compute. Bulk: one row (key
+  // lane % 16 of the tile; lanes 0-15 copy its K row, 16-31 its V row).
+  constexpr int kLookups = kBulk ? 1 : S::kPerLane;
+  auto lookup = [&](int it, int(&blk)[kLookups]) {
+#pragma unroll
+    for (int i = 0; i < kLookups; ++i) {
+      const int key = base0 + it * stride + (kBulk ? lane & (kTile - 1) : (i * 32 + lane) / S::kChunks);
       int off = 0;
       blk[i] = it < n_it && key < w.k1 ? block_of(a, table, seq_ok, key, off) : -1;
     }
@@ -256,10 +293,35 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
   const int fresh_lo = w.sl.n_keys > 0 ? (w.sl.lo + w.sl.n_keys - 1) / a.block_size * a.block_size : 0;
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
-  auto issue = [&](int it, const int(&blk)[S::kPerLane], int which = 0) {
+  auto issue = [&](int it, const int(&blk)[kLookups], int which = 0) {
+    if constexpr (kBulk) {
+      if (it >= n_it) return;  // (the loop waits on tiles below n_it only)
+      const int row = lane & (kTile - 1), key = base0 + it * stride + row;
+      const bool is_v = lane >= kTile, copy = blk[0] >= 0;
+      unsigned char* dst = ring + (it % kDepth) * R::kStage + (is_v ? R::kMat : 0) + row * R::kPitch;
+      uint64_t* bar = bars + it % kDepth;
+      if (!copy) {  // as the cp.async instance: a visible key of an invalid block reads as NaN K and zero V,
+                    // keys past the slice as zeros (V must be finite: their P is 0)
+        const uint32_t fill = !is_v && key < w.k1 ? 0x7fc07fc0u : 0u;
+#pragma unroll
+        for (int c = 0; c < S::kChunks; ++c)
+          reinterpret_cast<uint4*>(dst)[c] = make_uint4(fill, fill, fill, fill);
+        fence_proxy_async_smem();  // before a later bulk copy into this row
+      }
+      const unsigned n_copies = __popc(__ballot_sync(kFull, copy));
+      if (lane == 0) mbar_arrive_expect_tx(bar, n_copies * S::kRowBytes);
+      __syncwarp();  // the phase expects the bytes before any copy can complete on it
+      if (copy) {
+        const int bi = a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+        const int off = key - bi * a.block_size;
+        const Bf16* src = is_v ? vc + blk[0] * a.v_s0 + off * a.v_s1 : kc + blk[0] * a.k_s0 + off * a.k_s1;
+        bulk_copy_g2s(dst, src, S::kRowBytes, bar);
+      }
+      return;
+    }
     if (it < n_it) {
-      unsigned char* ks = ring + (it % kDepth) * S::kStageBytes;
-      unsigned char* vs = ks + S::kMatBytes;
+      unsigned char* ks = ring + (it % kDepth) * R::kStage;
+      unsigned char* vs = ks + R::kMat;
 #pragma unroll
       for (int i = 0; i < S::kPerLane; ++i) {
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
@@ -282,12 +344,12 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     }
     if (which != 1) cp_async_commit_group();
   };
-  int blk[S::kPerLane];
+  int blk[kLookups];
   if (early) {
     // The first kAhead tiles' keys below the newest block before the wait (they join the first commit
     // group), that block's keys and Q after it; tile i's group is committed by issue(i, .., 2), so the
     // ring sees the same kAhead groups as the split instance.
-    int first[kAhead][S::kPerLane];
+    int first[kAhead][kLookups];
 #pragma unroll
     for (int i = 0; i < kAhead; ++i) {
       lookup(i, first[i]);
@@ -313,19 +375,32 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   uint64_t t_first = t_wait;
   for (int it = 0; it < n_it; ++it) {
-    cp_async_wait_group<(kDepth > 1 ? kDepth - 2 : 0)>();  // this lane's copies of tile `it` have landed
+    if constexpr (kBulk)
+      mbar_wait(bars + it % kDepth, (it / kDepth) & 1);  // tile `it` has landed
+    else
+      cp_async_wait_group<(kDepth > 1 ? kDepth - 2 : 0)>();  // this lane's copies of tile `it` have landed
     __syncwarp();  // ... and every other lane's; all lanes are done with tile it - 1
     if (it == 0) t_first = stamp_if(a.timing);
     if constexpr (kDepth > 1) issue(it + kAhead, blk);  // refills the stage of tile it - 1
-    int next[S::kPerLane];
+    int next[kLookups];
     lookup(it + kAhead + 1, next);  // in flight while this tile computes
-    const unsigned char* ks = ring + (it % kDepth) * S::kStageBytes;
-    const unsigned char* vs = ks + S::kMatBytes;
+    const unsigned char* ks = ring + (it % kDepth) * R::kStage;
+    const unsigned char* vs = ks + R::kMat;
+    if (kPacked && a.copy_only) {  // (diagnostics: the copies alone; uniform over the grid)
+      l[0] += 1.0f;
+      if constexpr (kDepth == 1) {
+        __syncwarp();
+        issue(it + 1, blk);
+      }
+#pragma unroll
+      for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
+      continue;
+    }
     float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
 #pragma unroll
     for (int kd = 0; kd < kPartD / 16; ++kd) {
       uint32_t b[4];  // K rows (keys 0-7 | 8-15) x dims (kd*16 + 0-7 | 8-15)
-      ldsm_x4(b, ks + swz((mi >> 1) * 8 + r8, kd * 2 + (mi & 1), S::kRowBytes));
+      ldsm_x4(b, ks + tile_at<kBulk>((mi >> 1) * 8 + r8, kd * 2 + (mi & 1), S::kRowBytes));
       mma_m16n8k16(sc[0], qa[kd], b[0], b[1]);
       mma_m16n8k16(sc[1], qa[kd], b[2], b[3]);
     }
@@ -374,7 +449,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 #pragma unroll
     for (int dp = 0; dp < kPartD / 16; ++dp) {
       uint32_t b[4];  // V rows (keys 0-7 | 8-15) x dims (dp*16 + 0-7 | 8-15), transposed
-      ldsm_x4_trans(b, vs + swz((mi & 1) * 8 + r8, dp * 2 + (mi >> 1), S::kRowBytes));
+      ldsm_x4_trans(b, vs + tile_at<kBulk>((mi & 1) * 8 + r8, dp * 2 + (mi >> 1), S::kRowBytes));
       mma_m16n8k16(o[2 * dp], ph, b[0], b[1]);
       mma_m16n8k16(o[2 * dp + 1], ph, b[2], b[3]);
       mma_m16n8k16(o[2 * dp], pl, b[0], b[1]);
@@ -385,7 +460,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       issue(it + 1, blk);
     }
 #pragma unroll
-    for (int i = 0; i < S::kPerLane; ++i) blk[i] = next[i];
+    for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
   }
   if constexpr (S::kParts > 1 && S::kStreams > 1) {
     // Barrier balance (head_dim 256: two streams of two warps). Stream 1 starts a tile later, so when the
@@ -402,7 +477,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     if (a.balance_barriers)
       for (int it = n_it; it < n_most; ++it) stream_barrier<S>(stream);  // uniform over the stream
   }
-  cp_async_wait_group<0>();
+  if constexpr (!kBulk) cp_async_wait_group<0>();  // (bulk: every issued tile was waited for)
   if constexpr (kPacked) {
     write_warp<S>(a, w, gq, tq, m, l, o);
     return;
@@ -439,7 +514,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
 // two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
 // clusters of up to kMaxCluster (16, non-portable) blocks.
-template <int kD, int kRows, bool kCluster, int kPack, int kDepth>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth, bool kBulk>
 void prepare(const void* kernel, size_t smem) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
@@ -455,11 +530,33 @@ void prepare(const void* kernel, size_t smem) {
   done.fetch_or(bit);
 }
 
-// Dynamic shared memory of an instance: a packed one holds only its warps' rings.
-template <int kD, int kRows, int kPack, int kDepth = kStages>
+// Dynamic shared memory of an instance: a packed one holds only its warps' rings (and the bulk rings'
+// mbarriers).
+template <int kD, int kRows, int kPack, int kDepth = kStages, bool kBulk = false>
 constexpr size_t smem_of() {
   using S = MmaShape<kD, kRows, kDepth>;
-  return kPack > 0 ? size_t{kPack} * S::kWarpBytes : S::kSmem;
+  using R = Ring<S, kBulk>;
+  return kPack > 0 ? size_t{kPack} * (R::kWarp + R::kBarBytes) : S::kSmem;
+}
+
+// Whether the packed instances copy with bulk copies: the testing switch, else BUNSEN_DECODE_BULK (0 / 1,
+// read once; default off until measured), and only where the loaded binary of the instance is sm_90+.
+std::atomic<int> g_bulk{0};                               // 0: BUNSEN_DECODE_BULK; 1: off; 2: on
+std::atomic<int> g_probe_depth{0}, g_probe_copy_only{0};  // set_packed_probe_for_testing
+bool bulk_wanted() {
+  const int mode = g_bulk.load();
+  if (mode != 0) return mode == 2;
+  static const bool on = env_flag("BUNSEN_DECODE_BULK", false);
+  return on;
+}
+template <class Kernel>
+bool bulk_binary_ok(Kernel kernel) {
+  static const bool ok = [kernel] {  // one per instance (a template function's static)
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(kernel)) == cudaSuccess &&
+           fa.binaryVersion >= 90;
+  }();
+  return ok;
 }
 
 // BUNSEN_DECODE_BARRIER_BALANCE=0 turns the head_dim-256 barrier balance off (read once; default on).
@@ -488,21 +585,28 @@ bool one_stage(const DecodeArgs& a) {
   return a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile;
 }
 
-template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages, bool kBulk = false>
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
+  if constexpr (kPack > 0 && !kBulk)
+    if (bulk_wanted() && bulk_binary_ok(decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>))
+      return launch_shape<kD, kRows, false, kPack, kDepth, true>(s, args, n_kv_heads);
+  if constexpr (kPack == 4 && kD == 128 && kRows == 8 && kDepth == kStages)  // (a measurement tool)
+    if (g_probe_depth.load() == 5)
+      return launch_shape<kD, kRows, false, kPack, 5, kBulk>(s, args, n_kv_heads);
   DecodeArgs a = args;
+  if constexpr (kPack > 0) a.copy_only = g_probe_copy_only.load();
   a.balance_barriers = barrier_balance() ? 1 : 0;
   a.early_kv = !kCluster && kPack == 0 && early_kv() ? 1 : 0;
-  constexpr size_t kSmem = smem_of<kD, kRows, kPack, kDepth>();
-  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack, kDepth>;
-  prepare<kD, kRows, kCluster, kPack, kDepth>(reinterpret_cast<const void*>(kernel), kSmem);
+  constexpr size_t kSmem = smem_of<kD, kRows, kPack, kDepth, kBulk>();
+  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack, kDepth, kBulk>;
+  prepare<kD, kRows, kCluster, kPack, kDepth, kBulk>(reinterpret_cast<const void*>(kernel), kSmem);
   const dim3 grid(a.n_tokens, kPack > 0 ? (n_kv_heads + kPack - 1) / kPack : n_kv_heads, a.n_splits);
   if constexpr (kPack > 0) {
     check_cuda(launch_pdl(kernel, grid, dim3(32 * kPack), kSmem, s, a), "paged_attention", [&] {
-      return strfmt("(packed flash-decoding kernel, %d warps, grid [%d, %u, %d], %zu bytes)", kPack, a.n_tokens,
-                    grid.y, a.n_splits, kSmem);
+      return strfmt("(packed flash-decoding kernel%s, %d warps, grid [%d, %u, %d], %zu bytes)",
+                    kBulk ? " (bulk copies)" : "", kPack, a.n_tokens, grid.y, a.n_splits, kSmem);
     });
   } else if constexpr (!kCluster) {
     check_cuda(launch_pdl(kernel, grid, dim3(kThreads), kSmem, s, a), "paged_attention",
@@ -592,7 +696,11 @@ bool mma_packed_ok(int64_t head_dim, int64_t group) {
 }
 
 int mma_packed_blocks_per_sm(int head_dim, int group, int warps) {
-  const size_t ring = with_shape(head_dim, group, [](auto s) { return size_t{decltype(s)::kWarpBytes}; });
+  const bool bulk = bulk_wanted();  // (a binary without sm_90 code falls back to the smaller cp.async ring)
+  const size_t ring = with_shape(head_dim, group, [bulk](auto s) {
+    using S = decltype(s);
+    return bulk ? size_t{Ring<S, true>::kWarp + Ring<S, true>::kBarBytes} : size_t{Ring<S, false>::kWarp};
+  });
   return std::max(1, static_cast<int>((227u << 10) / (ring * static_cast<size_t>(warps) + 1024)));
 }
 
@@ -614,6 +722,14 @@ void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_head
     launch_packed<4>(s, a, n_kv_heads);
   else
     launch_packed<8>(s, a, n_kv_heads);
+}
+
+void set_bulk_for_testing(int mode) {
+  g_bulk.store(mode);
+}
+void set_packed_probe_for_testing(int depth, bool copy_only) {
+  g_probe_depth.store(depth);
+  g_probe_copy_only.store(copy_only ? 1 : 0);
 }
 
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {

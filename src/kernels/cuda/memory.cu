@@ -4,6 +4,7 @@
 // Invariants: the arena only grows, and only when its stream is not capturing (it synchronises the
 // stream before freeing the old block); the maps here are never destroyed, so nothing is freed after
 // the CUDA runtime has shut down at process exit.
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -32,8 +33,17 @@ std::string heads_desc(const char* name, const DevHeads& h) {
 
 // ---- DeviceBuffer ----
 
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}  // namespace
+
+uint64_t DeviceBuffer::allocations() {
+  return g_allocations.load();
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) {
   if (bytes == 0) return;
+  g_allocations.fetch_add(1);
   check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc", [&] { return strfmt("of %zu bytes", bytes); });
   size_ = bytes;
 }

@@ -1,8 +1,9 @@
 // Warp-level tensor-core primitives shared by the mma.sync attention kernels (attention_decode_mma.cu,
 // attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16 MMA with f32
 // accumulation, and the 16-byte cp.async copies into shared memory (plain and zero-filling; also used by
-// gemv_qmma.cu's tiled kernel). Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers).
-// Invariants: device-only, inlined; p / dst point into shared memory.
+// gemv_qmma.cu's tiled kernel), and sm_90 bulk copies with their mbarriers. Not a kernel, and not the
+// quantized GEMV's MMA (gemv_qmma.cu feeds separate registers). Invariants: device-only, inlined; p / dst
+// point into shared memory.
 #pragma once
 #include <cstdint>
 
@@ -28,6 +29,65 @@ __device__ __forceinline__ void cp_async_commit_group() {
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Bulk copies (the TMA's non-tensor form: one instruction moves a contiguous run of 16-byte multiples from
+// global to shared memory) that complete on an mbarrier, with the mbarrier primitives they need. sm_90+:
+// older targets compile them to a trap, and the host launches the kernels that use them only where
+// bulk_copy_kernel_ok() says the loaded binary is sm_90+.
+__device__ __forceinline__ void mbar_init(void* bar, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the async proxy
+#else
+  __trap();
+#endif
+}
+// One arrival that also expects `bytes` more of bulk-copy completions in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(void* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// Returns once the phase of parity `parity` has completed (its arrivals and bytes are in).
+__device__ __forceinline__ void mbar_wait(void* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (done == 0);
+#else
+  __trap();
+#endif
+}
+// bytes (a multiple of 16; src and dst 16-byte aligned) global -> shared, completing on bar's current phase.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, void* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// Orders this thread's earlier generic-proxy shared-memory writes before later bulk copies (async proxy) into
+// the same memory, once a barrier has passed between them.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 
 // Four 8x8 b16 matrices; lane l addresses row l % 8 of matrix l / 8 and receives, of each matrix, row
