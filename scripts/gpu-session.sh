@@ -173,8 +173,9 @@ bulk() {  # the packed decode attention's bulk copies: tests, sanitizer, bench, 
   snap
 }
 serve_bulk() {  # 64 streams, the packed decode attention with cp.async copies, then with bulk copies
-  BUNSEN_DECODE_BULK=0 TAG=_cpasync serve_run 64 "greedy:9"
-  BUNSEN_DECODE_BULK=1 TAG=_bulk serve_run 64 "greedy:10"
+  local s=${BULK_SEED:-9}  # prompt seeds s and s + 1 (another pair for a second round)
+  BUNSEN_DECODE_BULK=0 TAG=_cpasync$s serve_run 64 "greedy:$s"
+  BUNSEN_DECODE_BULK=1 TAG=_bulk$s serve_run 64 "greedy:$((s + 1))"
 }
 
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
