@@ -701,8 +701,8 @@ void set_attention_decode_bulk_for_testing(int mode) {
   decode::set_bulk_for_testing(mode);
 }
 
-void set_attention_decode_packed_probe_for_testing(int depth, bool copy_only) {
-  decode::set_packed_probe_for_testing(depth, copy_only);
+void set_attention_decode_packed_depth_for_testing(int depth) {
+  decode::set_packed_depth_for_testing(depth);
 }
 
 bool decode_attention_ok(const DevAttention& at) {

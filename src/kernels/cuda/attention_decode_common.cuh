@@ -60,9 +60,6 @@ struct DecodeArgs : PagedArgs {
   // decode_timing.cuh; null in production. timing_layer: which layer's launch (the host's ordinal).
   TimingBuffer* timing = nullptr;
   int timing_layer = 0;
-  // Diagnostics only (set_attention_decode_packed_probe_for_testing): the packed instances stream their tiles
-  // but skip the arithmetic on them (the output is meaningless): how fast the copies alone go.
-  int copy_only = 0;
 };
 
 // The visible key range [lo, lo + n_keys) of a query at `pos` and how it is sliced. Every slice below
@@ -352,8 +349,8 @@ int mma_packed_blocks_per_sm(int head_dim, int group, int warps);  // shared mem
 // Whether its packed instances copy key rows with bulk copies (set_attention_decode_bulk_for_testing).
 void set_bulk_for_testing(int mode);
 // The packed instance of head_dim 128, <= 8 heads per kv head, 4 warps with a ring of `depth` stages (3: the
-// default; 5) and, when copy_only, a.copy_only set: a measurement tool (the attention bench).
-void set_packed_probe_for_testing(int depth, bool copy_only);
+// default; 5): a measurement tool (the attention bench).
+void set_packed_depth_for_testing(int depth);
 int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);

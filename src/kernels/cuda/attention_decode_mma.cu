@@ -387,16 +387,6 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     lookup(it + kAhead + 1, next);  // in flight while this tile computes
     const unsigned char* ks = ring + (it % kDepth) * R::kStage;
     const unsigned char* vs = ks + R::kMat;
-    if (kPacked && a.copy_only) {  // (diagnostics: the copies alone; uniform over the grid)
-      l[0] += 1.0f;
-      if constexpr (kDepth == 1) {
-        __syncwarp();
-        issue(it + 1, blk);
-      }
-#pragma unroll
-      for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
-      continue;
-    }
     float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
 #pragma unroll
     for (int kd = 0; kd < kPartD / 16; ++kd) {
@@ -543,7 +533,7 @@ constexpr size_t smem_of() {
 // Whether the packed instances copy with bulk copies: the testing switch, else BUNSEN_DECODE_BULK (0 / 1,
 // read once; default off until measured), and only where the loaded binary of the instance is sm_90+.
 std::atomic<int> g_bulk{0};                               // 0: BUNSEN_DECODE_BULK; 1: off; 2: on
-std::atomic<int> g_probe_depth{0}, g_probe_copy_only{0};  // set_packed_probe_for_testing
+std::atomic<int> g_probe_depth{0};                        // set_packed_depth_for_testing
 bool bulk_wanted() {
   const int mode = g_bulk.load();
   if (mode != 0) return mode == 2;
@@ -597,7 +587,6 @@ void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
     if (g_probe_depth.load() == 5)
       return launch_shape<kD, kRows, false, kPack, 5, kBulk>(s, args, n_kv_heads);
   DecodeArgs a = args;
-  if constexpr (kPack > 0) a.copy_only = g_probe_copy_only.load();
   a.balance_barriers = barrier_balance() ? 1 : 0;
   a.early_kv = !kCluster && kPack == 0 && early_kv() ? 1 : 0;
   constexpr size_t kSmem = smem_of<kD, kRows, kPack, kDepth, kBulk>();
@@ -728,9 +717,8 @@ void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_head
 void set_bulk_for_testing(int mode) {
   g_bulk.store(mode);
 }
-void set_packed_probe_for_testing(int depth, bool copy_only) {
+void set_packed_depth_for_testing(int depth) {
   g_probe_depth.store(depth);
-  g_probe_copy_only.store(copy_only ? 1 : 0);
 }
 
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {

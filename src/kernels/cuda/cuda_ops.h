@@ -302,11 +302,10 @@ void set_attention_flash_decode_for_testing(bool on);  // large decode batches o
 void set_attention_prefill_kernel_for_testing(int kernel);  // 0 = default (BUNSEN_FLASH_PREFILL; fa2b), 1 = WMMA, 2 = mma.sync, 3 = fa2b
 void set_prefill_splits_for_testing(int n_splits);  // fa2b split-KV: 0 = from the shapes, 1 = never, n = n slices
 void set_attention_decode_batched_for_testing(int mode);  // packed decode kernel: 0 = BUNSEN_DECODE_BATCHED (unset: by shape), 1 = never, 2 = 4 warps, 3 = 8 warps
+// The packed decode kernel's copies: 0 = BUNSEN_DECODE_BULK, 1 = cp.async, 2 = bulk copies (sm_90).
 void set_attention_decode_bulk_for_testing(int mode);
-// Measurement tool: the packed decode kernel (head_dim 128, <= 8 heads per kv head, 4 warps) with a ring of
-// `depth` stages (0 or 3: default; 5) and, when copy_only, its arithmetic skipped (meaningless output).
-void set_attention_decode_packed_probe_for_testing(
-    int depth, bool copy_only);  // packed decode kernel's copies: 0 = BUNSEN_DECODE_BULK, 1 = cp.async, 2 =
-                                 // bulk copies (sm_90)
+// Measurement tool: the packed decode kernel's instance of head_dim 128, <= 8 heads per kv head, 4 warps with
+// a ring of `depth` stages (0 or 3: the default; 5).
+void set_attention_decode_packed_depth_for_testing(int depth);
 
 }  // namespace bunsen::kernels::cuda
