@@ -4,11 +4,13 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8 (default: tests table serve
-# trace8).
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8
+# (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
+# table serve.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
+# bulk ~2-3.5, serve_bulk ~2,
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
 # trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
 # 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
@@ -156,15 +158,15 @@ attn() {  # the decode attention path by shape: the cluster default (<= 2 rows x
   ab ab_26b_attn "--synthetic gemma4-26b-a4b --quant 4" default: split:BUNSEN_DECODE_ATTN=split
 }
 
-bulk() {  # the packed decode attention's bulk copies: tests, sanitizer, bench, 64-stream serving A/B
-  timeout 150 "$G/test_cuda" --gtest_filter='Variants/CudaDecodeTest.*' >"$R/bulk_tests.txt" 2>&1
-  echo "decode tests rc=$?: $(grep -c '^\[       OK' "$R/bulk_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/bulk_tests.txt") failed"
+bulk() {  # the packed decode attention's bulk copies: tests (the bulk parameters 5 and 6), bench, sanitizer
+  timeout "${BULK_T:-200}" "$G/test_cuda" --gtest_filter='Variants/CudaDecodeTest.*/5:Variants/CudaDecodeTest.*/6' \
+    >"$R/bulk_tests.txt" 2>&1
+  echo "bulk decode tests rc=$?: $(grep -c '^\[       OK' "$R/bulk_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/bulk_tests.txt") failed"
   grep -h '^\[  FAILED' "$R/bulk_tests.txt" | sort -u | head -10
-  BUNSEN_BENCH_ATTENTION=1 timeout 200 "$G/test_cuda" --gtest_filter='*DecodeAttentionBenchBatched*' \
-    >"$R/bulk_bench.txt" 2>&1
-  echo "bench rc=$?"
-  grep -E 'batch +(64|256) ctx +(1024|4096) (packed|packed8|packed/bulk|packed8/bulk|packed/hnd|packed/bulk/hnd|chosen) ' \
-    "$R/bulk_bench.txt"
+  BUNSEN_BENCH_ATTENTION=1 timeout 120 "$G/test_cuda" --gtest_filter='*DecodeAttentionBenchPackedProbe*' \
+    >"$R/bulk_probe.txt" 2>&1
+  echo "probe rc=$?"
+  grep 'decode attention' "$R/bulk_probe.txt"
   snap
   SANITIZE_ONLY=decode_packed_bulk SANITIZE_BUDGET=120 bash scripts/sanitize.sh "$G" "$R/sanitize" \
     >"$R/sanitize_bulk.txt" 2>&1
