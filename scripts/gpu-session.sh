@@ -222,9 +222,14 @@ serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle 
   snap
 }
 
-serve_mbt() {  # 64 streams with larger steps (--max-num-batched-tokens 4096, 8192; the default is 2048)
-  SERVE_ARGS="--max-num-batched-tokens 4096" TAG=_mbt4096 serve_run 64 "greedy:4"
-  SERVE_ARGS="--max-num-batched-tokens 8192" TAG=_mbt8192 serve_run 64 "greedy:5"
+serve_mbt() {  # 64 streams with other step budgets: --max-num-batched-tokens each of MBT (default "512 1024";
+  # the server's default is 2048; 4096 and 8192 measured no gain on the H200). Smaller steps spread a wave's
+  # prompts over more steps, so more decode rows ride in prefill steps (see docs/PERFORMANCE.md, nineteenth session).
+  local seed=4 n
+  for n in ${MBT:-512 1024}; do
+    SERVE_ARGS="--max-num-batched-tokens $n" TAG=_mbt$n serve_run 64 "greedy:$seed"
+    seed=$((seed + 1))
+  done
 }
 
 serve_b8() {  # 64 streams with the packed decode attention's 8-warp blocks (BUNSEN_DECODE_BATCHED=8)
