@@ -14,7 +14,8 @@
 // before it (the cluster path copies older keys before its programmatic-dependent-launch wait). Parameters 3
 // and 4 run every scenario on the packed tensor-core kernel of batched steps (one kv head per warp, blocks of
 // 4 or 8 warps; shapes it does not take keep the split path), plus batches of several shapes and slice
-// counts against the reference.
+// counts against the reference; parameters 5 and 6 the same with the packed kernel's bulk copies (sm_90),
+// which must give the cp.async kernel's bits.
 #include <cuda_runtime.h>
 
 #include <cstring>

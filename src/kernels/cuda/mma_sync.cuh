@@ -34,7 +34,7 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // Bulk copies (the TMA's non-tensor form: one instruction moves a contiguous run of 16-byte multiples from
 // global to shared memory) that complete on an mbarrier, with the mbarrier primitives they need. sm_90+:
 // older targets compile them to a trap, and the host launches the kernels that use them only where
-// bulk_copy_kernel_ok() says the loaded binary is sm_90+.
+// bulk_binary_ok() (attention_decode_mma.cu) says the loaded binary is sm_90+.
 __device__ __forceinline__ void mbar_init(void* bar, unsigned count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
