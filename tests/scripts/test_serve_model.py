@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""scripts/serve_model.py (a step-cost model of closed-loop serving) on cases whose answer is known by hand:
+one request is one prefill step plus gen - 1 decode steps, every request's tokens are counted once, a budget
+smaller than the prompt chunks it, clients send their next request only when the last ends, and bad
+arguments are refused."""
+import importlib.util
+import os
+import subprocess
+import sys
+import unittest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "serve_model.py")
+spec = importlib.util.spec_from_file_location("serve_model", SCRIPT)
+model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model)
+
+
+class ServeModel(unittest.TestCase):
+    def test_one_request_is_one_prefill_step_then_decode_steps(self):
+        r = model.simulate(2048, 1, 1, 1024, 256, "h100", 0.5)
+        self.assertEqual(r["steps"], 256)  # the prompt's step samples token 1; 255 decode steps follow
+        self.assertAlmostEqual(r["output_tok_s"] * r["seconds"], 256)
+        self.assertEqual(r["decode_rows_in_prefill_steps"], 0.0)
+
+    def test_a_small_budget_chunks_the_prompt(self):
+        r = model.simulate(256, 1, 1, 1024, 8, "h100", 0.5)
+        self.assertEqual(r["steps"], 4 + 7)  # 4 chunks of 256, then 7 decode steps
+
+    def test_closed_loop_counts_every_request_once(self):
+        for mbt in (512, 2048):
+            r = model.simulate(mbt, 4, 10, 100, 20, "h200", 0.5)
+            self.assertAlmostEqual(r["output_tok_s"] * r["seconds"], 10 * 20)
+        # one stream: the requests run one after another, so ten requests take ten times one request's steps
+        one = model.simulate(2048, 1, 1, 100, 20, "h100", 0.5)
+        ten = model.simulate(2048, 1, 10, 100, 20, "h100", 0.5)
+        self.assertEqual(ten["steps"], 10 * one["steps"])
+
+    def test_decode_rows_ride_in_prefill_steps_only_with_several_streams(self):
+        r = model.simulate(512, 8, 16, 1024, 64, "h100", 0.5)
+        self.assertGreater(r["decode_rows_in_prefill_steps"], 0.0)
+        self.assertLessEqual(r["decode_rows_in_prefill_steps"], 1.0)
+
+    def test_bad_arguments_are_refused(self):
+        p = subprocess.run([sys.executable, SCRIPT, "--mbt", "0"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("must be positive", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
