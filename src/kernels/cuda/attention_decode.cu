@@ -697,14 +697,6 @@ void set_attention_decode_batched_for_testing(int mode) {
   g_batched.store(mode);
 }
 
-void set_attention_decode_bulk_for_testing(int mode) {
-  decode::set_bulk_for_testing(mode);
-}
-
-void set_attention_decode_packed_depth_for_testing(int depth) {
-  decode::set_packed_depth_for_testing(depth);
-}
-
 bool decode_attention_ok(const DevAttention& at) {
   const DevCache& c = at.cache;
   const int64_t hd = at.q.head_dim;

@@ -346,11 +346,6 @@ void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_hea
 bool mma_packed_ok(int64_t head_dim, int64_t group);
 void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps);
 int mma_packed_blocks_per_sm(int head_dim, int group, int warps);  // shared memory bound
-// Whether its packed instances copy key rows with bulk copies (set_attention_decode_bulk_for_testing).
-void set_bulk_for_testing(int mode);
-// The packed instance of head_dim 128, <= 8 heads per kv head, 4 warps with a ring of `depth` stages (3: the
-// default; 5): a measurement tool (the attention bench).
-void set_packed_depth_for_testing(int depth);
 int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a block
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);

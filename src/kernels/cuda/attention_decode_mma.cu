@@ -35,6 +35,7 @@
 
 #include "core/env.h"
 #include "kernels/cuda/attention_decode_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mma_sync.cuh"
 
 namespace bunsen::kernels::cuda::decode {
@@ -532,20 +533,18 @@ constexpr size_t smem_of() {
 
 // Whether the packed instances copy with bulk copies: the testing switch, else BUNSEN_DECODE_BULK (0 / 1,
 // read once; default off until measured), and only where the loaded binary of the instance is sm_90+.
-std::atomic<int> g_bulk{0};                               // 0: BUNSEN_DECODE_BULK; 1: off; 2: on
-std::atomic<int> g_probe_depth{0};                        // set_packed_depth_for_testing
+std::atomic<int> g_bulk{0};  // set_attention_decode_bulk_for_testing: 0 BUNSEN_DECODE_BULK; 1 off; 2 on
+std::atomic<int> g_probe_depth{0};  // set_attention_decode_packed_depth_for_testing
 bool bulk_wanted() {
   const int mode = g_bulk.load();
   if (mode != 0) return mode == 2;
   static const bool on = env_flag("BUNSEN_DECODE_BULK", false);
   return on;
 }
-template <class Kernel>
-bool bulk_binary_ok(Kernel kernel) {
+bool bulk_binary_ok(const void* kernel) {
   static const bool ok = [kernel] {  // once per process: the file's instances share their targets
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(kernel)) == cudaSuccess &&
-           fa.binaryVersion >= 90;
+    return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90;
   }();
   return ok;
 }
@@ -581,7 +580,8 @@ void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
-    if (bulk_wanted() && bulk_binary_ok(decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>))
+    if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
+                             decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
       return launch_shape<kD, kRows, false, kPack, kDepth, true>(s, args, n_kv_heads);
   if constexpr (kPack == 4 && kD == 128 && kRows == 8 && kDepth == kStages)  // (a measurement tool)
     if (g_probe_depth.load() == 5)
@@ -714,13 +714,6 @@ void launch_decode_mma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_head
     launch_packed<8>(s, a, n_kv_heads);
 }
 
-void set_bulk_for_testing(int mode) {
-  g_bulk.store(mode);
-}
-void set_packed_depth_for_testing(int depth) {
-  g_probe_depth.store(depth);
-}
-
 void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_heads) {
   if (a.n_splits < 1 || a.n_splits > kMaxCluster)
     throw Error("cuda", strfmt("paged_attention: cluster decode needs 1..%d slices per row, got %d", kMaxCluster,
@@ -729,3 +722,15 @@ void launch_decode_mma_cluster(cudaStream_t s, const DecodeArgs& a, int n_kv_hea
 }
 
 }  // namespace bunsen::kernels::cuda::decode
+
+namespace bunsen::kernels::cuda {
+
+void set_attention_decode_bulk_for_testing(int mode) {
+  decode::g_bulk.store(mode);
+}
+
+void set_attention_decode_packed_depth_for_testing(int depth) {
+  decode::g_probe_depth.store(depth);
+}
+
+}  // namespace bunsen::kernels::cuda
