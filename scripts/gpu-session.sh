@@ -4,13 +4,14 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_sanitize,
+# trace, trace8
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
 # table serve.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
-# bulk ~2-3.5, serve_bulk ~2,
+# bulk ~2-3.5, serve_bulk ~2, fused ~3,
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
 # trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
 # 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
@@ -180,6 +181,28 @@ serve_bulk() {  # 64 streams, the packed decode attention with cp.async copies, 
   BUNSEN_DECODE_BULK=1 TAG=_bulk$s serve_run 64 "greedy:$((s + 1))"
 }
 
+fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then batch-1 decode A/B, 1B and 8B
+  timeout "${FUSED_T:-120}" "$G/test_cuda" --gtest_filter='*FusedDecode*' >"$R/fused_tests.txt" 2>&1
+  local rc=$?
+  echo "fused tests rc=$rc: $(grep -c '^\[       OK' "$R/fused_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/fused_tests.txt") failed"
+  grep -E '^\[  FAILED|^\[ fused|Failure|Expected|Which is|row [0-9]' "$R/fused_tests.txt" | head -30
+  snap
+  [ $rc = 124 ] && return 1  # a hang: no A/B
+  # the timing experiments (wrong results): no attention phase, no barrier waits, neither
+  local x=BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_DEBUG
+  AB_T=${AB_T:-150} ab ab_1b_fused "--synthetic llama3.2-1b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
+    noattn:$x=1 nobar:$x=2 neither:$x=3
+  AB_T=${AB_T:-150} ab ab_8b_fused "--synthetic llama3.1-8b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
+    noattn:$x=1 nobar:$x=2
+}
+fused_sanitize() {  # memcheck + racecheck of the persistent decode step
+  SANITIZE_ONLY=decode_fused_step SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} bash scripts/sanitize.sh "$G" "$R/sanitize" \
+    >"$R/sanitize_fused.txt" 2>&1
+  echo "sanitize rc=$?"
+  tail -4 "$R/sanitize_fused.txt"
+  snap
+}
+
 sanitize() {  # memcheck + racecheck of the kernels built without a GPU
   SANITIZE_ONLY=${SANITIZE_ONLY:-gemv_q8_f16} SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} \
     bash scripts/sanitize.sh "$G" "$R/sanitize" >"$R/sanitize.txt" 2>&1
@@ -327,12 +350,14 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | trace | trace8)
+      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_sanitize | trace | \
+      trace8)
       $stage
       ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, trace, trace8)" >&2
+        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_sanitize, trace," \
+        "trace8)" >&2
       exit 2
       ;;
   esac

@@ -53,6 +53,8 @@ cases=(
   "memcheck racecheck;decode_mixed_cluster;$D.MixedLengthsGqaAndHeadDims/2;-;-;clean"
   "memcheck racecheck;decode_mixed_packed;$D.MixedLengthsGqaAndHeadDims/3:$D.MixedLengthsGqaAndHeadDims/4;-;-;clean"
   "memcheck racecheck;decode_packed_bulk;$D.MixedLengthsGqaAndHeadDims/5:$D.MixedLengthsGqaAndHeadDims/6:$D.InvalidBlockIdPoisonsOnlyItsRow/5;-;-;clean"
+  # The persistent decode step (decode_mega.cu) over the llama golden fixtures (head_dim 16, 1-4 layers).
+  "memcheck racecheck;decode_fused_step;CudaTest.FusedDecodeStepMatchesThePerOpStepOnTheLlamaFixtures;-;-;clean"
   "memcheck racecheck;decode_wide_256_512;$D.WideHeadsAndLargeGroups/0:$D.WideHeadsAndLargeGroups/2;-;-;clean"
   "memcheck racecheck;decode_gemma4_f32;$D.Gemma4ShapesF32Out/0;-;-;clean"
   "memcheck racecheck;decode_fused_combine;$D.FusedCombineAcrossContextsAndSliceCounts/0;-;-;clean"

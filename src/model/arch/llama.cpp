@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/status.h"
+#include "kernels/decode_fused.h"
 #include "model/layers.h"
 #include "model/residual.h"
 
@@ -70,12 +71,15 @@ class LlamaLike final : public Model {
 
  private:
   // Workspace tensors of one step, in allocation order: x, xo and x2 f32, the rest in act_dtype_.
-  static constexpr size_t kBuffers = 12;
+  static constexpr size_t kBuffers = 13;
   std::array<WorkspaceSpec, kBuffers> buffer_specs(int64_t n, int64_t n_out) const {
     const int64_t q_dim = cfg_.n_heads * cfg_.head_dim, kv_dim = cfg_.n_kv_heads * cfg_.head_dim;
     const int64_t d = cfg_.d_model, f = cfg_.d_ff;
     const DType a = act_dtype_, f32 = DType::kF32;
-    // x, h, q, k, v, attn, proj, gate, up, act, xo, x2 (the residual's second buffer on fused-norm steps)
+    // x, h, q, k, v, attn, proj, gate, up, act, xo, x2 (the residual's second buffer on fused-norm steps),
+    // the fused decode step's scratch (CUDA)
+    const int64_t fused =
+        a == DType::kBF16 ? kernels::fused_decode_scratch_floats(cfg_.n_heads, cfg_.head_dim) : 0;
     return {WorkspaceSpec{f32, n, d},
             {a, n, d},
             {a, n, q_dim},
@@ -87,7 +91,8 @@ class LlamaLike final : public Model {
             {a, n, f},
             {a, n, f},
             {f32, n_out, d},
-            {f32, n, d}};
+            {f32, n, d},
+            {f32, fused > 0 ? 1 : 0, fused}};
   }
 
   void load();
@@ -95,6 +100,7 @@ class LlamaLike final : public Model {
                        const kernels::AddRmsNorm* pre);
   void mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tensor out, const kernels::AddRmsNorm* pre);
   void update_dynamic_rope(const StepBatch& b);
+  bool fused_decode(const ForwardArgs& a, Tensor x, Tensor scratch);
 
   ModelConfig cfg_;
   WeightStore weights_;
@@ -209,6 +215,46 @@ void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tenso
   gated_mlp(ctx, l.gate, l.up, l.down, h, out, act_, gate_, up_, kernels::GluAct::kSilu, pre);
 }
 
+// A one-token CUDA step runs every layer in one launch (kernels::decode_layers_fused) where it applies:
+// BUNSEN_DECODE_FUSED=1, no hook, bf16 projections without biases or q/k norms, full attention, a static
+// RoPE table. Returns false (nothing done) otherwise.
+bool LlamaLike::fused_decode(const ForwardArgs& a, Tensor x, Tensor scratch) {
+  const StepBatch& b = *a.batch;
+  if (!kernels::fused_decode_enabled() || a.hook != nullptr || !x.device.is_cuda() || b.n_tokens() != 1 ||
+      b.n_single != 1 || scratch.empty() || cfg_.rope.type == RopeType::kDynamic)
+    return false;
+  std::vector<kernels::FusedDecodeLayer> ls;
+  ls.reserve(layers_.size());
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      if (p->quantized() || !p->b.empty()) return false;
+    if (!l.q_norm.empty() || l.attn.sliding_window != 0 || l.attn.softcap != 0.0f) return false;
+    ls.push_back({l.q.w, l.k.w, l.v.w, l.o.w, l.gate.w, l.up.w, l.down.w, l.in_norm, l.post_norm, a.kv[i],
+                  cfg_.use_rope[i]});
+  }
+  kernels::FusedDecodeStep s;
+  s.layers = ls;
+  s.x = x;
+  s.q = q_;
+  s.k = k_;
+  s.v = v_;
+  s.attn = attn_;
+  s.act = act_;
+  s.scratch = scratch;
+  s.positions = b.positions;
+  s.slot_mapping = b.slot_mapping;
+  s.block_tables = b.block_tables;
+  s.rope = {rope_.inv_freq.data(), rope_.rotary_dim, rope_.attention_scaling};
+  s.eps = static_cast<float>(cfg_.rms_norm_eps);
+  s.residual = static_cast<float>(cfg_.residual_multiplier);
+  s.scale = layers_.empty() ? 1.0f : layers_[0].attn.scale;
+  s.n_heads = static_cast<int>(cfg_.n_heads);
+  s.n_kv_heads = static_cast<int>(cfg_.n_kv_heads);
+  s.head_dim = static_cast<int>(cfg_.head_dim);
+  return kernels::decode_layers_fused(*a.ctx, s);
+}
+
 void LlamaLike::forward(const ForwardArgs& a) {
   const StepBatch& b = *a.batch;
   kernels::Context& ctx = *a.ctx;
@@ -231,28 +277,32 @@ void LlamaLike::forward(const ForwardArgs& a) {
   if (a.hook) a.hook->on("embed", -1, x);
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);
-  // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
-  // post-attention norm); only the last layer's MLP output is a plain add. With norms_in_projections (decode
-  // steps without a hook, kernels::fused_norm_enabled()) the add and norm run inside the projection that
-  // reads them (model::Residual: the GEMV's prologue on CUDA); elsewhere add_rms_norm updates x in place.
-  // On by default where q/k/v take the rope fold (no q/k norms): H200 1B +1.1 %, 8B +0.0 %; Qwen3's q/k-norm
-  // layers (plain q/k/v launch) measured -1.6 % on the 8B shape.
-  const bool by_default = x.device.is_cuda() && !layers_.empty() && layers_[0].q_norm.empty();
-  Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n, by_default), eps, residual);
-  if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
-  const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    Layer& l = layers_[i];
-    l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
-    attention_block(a, l, a.kv[i], h, proj, pre);
-    mlp_block(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
-    if (i + 1 < layers_.size())
-      pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
-    else
-      kernels::add_scaled(ctx, res.x(), proj, residual);
-    if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
+  Tensor x_last = x;  // the residual stream leaving the last layer
+  if (!fused_decode(a, x, t[12])) {
+    // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
+    // post-attention norm); only the last layer's MLP output is a plain add. With norms_in_projections
+    // (decode steps without a hook, kernels::fused_norm_enabled()) the add and norm run inside the projection
+    // that reads them (model::Residual: the GEMV's prologue on CUDA); elsewhere add_rms_norm updates x in
+    // place. On by default where q/k/v take the rope fold (no q/k norms): H200 1B +1.1 %, 8B +0.0 %; Qwen3's
+    // q/k-norm layers (plain q/k/v launch) measured -1.6 % on the 8B shape.
+    const bool by_default = x.device.is_cuda() && !layers_.empty() && layers_[0].q_norm.empty();
+    Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n, by_default), eps, residual);
+    if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
+    const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      Layer& l = layers_[i];
+      l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
+      attention_block(a, l, a.kv[i], h, proj, pre);
+      mlp_block(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
+      if (i + 1 < layers_.size())
+        pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
+      else
+        kernels::add_scaled(ctx, res.x(), proj, residual);
+      if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
+    }
+    x_last = res.x();
   }
-  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
+  kernels::gather_rows(ctx, xo, x_last, b.logit_rows);
   const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);

@@ -1,0 +1,622 @@
+// The persistent batch-1 decode step (decode_mega.h): one block per SM runs every layer of a llama-like
+// model for one token. Why: at batch 1 the per-op kernels leave the memory idle between launches (each
+// phase after the q/k/v GEMV is a dependent round trip of 2-3.5 us, docs/PERFORMANCE.md), while the
+// weights, ~all of the bytes, depend on nothing. Here a producer warp per block copies the block's weight
+// rows of every projection of every layer, in the order the block consumes them, into a ring of 16 KB
+// stages (cp.async.bulk onto a per-stage mbarrier), and only stops when the ring is full; the 8 consumer
+// warps wait for the grid-wide barrier of each phase (q/k/v -> attention -> o -> gate/up -> down) and find
+// the next phase's weights already landed.
+// Phases of a layer (tasks dealt round-robin over the blocks, blockIdx.x first):
+//   A q/k/v: h = bf16(rms_norm(x) * in_norm) computed by every block into shared memory; rows of [q; k; v]
+//     -> bf16 q/k/v buffers.
+//   B attention: (kv head, key slice) tasks; q and the new key rotated (rope_math.cuh's rotation), the new
+//     key and value written into the paged cache by the slice that holds the position; per q head the
+//     slice's (max, sum, unnormalised acc) into `partials`.
+//     The block that finishes a kv head's last slice merges its q heads' slices into bf16 attn (a counter
+//     per layer and kv head), so no grid barrier separates the slices from the merge.
+//   C o-projection: x[row] += bf16(o . attn) * residual (each row owned by one task).
+//   D gate/up: h = bf16(rms_norm(x) * post_norm); act = bf16(silu(gate . h) * (up . h)).
+//   E down: x[row] += bf16(down . act) * residual.
+// Work split: a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in P
+// stages of kc columns (rows over 16 KB); warp w of a block owns the block's tasks w, w + 8, ..., so a row's
+// sum stays in one warp (lane partials, then a butterfly) and no stage needs a block synchronisation. Every
+// output's summation order depends on the shapes and the grid size only, not on timing (not bit-identical
+// to the per-op kernels: different orders).
+// Invariants: grid = SM count, one block per SM (the shared-memory ring enforces it), so every block is
+// resident and the spin barriers cannot deadlock; data another block wrote in this launch is read with
+// ld.global.cg (L2), never through L1 or the non-coherent path; the producer never waits on a phase
+// barrier (weights are read-only), only on its ring's free slots.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/status.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/decode_mega.h"
+#include "kernels/cuda/mma_sync.cuh"
+#include "kernels/cuda/rope_math.cuh"
+
+namespace bunsen::kernels::cuda {
+namespace {
+
+constexpr int kConsumerWarps = 8;
+constexpr int kConsumers = 32 * kConsumerWarps;
+constexpr int kThreads = kConsumers + 32;  // + the producer warp
+constexpr int kStageBytes = 16384;
+constexpr int kMaxStages = 16;
+constexpr int kMaxRows = 64;  // rows per stage (all matrices)
+
+// Shared-memory scratch besides the ring and the input vector.
+struct Scratch {
+  float red[kConsumerWarps];  // block reductions
+  int last;                   // attention: this block finished a kv head's last slice
+  int pad[kConsumerWarps - 1];
+};
+
+__device__ __forceinline__ void consumer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(void* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Grid-wide barrier over the consumers of every block: arrivals count up through the step.
+__device__ __forceinline__ void grid_arrive(unsigned* sync) {
+  consumer_sync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(sync, 1u);
+  }
+}
+__device__ __forceinline__ void grid_wait(const unsigned* sync, unsigned target) {
+  if (threadIdx.x == 0)
+    while (ld_acquire(sync) < target) __nanosleep(32);
+  consumer_sync();
+}
+
+__device__ __forceinline__ float bf(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+__device__ __forceinline__ void unpack8(const uint4 u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// The geometry of one projection phase's stages (the producer and the consumers derive the same one).
+struct Geo {
+  int M, rows, K, nr, P, kc, ntasks;
+};
+
+enum Phase { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
+
+__device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
+  Geo g;
+  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
+  g.M = ph == kGateUp ? 2 : 1;
+  g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
+  g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
+  const int row_bytes = g.M * g.K * 2;
+  if (row_bytes <= kStageBytes) {
+    g.P = 1;
+    g.kc = g.K;
+    g.nr = min(kStageBytes / row_bytes, kMaxRows / g.M);
+  } else {
+    const int p = (row_bytes + kStageBytes - 1) / kStageBytes;
+    g.kc = ((g.K + p - 1) / p + 7) / 8 * 8;
+    g.P = (g.K + g.kc - 1) / g.kc;
+    g.nr = 1;
+  }
+  g.ntasks = (g.rows + g.nr - 1) / g.nr;
+  return g;
+}
+
+// Row r of the phase's matrix m (q/k/v rows are one virtual matrix [q; k; v]).
+__device__ __forceinline__ const Bf16* row_ptr(const MegaArgs& a, const MegaLayer& L, int ph, int m, int r,
+                                               int K) {
+  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
+  const void* w;
+  if (ph == kQkv) {
+    if (r < qd) {
+      w = L.w[0];
+    } else if (r < qd + kvd) {
+      w = L.w[1];
+      r -= qd;
+    } else {
+      w = L.w[2];
+      r -= qd + kvd;
+    }
+  } else {
+    w = ph == kO ? L.w[3] : ph == kDown ? L.w[6] : L.w[4 + m];
+  }
+  return static_cast<const Bf16*>(w) + static_cast<int64_t>(r) * K;
+}
+
+struct Ring {
+  char* base;
+  uint64_t* full;
+  uint64_t* empty;
+  int n;
+};
+
+// The producer: every stage of every projection this block consumes, in consumption order.
+__device__ void produce(const MegaArgs& a, const Ring& ring) {
+  int stage = 0;
+  unsigned parity = 0;
+  for (int l = 0; l < a.n_layers; ++l) {
+    const MegaLayer& L = a.layers[l];
+    for (int ph = 0; ph < 4; ++ph) {
+      const Geo g = geo(a, ph);
+      for (int t = blockIdx.x; t < g.ntasks; t += gridDim.x) {
+        const int r0 = t * g.nr, nrt = min(g.nr, g.rows - r0);
+        for (int p = 0; p < g.P; ++p) {
+          const int len = min(g.kc, g.K - p * g.kc);
+          mbar_wait(&ring.empty[stage], parity ^ 1u);
+          mbar_arrive_expect_tx(&ring.full[stage], static_cast<unsigned>(g.M * nrt * len * 2));
+          char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
+          for (int m = 0; m < g.M; ++m)
+            for (int r = 0; r < nrt; ++r)
+              bulk_copy_g2s(dst + (m * nrt + r) * g.kc * 2, row_ptr(a, L, ph, m, r0 + r, g.K) + p * g.kc,
+                            static_cast<unsigned>(len * 2), &ring.full[stage]);
+          if (++stage == ring.n) {
+            stage = 0;
+            parity ^= 1u;
+          }
+        }
+      }
+    }
+  }
+}
+
+// This lane's partial dot of elements [lane * 8 + 256 j] < len of a staged row against the input vector.
+__device__ __forceinline__ float lane_dot(const Bf16* w, const Bf16* xv, int len, int lane, float s) {
+  for (int e = lane * 8; e < len; e += 256) {
+    float wf[8], xf[8];
+    unpack8(*reinterpret_cast<const uint4*>(w + e), wf);
+    unpack8(*reinterpret_cast<const uint4*>(xv + e), xf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s = fmaf(wf[i], xf[i], s);
+  }
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+
+// Consumes this block's stages of one projection phase. Warp w owns the block's tasks w, w + 8, ... (all
+// parts of a task: a row's sum stays in one warp, no block synchronisation per stage) and lane 0 calls
+// emit(row, dot of matrix 0, dot of matrix 1) per finished row. `item` counts the block's stages through
+// the step, as the producer does: stage item % n, parity (item / n) & 1.
+template <typename Emit>
+__device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
+                        Emit&& emit) {
+  const Geo g = geo(a, ph);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n_i =
+      g.ntasks > static_cast<int>(blockIdx.x)
+          ? (g.ntasks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / gridDim.x
+          : 0;
+  for (int i = warp; i < n_i; i += kConsumerWarps) {
+    const int t = blockIdx.x + i * gridDim.x, r0 = t * g.nr, nrt = min(g.nr, g.rows - r0);
+    float s0 = 0.0f, s1 = 0.0f;  // P > 1: the one row's lane partials across parts
+    for (int p = 0; p < g.P; ++p) {
+      const unsigned it = item + static_cast<unsigned>(i * g.P + p);
+      const int stage = static_cast<int>(it % static_cast<unsigned>(ring.n));
+      mbar_wait(&ring.full[stage], (it / static_cast<unsigned>(ring.n)) & 1u);
+      const Bf16* st = reinterpret_cast<const Bf16*>(ring.base + static_cast<size_t>(stage) * kStageBytes);
+      const int len = min(g.kc, g.K - p * g.kc);
+      const Bf16* xv = vec + p * g.kc;
+      if (g.P == 1) {
+        for (int r = 0; r < nrt; ++r) {
+          const float d0 = warp_sum(lane_dot(st + r * g.kc, xv, len, lane, 0.0f));
+          const float d1 = g.M == 2 ? warp_sum(lane_dot(st + (nrt + r) * g.kc, xv, len, lane, 0.0f)) : 0.0f;
+          if (lane == 0) emit(r0 + r, d0, d1);
+        }
+      } else {
+        s0 = lane_dot(st, xv, len, lane, s0);
+        if (g.M == 2) s1 = lane_dot(st + g.kc, xv, len, lane, s1);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ring.empty[stage]);
+    }
+    if (g.P > 1) {
+      s0 = warp_sum(s0);
+      s1 = warp_sum(s1);
+      if (lane == 0) emit(r0, s0, s1);
+    }
+  }
+  item += static_cast<unsigned>(n_i * g.P);
+}
+
+// vec = bf16(rms_norm(x) * w) over d, by the consumers (x read from L2: other blocks wrote it).
+__device__ void norm_into(const MegaArgs& a, const void* w, Bf16* vec, Scratch& sc) {
+  const int d = a.d, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float ss = 0.0f;
+  for (int j = threadIdx.x * 4; j < d; j += kConsumers * 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x + j));
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) sc.red[warp] = ss;
+  consumer_sync();
+  float tot = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kConsumerWarps; ++i) tot += sc.red[i];
+  const float inv = 1.0f / sqrtf(tot / static_cast<float>(d) + a.eps);
+  for (int j = threadIdx.x * 4; j < d; j += kConsumers * 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x + j));
+    const float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float wv = a.norm_bf16 ? __bfloat162float(static_cast<const Bf16*>(w)[j + i])
+                                   : static_cast<const float*>(w)[j + i];
+      vec[j + i] = __float2bfloat16_rn(xs[i] * inv * wv);
+    }
+  }
+  consumer_sync();  // vec complete; sc.red free
+}
+
+// vec = the n bf16 values at src (another block's output: from L2).
+__device__ void load_vec(const void* src, int n, Bf16* vec) {
+  for (int j = threadIdx.x * 8; j < n; j += kConsumers * 8)
+    *reinterpret_cast<uint4*>(vec + j) =
+        __ldcg(reinterpret_cast<const uint4*>(static_cast<const Bf16*>(src) + j));
+  consumer_sync();
+}
+
+// A bf16 value another block wrote in this launch (from L2).
+__device__ __forceinline__ Bf16 ldcg_bf16(const Bf16* p) {
+  return __ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(p)));
+}
+
+// Element i of the rotated (or plain) bf16 head row src[hd], rounded to bf16: the first rotary_dim dims
+// rotate as rotate_half pairs (rope_math.cuh), the rest pass.
+__device__ __forceinline__ Bf16 rope_elem(const MegaArgs& a, const Bf16* src, int i, int pos, bool rope) {
+  const int half = a.rotary_dim / 2;
+  if (!rope || i >= 2 * half) return ldcg_bf16(src + i);
+  const int j = i < half ? i : i - half;
+  float sn, c;
+  sincosf(static_cast<float>(pos) * a.inv_freq[j], &sn, &c);
+  c *= a.rope_scaling;
+  sn *= a.rope_scaling;
+  const float2 y =
+      rotate_values(__bfloat162float(ldcg_bf16(src + j)), __bfloat162float(ldcg_bf16(src + j + half)), c, sn);
+  return __float2bfloat16_rn(i < half ? y.x : y.y);
+}
+
+// kDpl head dims per lane: head_dim / 32, or 1 with the lanes past head_dim idle (head_dim 16).
+template <int kDpl>
+__device__ __forceinline__ void load_dims(const Bf16* p, float (&f)[kDpl]) {
+  if constexpr (kDpl == 1) {
+    f[0] = __bfloat162float(*p);
+  } else if constexpr (kDpl == 2) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
+    f[0] = __uint_as_float(u << 16);
+    f[1] = __uint_as_float(u & 0xffff0000u);
+  } else if constexpr (kDpl == 4) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    f[0] = __uint_as_float(u.x << 16);
+    f[1] = __uint_as_float(u.x & 0xffff0000u);
+    f[2] = __uint_as_float(u.y << 16);
+    f[3] = __uint_as_float(u.y & 0xffff0000u);
+  } else {
+    float g[8];
+    unpack8(*reinterpret_cast<const uint4*>(p), g);
+#pragma unroll
+    for (int e = 0; e < kDpl; ++e) f[e] = g[e];
+  }
+}
+
+// The q heads [h0, h0 + n) merge their slices into bf16 attn (each slice's max and sum loaded once): run by
+// the block that finished a kv head's last slice (every slice's partials are in L2 by then).
+__device__ void merge_heads(const MegaArgs& a, int h0, int n, int n_splits) {
+  const int hd = a.head_dim;
+  for (int i = threadIdx.x; i < n * hd; i += kConsumers) {
+    const int h = h0 + i / hd, dd = i % hd;
+    const float* p = a.partials + static_cast<int64_t>(h) * n_splits * (hd + 2);
+    float ms[kMegaMaxSplits], ls[kMegaMaxSplits], vs[kMegaMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kMegaMaxSplits; ++s) {
+      ms[s] = s < n_splits ? __ldcg(p + s * (hd + 2)) : -INFINITY;
+      ls[s] = s < n_splits ? __ldcg(p + s * (hd + 2) + 1) : 0.0f;
+      vs[s] = s < n_splits ? __ldcg(p + s * (hd + 2) + 2 + dd) : 0.0f;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMegaMaxSplits; ++s) mx = fmaxf(mx, ms[s]);
+    float lsum = 0.0f, v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMegaMaxSplits; ++s) {
+      if (ms[s] == -INFINITY) continue;
+      const float w = expf(ms[s] - mx);
+      lsum = fmaf(w, ls[s], lsum);
+      v = fmaf(w, vs[s], v);
+    }
+    static_cast<Bf16*>(a.attn)[static_cast<int64_t>(h) * hd + dd] = __float2bfloat16_rn(v / lsum);
+  }
+}
+
+// Phase B: the (kv head, key slice) tasks. Keys [j0, j1) of positions 0..pos; the slice holding pos uses
+// the new key and value (rotated here) and writes them into the cache. Each warp takes keys j0 + warp + 8 i,
+// kBatch of them loaded before any is used; per q head an online softmax per warp, the warps merged in
+// shared memory in warp order, then the slice's (max, sum, unnormalised acc) per q head into `partials`.
+template <int kDpl>
+__device__ void attention(const MegaArgs& a, const MegaLayer& L, unsigned* done, int n_splits, char* smem,
+                          Scratch& sc) {
+  constexpr int kBatch = kDpl >= 8 ? 2 : kDpl >= 4 ? 4 : 8;  // keys in flight per warp (registers)
+  const int hd = a.head_dim, grp = a.n_heads / a.n_kv, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pos = a.positions[0], T = pos + 1, per = (T + n_splits - 1) / n_splits;
+  const int64_t slot = a.slot_mapping[0];
+  const bool rope = L.rope != 0;
+  float* qs = reinterpret_cast<float*>(smem);  // [grp][hd]
+  float* kn = qs + grp * hd;                   // [hd]
+  float* vn = kn + hd;                         // [hd]
+  float* ws = vn + hd;                         // [warps][grp][hd + 2]
+  const Bf16* qb = static_cast<const Bf16*>(a.q);
+  const Bf16* kb = static_cast<const Bf16*>(a.k);
+  const Bf16* vb = static_cast<const Bf16*>(a.v);
+  Bf16* kcache = static_cast<Bf16*>(L.k_cache);
+  Bf16* vcache = static_cast<Bf16*>(L.v_cache);
+  const int64_t row_elems = static_cast<int64_t>(a.n_kv) * hd;
+  const bool lane_on = lane * kDpl < hd;
+  for (int t = blockIdx.x; t < a.n_kv * n_splits; t += gridDim.x) {
+    const int kvh = t / n_splits, sp = t % n_splits, j0 = sp * per, j1 = min(T, j0 + per);
+    const bool has_new = j0 <= pos && pos < j1;
+    for (int i = threadIdx.x; i < grp * hd; i += kConsumers)
+      qs[i] = __bfloat162float(
+          rope_elem(a, qb + static_cast<int64_t>(kvh * grp + i / hd) * hd, i % hd, pos, rope));
+    if (has_new) {
+      for (int i = threadIdx.x; i < 2 * hd; i += kConsumers) {
+        const int dd = i % hd;
+        const int64_t off = static_cast<int64_t>(kvh) * hd;
+        const Bf16 b = i < hd ? rope_elem(a, kb + off, dd, pos, rope) : ldcg_bf16(vb + off + dd);
+        (i < hd ? kn : vn)[dd] = __bfloat162float(b);
+        if (slot >= 0) (i < hd ? kcache : vcache)[slot * row_elems + off + dd] = b;
+      }
+    }
+    consumer_sync();
+    float m[8], l[8], acc[8][kDpl];
+#pragma unroll
+    for (int h = 0; h < 8; ++h) {
+      m[h] = -INFINITY;
+      l[h] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kDpl; ++e) acc[h][e] = 0.0f;
+    }
+    for (int jb = j0 + warp; jb < j1; jb += kBatch * kConsumerWarps) {
+      float kf[kBatch][kDpl], vf[kBatch][kDpl];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = jb + b * kConsumerWarps;
+        if (j < j1 && j != pos && lane_on) {
+          const int64_t sl =
+              static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
+          const int64_t o = sl * row_elems + static_cast<int64_t>(kvh) * hd + lane * kDpl;
+          load_dims<kDpl>(kcache + o, kf[b]);
+          load_dims<kDpl>(vcache + o, vf[b]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kDpl; ++e) {
+            kf[b][e] = j == pos && lane_on ? kn[lane * kDpl + e] : 0.0f;
+            vf[b][e] = j == pos && lane_on ? vn[lane * kDpl + e] : 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (jb + b * kConsumerWarps >= j1) break;
+#pragma unroll
+        for (int h = 0; h < 8; ++h) {
+          if (h >= grp) break;
+          float sc = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kDpl; ++e) sc = lane_on ? fmaf(qs[h * hd + lane * kDpl + e], kf[b][e], sc) : sc;
+          sc = warp_sum(sc) * a.scale;
+          const float mn = fmaxf(m[h], sc), corr = expf(m[h] - mn), p = expf(sc - mn);
+          l[h] = fmaf(l[h], corr, p);
+#pragma unroll
+          for (int e = 0; e < kDpl; ++e) acc[h][e] = fmaf(acc[h][e], corr, p * vf[b][e]);
+          m[h] = mn;
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 8; ++h) {
+      if (h >= grp) break;
+      float* w = ws + (warp * grp + h) * (hd + 2);
+      if (lane == 0) {
+        w[0] = m[h];
+        w[1] = l[h];
+      }
+#pragma unroll
+      for (int e = 0; e < kDpl; ++e)
+        if (lane_on) w[2 + lane * kDpl + e] = acc[h][e];
+    }
+    consumer_sync();
+    for (int i = threadIdx.x; i < grp * (hd + 2); i += kConsumers) {
+      const int h = i / (hd + 2), c = i % (hd + 2);
+      float mx = -INFINITY;
+      for (int w = 0; w < kConsumerWarps; ++w) mx = fmaxf(mx, ws[(w * grp + h) * (hd + 2)]);
+      float v = 0.0f;
+      if (c == 0) {
+        v = mx;
+      } else if (mx != -INFINITY) {
+        for (int w = 0; w < kConsumerWarps; ++w) {
+          const float* r = ws + (w * grp + h) * (hd + 2);
+          if (r[0] != -INFINITY) v = fmaf(expf(r[0] - mx), r[c], v);
+        }
+      }
+      a.partials[(static_cast<int64_t>(kvh * grp + h) * n_splits + sp) * (hd + 2) + c] = v;
+    }
+    consumer_sync();  // this block's partials written; qs / ws free
+    if (threadIdx.x == 0) {
+      __threadfence();
+      sc.last = atomicAdd(done + kvh, 1u) == static_cast<unsigned>(n_splits - 1);
+    }
+    consumer_sync();
+    if (sc.last) merge_heads(a, kvh * grp, grp, n_splits);  // every slice of this kv head is in
+  }
+}
+
+template <int kDpl>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_mega_kernel(const __grid_constant__ MegaArgs a, int n_stages, int n_splits, int vec_bytes) {
+  extern __shared__ __align__(128) char smem[];
+  Ring ring{smem, nullptr, nullptr, n_stages};
+  Bf16* vec = reinterpret_cast<Bf16*>(smem + static_cast<size_t>(n_stages) * kStageBytes);
+  Scratch& sc = *reinterpret_cast<Scratch*>(smem + static_cast<size_t>(n_stages) * kStageBytes + vec_bytes);
+  ring.full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&sc) + sizeof(Scratch));
+  ring.empty = ring.full + n_stages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < n_stages; ++s) {
+      mbar_init(&ring.full[s], 1);
+      mbar_init(&ring.empty[s], 1);  // the consuming warp
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumers) {
+    if (threadIdx.x == kConsumers) produce(a, ring);
+    return;
+  }
+  unsigned* sync = reinterpret_cast<unsigned*>(a.partials + static_cast<int64_t>(a.n_heads) * kMegaMaxSplits *
+                                                                (a.head_dim + 2));
+  unsigned arrivals = 0;
+  auto barrier = [&] {
+    if (a.debug & 2) return consumer_sync();
+    grid_arrive(sync);
+    ++arrivals;
+    grid_wait(sync, arrivals * gridDim.x);
+  };
+  unsigned item = 0;
+  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
+  for (int l = 0; l < a.n_layers; ++l) {
+    const MegaLayer& L = a.layers[l];
+    norm_into(a, L.in_norm, vec, sc);
+    consume(a, kQkv, ring, item, vec, [&](int r, float v, float) {
+      Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
+                  : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
+                                 : static_cast<Bf16*>(a.v) + (r - qd - kvd);
+      *dst = __float2bfloat16_rn(v);
+    });
+    barrier();
+    if (!(a.debug & 1)) {
+      attention<kDpl>(a, L, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
+      barrier();
+    }
+    load_vec(a.attn, qd, vec);
+    consume(a, kO, ring, item, vec,
+            [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
+    barrier();
+    norm_into(a, L.post_norm, vec, sc);
+    consume(a, kGateUp, ring, item, vec, [&](int r, float g, float u) {
+      static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
+    });
+    barrier();
+    load_vec(a.act, a.d_ff, vec);
+    consume(a, kDown, ring, item, vec,
+            [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
+    if (l + 1 < a.n_layers) barrier();
+  }
+}
+
+int vec_bytes_of(const MegaArgs& a) {
+  const int n = std::max({a.d, a.n_heads * a.head_dim, a.d_ff});
+  const int grp = a.n_heads / a.n_kv;
+  const int attn = (grp * a.head_dim + 2 * a.head_dim + kConsumerWarps * grp * (a.head_dim + 2)) * 4;
+  return (std::max(n * 2, attn) + 127) / 128 * 128;
+}
+
+int splits_of(const MegaArgs& a) {
+  return std::clamp(sm_count() / std::max(a.n_kv, 1), 1, kMegaMaxSplits);
+}
+
+using Kernel = void (*)(MegaArgs, int, int, int);
+
+Kernel kernel_of(int head_dim) {
+  if (head_dim == 16) return decode_mega_kernel<1>;
+  if (head_dim % 32 != 0) return nullptr;
+  switch (head_dim / 32) {
+    case 1:
+      return decode_mega_kernel<1>;
+    case 2:
+      return decode_mega_kernel<2>;
+    case 4:
+      return decode_mega_kernel<4>;
+    case 8:
+      return decode_mega_kernel<8>;
+    default:
+      return nullptr;
+  }
+}
+
+// Dynamic shared memory for n stages.
+size_t smem_bytes(const MegaArgs& a, int n) {
+  return static_cast<size_t>(n) * kStageBytes + vec_bytes_of(a) + sizeof(Scratch) + 2 * n * sizeof(uint64_t);
+}
+
+int stages_of(const MegaArgs& a) {
+  int optin = 0;
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()),
+             "decode_mega", [] { return std::string("shared memory limit"); });
+  int n = kMaxStages;
+  while (n > 2 && smem_bytes(a, n) > static_cast<size_t>(optin)) --n;
+  return smem_bytes(a, n) <= static_cast<size_t>(optin) ? n : 0;
+}
+
+}  // namespace
+
+bool mega_supported(const MegaArgs& a) {
+  int major = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()),
+             "decode_mega", [] { return std::string("compute capability"); });
+  const int grp = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
+  return major >= 9 && kernel_of(a.head_dim) != nullptr && grp >= 1 && grp <= 8 && a.n_heads % a.n_kv == 0 &&
+         a.n_layers >= 1 && a.n_layers <= kMegaMaxLayers && a.rotary_dim <= a.head_dim &&
+         a.rotary_dim <= kMegaMaxRotary && a.d % 8 == 0 && a.d_ff % 8 == 0 && stages_of(a) >= 4;
+}
+
+void decode_mega(void* stream, const MegaArgs& a) {
+  const char* op = "decode_mega";
+  auto detail = [&] {
+    return strfmt("%d layers, d %d, heads %d/%d x %d, d_ff %d", a.n_layers, a.d, a.n_heads, a.n_kv,
+                  a.head_dim, a.d_ff);
+  };
+  const Kernel k = kernel_of(a.head_dim);
+  const int n = stages_of(a);
+  if (k == nullptr || n < 4) throw Error("cuda", std::string(op) + ": unsupported shape: " + detail());
+  const size_t bytes = smem_bytes(a, n);
+  check_cuda(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+             op, detail);
+  auto* s = static_cast<cudaStream_t>(stream);
+  unsigned* sync = reinterpret_cast<unsigned*>(a.partials + static_cast<int64_t>(a.n_heads) * kMegaMaxSplits *
+                                                                (a.head_dim + 2));
+  check_cuda(cudaMemsetAsync(sync, 0, sizeof(unsigned) * mega_counters(a.n_heads), s), op, detail);
+  k<<<sm_count(), kThreads, bytes, s>>>(a, n, splits_of(a), vec_bytes_of(a));
+  check_launch(op, detail);
+}
+
+}  // namespace bunsen::kernels::cuda

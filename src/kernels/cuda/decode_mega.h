@@ -1,0 +1,66 @@
+// The persistent batch-1 decode step of a llama-like model (decode_mega.cu): every layer's q/k/v, RoPE and
+// cache write, attention, o-projection, gated MLP and residual adds in one launch of one block per SM, with
+// a producer warp per block streaming the block's weight rows into a shared-memory ring (bulk copies) for
+// as far ahead as the ring allows, across the grid-wide barriers where the consumers wait for each other's
+// results. Host-visible description only (plain C++17, no CUDA types); dispatch_mega.cpp validates.
+// Invariants: one token (one sequence); bf16 weights without biases, rows contiguous, K % 8 == 0; a bf16
+// paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
+// n_kv_heads
+// == 0 with at most 8 q heads per kv head.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace bunsen::kernels::cuda {
+
+constexpr int kMegaMaxLayers = 64;
+constexpr int kMegaMaxSplits = 32;   // key slices per kv head
+constexpr int kMegaMaxRotary = 256;  // rotary_dim
+
+struct MegaLayer {
+  const void* w[7];  // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows
+  const void* in_norm;
+  const void* post_norm;
+  void* k_cache;  // [n_blocks, block_size, n_kv, head_dim] bf16
+  void* v_cache;
+  int rope;  // 1: this layer rotates q and k
+};
+
+struct MegaArgs {
+  MegaLayer layers[kMegaMaxLayers];
+  int n_layers = 0, d = 0, n_heads = 0, n_kv = 0, head_dim = 0, d_ff = 0;
+  int norm_bf16 = 0;  // norm weights bf16 (else f32)
+  float eps = 1e-6f, residual = 1.0f, scale = 1.0f, rope_scaling = 1.0f;
+  int rotary_dim = 0;
+  float inv_freq[kMegaMaxRotary / 2] = {};
+  float* x = nullptr;  // [d] f32 residual stream, updated in place
+  const int32_t* positions = nullptr;
+  const int64_t* slot_mapping = nullptr;
+  const int32_t* block_table = nullptr;  // row 0
+  int block_size = 0;
+  void* q = nullptr;     // [n_heads * head_dim] bf16
+  void* k = nullptr;     // [n_kv * head_dim] bf16
+  void* v = nullptr;     // [n_kv * head_dim] bf16
+  void* attn = nullptr;  // [n_heads * head_dim] bf16
+  void* act = nullptr;   // [d_ff] bf16
+  // Timing experiments only (BUNSEN_DECODE_FUSED_DEBUG, wrong results): bit 0 skips the attention phase,
+  // bit 1 the grid-barrier waits.
+  int debug = 0;
+  float* partials = nullptr;  // mega_scratch_floats(n_heads, head_dim) f32, then the counters (mega_counters)
+};
+
+// f32 elements of MegaArgs::partials for a model: the key-slice partials, then mega_counters(n_heads) 32-bit
+// counters (the grid barrier, then one per layer and kv head: slices done).
+inline int64_t mega_counters(int64_t n_heads) {
+  return 64 + kMegaMaxLayers * n_heads;
+}
+inline int64_t mega_scratch_floats(int64_t n_heads, int64_t head_dim) {
+  return n_heads * kMegaMaxSplits * (head_dim + 2) + mega_counters(n_heads);
+}
+
+// Whether this device runs the kernel (sm_90+, enough shared memory for its ring and vectors).
+bool mega_supported(const MegaArgs& a);
+// Launches the step on `stream` (zeroes the barrier first). Throws Error("cuda", ...) on a CUDA failure.
+void decode_mega(void* stream, const MegaArgs& a);
+
+}  // namespace bunsen::kernels::cuda

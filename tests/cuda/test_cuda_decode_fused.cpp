@@ -1,0 +1,185 @@
+// The persistent batch-1 decode step (kernels::decode_layers_fused, cuda/decode_mega.cu) against the per-op
+// CUDA step: every llama-like golden fixture it takes (RoPE variants, NoPE layers, residual / embedding /
+// logit multipliers, fused q/k/v and gate/up checkpoints) decodes teacher forced, eagerly and from
+// CUDA graphs, to logits within bf16 tolerance of the per-op path (cosine >= 0.9995, same argmax where the
+// per-op top-1 is clear) and to the golden greedy tokens; fixtures outside its invariants (sliding window,
+// biases, q/k norms) decline and decode as before. Two wider random checkpoints (head_dim 64 and 128, a 600-
+// token prompt over many cache blocks and key slices) check the ring's part-rows, the split attention and the
+// merge at sizes where every block has work.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "../golden/golden_file.h"
+#include "cuda_test_util.h"
+#include "golden_cuda_util.h"
+#include "kernels/decode_fused.h"
+#include "model/registry.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+
+namespace bunsen::golden {
+namespace {
+
+using kernels::test::CudaTest;
+
+constexpr double kFusedMinCosine = 0.9995;
+
+struct RowCheck {
+  int64_t rows = 0, clear = 0;
+  double min_cos = 1.0;
+};
+
+// Compares [rows, vocab] logits of the fused step with the per-op step's.
+RowCheck compare(const std::string& what, const std::vector<float>& ref, const std::vector<float>& got,
+                 int64_t vocab) {
+  RowCheck c;
+  EXPECT_EQ(ref.size(), got.size()) << what;
+  if (ref.size() != got.size()) return c;
+  c.rows = static_cast<int64_t>(ref.size()) / vocab;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const float* a = ref.data() + r * vocab;
+    const float* b = got.data() + r * vocab;
+    const double cos = cosine(a, b, static_cast<size_t>(vocab));
+    c.min_cos = std::min(c.min_cos, cos);
+    EXPECT_GE(cos, kFusedMinCosine) << what << " row " << r;
+    if (margin(a, vocab) > kClearMargin) {
+      ++c.clear;
+      EXPECT_EQ(argmax(a, vocab), argmax(b, vocab)) << what << " row " << r;
+    }
+  }
+  return c;
+}
+
+TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepOnTheLlamaFixtures) {
+  const std::vector<std::string> all = fixture_names();
+  int ran = 0;
+  int64_t agree = 0, total = 0;
+  for (const std::string name : {"llama3", "llama_yarn", "phi3", "granite", "smollm3", "llama_linear_tied",
+                                 "llama_minicpm5", "mistral", "qwen2", "qwen3"}) {
+    if (std::find(all.begin(), all.end(), name) == all.end()) continue;
+    SCOPED_TRACE(name);
+    Fixture f = load_fixture(name);
+    auto m = load(build_checkpoint(f, DType::kBF16, "cuda_decode_fused"), Device::cuda(0));
+    const std::vector<int32_t> ids = to_i32(f.outputs->get("input_ids"));
+    const std::vector<int32_t> greedy = to_i32(f.outputs->get("greedy"));
+    const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(greedy.size());
+    const int64_t vocab = m->config().vocab_size;
+    // Outside the fused step's invariants: sliding window (mistral), biases (qwen2, llama_linear_tied), q/k
+    // norms (qwen3).
+    const std::string n = name;
+    const bool declines = n == "mistral" || n == "qwen2" || n == "llama_linear_tied" || n == "qwen3";
+    kernels::set_fused_decode_for_testing(0);
+    std::vector<float> ref;
+    {
+      engine::Runner r(*m, runner_options(T, G + 8));
+      ref = decode_logits(r, ids, greedy);
+    }
+    for (bool graphs : {false, true}) {
+      kernels::set_fused_decode_for_testing(1);
+      const int64_t before = kernels::fused_decode_launches();
+      engine::RunnerOptions ro = runner_options(T, G + 8);
+      ro.cuda_graphs = graphs;
+      std::vector<float> got;
+      {
+        engine::Runner r(*m, ro);
+        got = decode_logits(r, ids, greedy);
+      }
+      kernels::set_fused_decode_for_testing(-1);
+      const int64_t launches = kernels::fused_decode_launches() - before;
+      if (declines) {
+        EXPECT_EQ(launches, 0) << "the fused step should decline this fixture";
+        EXPECT_EQ(ref, got) << "a declined step must decode exactly as before";
+        continue;
+      }
+      EXPECT_GT(launches, 0) << (graphs ? "graphs" : "eager") << ": the fused step did not run";
+      if (!graphs) {
+        EXPECT_EQ(launches, G - 1) << "one launch per decode step (the first row is the prefill's)";
+      }
+      const RowCheck c = compare(name + (graphs ? " graphs" : " eager"), ref, got, vocab);
+      std::printf("[ fused    ] %-20s %-6s rows %lld, clear %lld, min cosine %.6f\n", name.c_str(),
+                  graphs ? "graphs" : "eager", (long long)c.rows, (long long)c.clear, c.min_cos);
+      for (int64_t r = 0; r < G; ++r) {
+        agree += argmax(got.data() + r * vocab, vocab) == greedy[static_cast<size_t>(r)];
+        ++total;
+      }
+    }
+    if (!declines) ++ran;
+  }
+  EXPECT_GE(ran, 6) << "too few fixtures took the fused step";
+  ASSERT_GT(total, 0);
+  EXPECT_GE(static_cast<double>(agree), kMinAgreement * static_cast<double>(total))
+      << agree << " of " << total << " teacher-forced steps pick the golden greedy token";
+}
+
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = testing::TempDir() + "bunsen_df_XXXXXX";
+    char* p = ::mkdtemp(tmpl.data());
+    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = p;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A bf16 llama checkpoint of `config` with synthetic weights.
+void write_checkpoint(const std::string& dir, const std::string& config) {
+  const model::ModelConfig cfg = model::parse_config(config, "decode fused test");
+  std::vector<OwnedTensor> keep;
+  std::vector<std::pair<std::string, Tensor>> list;
+  for (const auto& s : model::expected_tensors(cfg)) {
+    keep.push_back(model::synthetic_tensor(s.name, s.shape, DType::kBF16, 31));
+    list.emplace_back(s.name, keep.back().tensor);
+  }
+  model::write_safetensors(dir + "/model.safetensors", list);
+  std::ofstream(dir + "/config.json") << config;
+}
+
+TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
+  const char* configs[] = {
+      R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
+        "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
+        "tie_word_embeddings":false,"rms_norm_eps":1e-5,"rope_theta":500000.0})",
+      R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":2816,
+        "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
+        "tie_word_embeddings":true,"rms_norm_eps":1e-5})"};
+  for (const char* config : configs) {
+    ScratchDir dir;
+    write_checkpoint(dir.path(), config);
+    auto m = load(dir.path(), Device::cuda(0));
+    const int64_t vocab = m->config().vocab_size;
+    std::vector<int32_t> ids, tail;
+    for (int i = 0; i < 600; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));
+    for (int i = 0; i < 24; ++i) tail.push_back(static_cast<int32_t>((i * 53 + 3) % vocab));
+    const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(tail.size());
+    std::vector<float> out[2];
+    const int64_t before = kernels::fused_decode_launches();
+    for (int fused : {0, 1}) {
+      kernels::set_fused_decode_for_testing(fused);
+      engine::RunnerOptions ro = runner_options(T, G + 8);
+      ro.block_size = 16;
+      engine::Runner r(*m, ro);
+      out[fused] = decode_logits(r, ids, tail);
+    }
+    kernels::set_fused_decode_for_testing(-1);
+    EXPECT_GT(kernels::fused_decode_launches(), before) << "the fused step did not run";
+    const RowCheck c =
+        compare(std::string("head_dim ") + std::to_string(m->config().head_dim), out[0], out[1], vocab);
+    std::printf("[ fused    ] head_dim %lld: rows %lld, clear %lld, min cosine %.6f\n",
+                (long long)m->config().head_dim, (long long)c.rows, (long long)c.clear, c.min_cos);
+    EXPECT_GT(c.clear, 4) << "too few rows with a clear winner";
+  }
+}
+
+}  // namespace
+}  // namespace bunsen::golden
