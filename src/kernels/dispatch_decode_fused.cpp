@@ -20,6 +20,18 @@ bool bf16_matrix(const Tensor& t, int64_t rows, int64_t cols) {
          t.dim(1) == cols && t.stride(1) == 1 && t.stride(0) == cols &&
          reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
 }
+// An MLX 4-bit group-64 matrix [rows, cols] the fused step streams: contiguous codes, bf16 scales / biases.
+bool q4_matrix(const QuantWeight& w, int64_t rows, int64_t cols) {
+  auto contiguous = [](const Tensor& t, DType dt, int64_t r, int64_t c) {
+    return !t.empty() && t.device.is_cuda() && t.dtype == dt && t.ndim == 2 && t.dim(0) == r &&
+           t.dim(1) == c && t.stride(1) == 1 && t.stride(0) == c &&
+           reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  };
+  return w.bits == 4 && w.group_size == 64 && cols % 512 == 0 &&
+         contiguous(w.packed, DType::kU32, rows, cols / 8) &&
+         contiguous(w.scales, DType::kBF16, rows, cols / 64) &&
+         contiguous(w.biases, DType::kBF16, rows, cols / 64);
+}
 bool cuda_row(const Tensor& t, DType dtype, int64_t n) {
   return !t.empty() && t.device.is_cuda() && t.dtype == dtype && t.numel() == n && t.rows_contiguous() &&
          reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
@@ -57,7 +69,9 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   if (s.layers.empty() || static_cast<int>(s.layers.size()) > cuda::kMegaMaxLayers) return false;
   if (!s.x.device.is_cuda() || s.n_kv_heads <= 0 || s.head_dim <= 0) return false;
   const int64_t d = s.x.numel(), hd = s.head_dim, qd = s.n_heads * hd, kvd = s.n_kv_heads * hd;
-  const int64_t d_ff = s.layers[0].gate.empty() ? 0 : s.layers[0].gate.dim(0);
+  const bool q4 = s.layers[0].gate.empty();
+  const int64_t d_ff =
+      q4 ? (s.layers[0].quant[4].empty() ? 0 : s.layers[0].quant[4].rows()) : s.layers[0].gate.dim(0);
   if (!cuda_row(s.x, DType::kF32, d) || !cuda_row(s.q, DType::kBF16, qd) ||
       !cuda_row(s.k, DType::kBF16, kvd) || !cuda_row(s.v, DType::kBF16, kvd) ||
       !cuda_row(s.attn, DType::kBF16, qd) || !cuda_row(s.act, DType::kBF16, d_ff))
@@ -81,13 +95,25 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   const DType norm_dtype = s.layers[0].in_norm.dtype;
   if (norm_dtype != DType::kF32 && norm_dtype != DType::kBF16) return false;
   a.norm_bf16 = norm_dtype == DType::kBF16 ? 1 : 0;
+  a.q4 = q4 ? 1 : 0;
   int64_t block_size = 0;
   for (size_t i = 0; i < s.layers.size(); ++i) {
     const FusedDecodeLayer& l = s.layers[i];
-    if (!bf16_matrix(l.q, qd, d) || !bf16_matrix(l.k, kvd, d) || !bf16_matrix(l.v, kvd, d) ||
-        !bf16_matrix(l.o, d, qd) || !bf16_matrix(l.gate, d_ff, d) || !bf16_matrix(l.up, d_ff, d) ||
-        !bf16_matrix(l.down, d, d_ff))
-      return false;
+    const int64_t shape[7][2] = {{qd, d}, {kvd, d}, {kvd, d}, {d, qd}, {d_ff, d}, {d_ff, d}, {d, d_ff}};
+    const Tensor* ws[7] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
+    cuda::MegaLayer& m = a.layers[i];
+    for (int j = 0; j < 7; ++j) {
+      if (q4) {
+        if (!ws[j]->empty() || !q4_matrix(l.quant[j], shape[j][0], shape[j][1])) return false;
+        m.w[j] = l.quant[j].packed.data;
+        m.sc[j] = l.quant[j].scales.data;
+        m.bi[j] = l.quant[j].biases.data;
+      } else {
+        if (!bf16_matrix(*ws[j], shape[j][0], shape[j][1])) return false;
+        m.w[j] = ws[j]->data;
+        m.sc[j] = m.bi[j] = nullptr;
+      }
+    }
     if (!cuda_row(l.in_norm, norm_dtype, d) || !cuda_row(l.post_norm, norm_dtype, d)) return false;
     const PagedKv& kv = l.kv;
     if (kv.quantized() || kv.k.dtype != DType::kBF16 || kv.v.dtype != DType::kBF16 || kv.k.ndim != 4 ||
@@ -95,9 +121,6 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
         kv.v.numel() != kv.k.numel() || (block_size != 0 && kv.k.dim(1) != block_size))
       return false;
     block_size = kv.k.dim(1);
-    cuda::MegaLayer& m = a.layers[i];
-    const Tensor* ws[7] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
-    for (int j = 0; j < 7; ++j) m.w[j] = ws[j]->data;
     m.in_norm = l.in_norm.data;
     m.post_norm = l.post_norm.data;
     m.k_cache = kv.k.data;

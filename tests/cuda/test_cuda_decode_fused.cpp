@@ -5,7 +5,7 @@
 // per-op top-1 is clear) and to the golden greedy tokens; fixtures outside its invariants (sliding window,
 // biases, q/k norms) decline and decode as before. Two wider random checkpoints (head_dim 64 and 128, a 600-
 // token prompt over many cache blocks and key slices) check the ring's part-rows, the split attention and the
-// merge at sizes where every block has work.
+// merge at sizes where every block has work, in bf16 and in MLX 4-bit.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "cuda_test_util.h"
 #include "golden_cuda_util.h"
 #include "kernels/decode_fused.h"
+#include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
@@ -132,32 +133,60 @@ class ScratchDir {
   std::string path_;
 };
 
-// A bf16 llama checkpoint of `config` with synthetic weights.
+// A llama checkpoint of `config` with synthetic weights: bf16, or with a "quantization" block every 2-D
+// tensor quantized by quantize_affine (bf16 scales and biases, as mlx-lm writes them).
 void write_checkpoint(const std::string& dir, const std::string& config) {
   const model::ModelConfig cfg = model::parse_config(config, "decode fused test");
   std::vector<OwnedTensor> keep;
   std::vector<std::pair<std::string, Tensor>> list;
+  auto bf16_of = [](const float* v, std::initializer_list<int64_t> shape) {
+    OwnedTensor b = OwnedTensor::make(DType::kBF16, shape);
+    for (int64_t i = 0; i < b.tensor.numel(); ++i) b.tensor.ptr<uint16_t>()[i] = f32_to_bf16(v[i]);
+    return b;
+  };
   for (const auto& s : model::expected_tensors(cfg)) {
-    keep.push_back(model::synthetic_tensor(s.name, s.shape, DType::kBF16, 31));
+    const std::string prefix = s.name.substr(0, s.name.size() - std::string(".weight").size());
+    const std::optional<model::QuantSpec> spec = s.shape.size() == 2 ? cfg.quant_spec(prefix) : std::nullopt;
+    if (!spec) {
+      keep.push_back(model::synthetic_tensor(s.name, s.shape, DType::kBF16, 31));
+      list.emplace_back(s.name, keep.back().tensor);
+      continue;
+    }
+    const OwnedTensor t = model::synthetic_tensor(s.name, s.shape, DType::kF32, 31);
+    const int64_t rows = s.shape[0], cols = s.shape[1], groups = cols / spec->group_size;
+    OwnedTensor packed = OwnedTensor::make(DType::kU32, {rows, model::packed_cols(cols, spec->bits)});
+    std::vector<float> sc(static_cast<size_t>(rows * groups)), bi(sc.size());
+    model::quantize_affine(t.tensor.ptr<float>(), rows, cols, *spec, packed.tensor.ptr<uint32_t>(), sc.data(),
+                           bi.data());
+    keep.push_back(std::move(packed));
     list.emplace_back(s.name, keep.back().tensor);
+    keep.push_back(bf16_of(sc.data(), {rows, groups}));
+    list.emplace_back(prefix + ".scales", keep.back().tensor);
+    keep.push_back(bf16_of(bi.data(), {rows, groups}));
+    list.emplace_back(prefix + ".biases", keep.back().tensor);
   }
   model::write_safetensors(dir + "/model.safetensors", list);
   std::ofstream(dir + "/config.json") << config;
 }
 
+// head_dim 128 and 64 shapes, bf16 and MLX 4-bit (group 64): d_ff and every input width % 512 == 0.
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
-  const char* configs[] = {
+  const std::string q4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
+  const std::string a =
       R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
         "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
-        "tie_word_embeddings":false,"rms_norm_eps":1e-5,"rope_theta":500000.0})",
-      R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":2816,
+        "tie_word_embeddings":false,"rms_norm_eps":1e-5,"rope_theta":500000.0)";
+  const std::string b = R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":3072,
         "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
-        "tie_word_embeddings":true,"rms_norm_eps":1e-5})"};
-  for (const char* config : configs) {
+        "tie_word_embeddings":true,"rms_norm_eps":1e-5)";
+  for (const std::string& config : {a + "}", b + "}", a + q4 + "}", b + q4 + "}"}) {
     ScratchDir dir;
     write_checkpoint(dir.path(), config);
     auto m = load(dir.path(), Device::cuda(0));
     const int64_t vocab = m->config().vocab_size;
+    const std::string what = strfmt("head_dim %lld%s", (long long)m->config().head_dim,
+                                    config.find("quantization") != std::string::npos ? " 4-bit" : "");
+    SCOPED_TRACE(what);
     std::vector<int32_t> ids, tail;
     for (int i = 0; i < 600; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));
     for (int i = 0; i < 24; ++i) tail.push_back(static_cast<int32_t>((i * 53 + 3) % vocab));
@@ -173,10 +202,9 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
     }
     kernels::set_fused_decode_for_testing(-1);
     EXPECT_GT(kernels::fused_decode_launches(), before) << "the fused step did not run";
-    const RowCheck c =
-        compare(std::string("head_dim ") + std::to_string(m->config().head_dim), out[0], out[1], vocab);
-    std::printf("[ fused    ] head_dim %lld: rows %lld, clear %lld, min cosine %.6f\n",
-                (long long)m->config().head_dim, (long long)c.rows, (long long)c.clear, c.min_cos);
+    const RowCheck c = compare(what, out[0], out[1], vocab);
+    std::printf("[ fused    ] %s: rows %lld, clear %lld, min cosine %.6f\n", what.c_str(), (long long)c.rows,
+                (long long)c.clear, c.min_cos);
     EXPECT_GT(c.clear, 4) << "too few rows with a clear winner";
   }
 }

@@ -35,6 +35,7 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/decode_mega.h"
+#include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -44,7 +45,13 @@ namespace {
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
 constexpr int kThreads = kConsumers + 32;  // + the producer warp
-constexpr int kStageBytes = 16384;
+constexpr int kStageBytes = 19456;  // a 4-bit stage (below) with room; bf16 stages use up to 16 KB of rows
+// 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
+// codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
+constexpr int kQ4Codes = 2048;
+constexpr int kQ4Row = kQ4Codes / 2 + 16;  // bytes per tile row of codes
+constexpr int kQ4Sb = kQ4Codes / 32 + 16;  // bytes per tile row of scales (and of biases)
+static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
 constexpr int kMaxStages = 16;
 constexpr int kMaxRows = 64;  // rows per stage (all matrices)
 
@@ -113,6 +120,13 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   g.M = ph == kGateUp ? 2 : 1;
   g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
   g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
+  if (a.q4) {  // a task is a 16-row tile (gated: 8 output rows) over P stages of kc codes
+    g.kc = min(g.K, kQ4Codes);
+    g.P = (g.K + g.kc - 1) / g.kc;
+    g.nr = g.M == 2 ? 8 : 16;
+    g.ntasks = (g.rows + g.nr - 1) / g.nr;
+    return g;
+  }
   const int row_bytes = g.M * g.K * 2;
   if (row_bytes <= kStageBytes) {
     g.P = 1;
@@ -128,25 +142,30 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   return g;
 }
 
-// Row r of the phase's matrix m (q/k/v rows are one virtual matrix [q; k; v]).
+// The weight (MegaLayer::w index) of row r of the phase's matrix m, r made local to it (q/k/v rows are one
+// virtual matrix [q; k; v]).
+__device__ __forceinline__ int matrix_of(const MegaArgs& a, int ph, int m, int& r) {
+  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
+  if (ph != kQkv) return ph == kO ? 3 : ph == kDown ? 6 : 4 + m;
+  if (r < qd) return 0;
+  if (r < qd + kvd) {
+    r -= qd;
+    return 1;
+  }
+  r -= qd + kvd;
+  return 2;
+}
+
 __device__ __forceinline__ const Bf16* row_ptr(const MegaArgs& a, const MegaLayer& L, int ph, int m, int r,
                                                int K) {
-  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
-  const void* w;
-  if (ph == kQkv) {
-    if (r < qd) {
-      w = L.w[0];
-    } else if (r < qd + kvd) {
-      w = L.w[1];
-      r -= qd;
-    } else {
-      w = L.w[2];
-      r -= qd + kvd;
-    }
-  } else {
-    w = ph == kO ? L.w[3] : ph == kDown ? L.w[6] : L.w[4 + m];
-  }
-  return static_cast<const Bf16*>(w) + static_cast<int64_t>(r) * K;
+  const int w = matrix_of(a, ph, m, r);
+  return static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(r) * K;
+}
+
+// Elements of the input vector's shared copy: the widest of d, n_heads * head_dim and d_ff (each % 8 == 0).
+__host__ __device__ __forceinline__ int vec_elems(const MegaArgs& a) {
+  const int qd = a.n_heads * a.head_dim, n = a.d > qd ? a.d : qd;
+  return n > a.d_ff ? n : a.d_ff;
 }
 
 struct Ring {
@@ -156,28 +175,62 @@ struct Ring {
   int n;
 };
 
-// The producer: every stage of every projection this block consumes, in consumption order.
+// Tasks of a phase this block runs: blockIdx.x, blockIdx.x + gridDim.x, ...
+__device__ __forceinline__ int block_tasks(const Geo& g) {
+  const int b = static_cast<int>(blockIdx.x), n = static_cast<int>(gridDim.x);
+  return g.ntasks > b ? (g.ntasks - b + n - 1) / n : 0;
+}
+
+// The producer warp: every stage of every projection this block consumes, in consumption order. Lane 0 waits
+// for the stage's slot and arms its barrier, then the lanes issue the stage's copies (a row each; 4-bit:
+// codes, scales and biases of the 16 tile rows).
 __device__ void produce(const MegaArgs& a, const Ring& ring) {
-  int stage = 0;
-  unsigned parity = 0;
+  const int lane = threadIdx.x & 31;
+  unsigned item = 0;
   for (int l = 0; l < a.n_layers; ++l) {
     const MegaLayer& L = a.layers[l];
     for (int ph = 0; ph < 4; ++ph) {
       const Geo g = geo(a, ph);
-      for (int t = blockIdx.x; t < g.ntasks; t += gridDim.x) {
-        const int r0 = t * g.nr, nrt = min(g.nr, g.rows - r0);
-        for (int p = 0; p < g.P; ++p) {
+      const int n_i = block_tasks(g);
+      for (int i = 0; i < n_i; ++i) {
+        const int r0 = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
+        const int nrt = min(g.nr, g.rows - r0);
+        for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
-          mbar_wait(&ring.empty[stage], parity ^ 1u);
-          mbar_arrive_expect_tx(&ring.full[stage], static_cast<unsigned>(g.M * nrt * len * 2));
+          const int stage = static_cast<int>(item % static_cast<unsigned>(ring.n));
+          const unsigned bytes =
+              a.q4 ? 16u * (len / 2 + 2 * (len / 32)) : static_cast<unsigned>(g.M * nrt * len * 2);
+          if (lane == 0) {
+            mbar_wait(&ring.empty[stage], ((item / static_cast<unsigned>(ring.n)) & 1u) ^ 1u);
+            mbar_arrive_expect_tx(&ring.full[stage], bytes);
+          }
+          __syncwarp();
           char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
-          for (int m = 0; m < g.M; ++m)
-            for (int r = 0; r < nrt; ++r)
+          if (a.q4) {
+            for (int c = lane; c < 48; c += 32) {
+              const int r = c & 15, kind = c >> 4;  // 0 codes, 1 scales, 2 biases
+              const int m = g.M == 2 ? r >> 3 : 0;
+              int row =
+                  min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);  // rows past the matrix re-read its last
+              const int w = matrix_of(a, ph, m, row);
+              const int64_t k0 = static_cast<int64_t>(p) * g.kc;
+              if (kind == 0)
+                bulk_copy_g2s(dst + r * kQ4Row,
+                              static_cast<const unsigned char*>(L.w[w]) +
+                                  static_cast<int64_t>(row) * (g.K / 2) + k0 / 2,
+                              static_cast<unsigned>(len / 2), &ring.full[stage]);
+              else
+                bulk_copy_g2s(dst + 16 * kQ4Row + (kind - 1) * 16 * kQ4Sb + r * kQ4Sb,
+                              static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
+                                  static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
+                              static_cast<unsigned>(len / 32), &ring.full[stage]);
+            }
+          } else {
+            for (int c = lane; c < g.M * nrt; c += 32) {
+              const int m = c / nrt, r = c % nrt;
               bulk_copy_g2s(dst + (m * nrt + r) * g.kc * 2, row_ptr(a, L, ph, m, r0 + r, g.K) + p * g.kc,
                             static_cast<unsigned>(len * 2), &ring.full[stage]);
-          if (++stage == ring.n) {
-            stage = 0;
-            parity ^= 1u;
+            }
           }
         }
       }
@@ -203,19 +256,79 @@ __device__ __forceinline__ float warp_sum(float s) {
   return s;
 }
 
+// consume() for 4-bit stages: the warp's 16-row tile through mma.m16n8k16 as the tile GEMV computes it
+// (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
+// times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
+// feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 hold rows g (c0) and g + 8
+// (c2).
+template <typename Emit>
+__device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const uint4* xq, const float* gsum,
+                           Emit& emit) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const int n_i = block_tasks(g);
+  for (int i = warp; i < n_i; i += kConsumerWarps) {
+    const int r0 = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
+    float acc0 = 0.0f, acc2 = 0.0f;
+    for (int p = 0; p < g.P; ++p) {
+      const unsigned it = item + static_cast<unsigned>(i * g.P + p);
+      const int stage = static_cast<int>(it % static_cast<unsigned>(ring.n));
+      mbar_wait(&ring.full[stage], (it / static_cast<unsigned>(ring.n)) & 1u);
+      const unsigned char* st =
+          reinterpret_cast<const unsigned char*>(ring.base) + static_cast<size_t>(stage) * kStageBytes;
+      const unsigned char* ca = st + gq * kQ4Row + t * 8;
+      const unsigned char* cb = ca + 8 * kQ4Row;
+      const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row);
+      const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row + 16 * kQ4Sb);
+      const int ng = min(g.kc, g.K - p * g.kc) / 64, g0 = p * g.kc / 64;
+      for (int u = 0; u < ng; ++u) {
+        const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
+                    wb = *reinterpret_cast<const uint2*>(cb + u * 32);
+        const uint4* x = xq + (g0 + u) * 8 + 2 * t;
+        float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const uint4 x0 = x[0], x1 = x[1];
+        using qmma::pair4_biased;
+        qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
+                       pair4_biased(wb.x >> 4), x0.x, x0.y);
+        qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
+                       pair4_biased(wb.x >> 12), x0.z, x0.w);
+        qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
+                       pair4_biased(wb.y >> 4), x1.x, x1.y);
+        qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
+                       pair4_biased(wb.y >> 12), x1.z, x1.w);
+        const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ4Sb / 2) + u]) << 16);
+        const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
+        const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ4Sb / 2) + u]) << 16);
+        const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
+        const float co = gsum[g0 + u];
+        acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), co, acc0));
+        acc2 = fmaf(s1, cq[2], fmaf(fmaf(-128.0f, s1, b1), co, acc2));
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ring.empty[stage]);
+    }
+    if (t == 0) {
+      if (g.M == 2) {
+        if (r0 + gq < g.rows) emit(r0 + gq, acc0, acc2);
+      } else {
+        if (r0 + gq < g.rows) emit(r0 + gq, acc0, 0.0f);
+        if (r0 + 8 + gq < g.rows) emit(r0 + 8 + gq, acc2, 0.0f);
+      }
+    }
+  }
+  item += static_cast<unsigned>(n_i * g.P);
+}
+
 // Consumes this block's stages of one projection phase. Warp w owns the block's tasks w, w + 8, ... (all
 // parts of a task: a row's sum stays in one warp, no block synchronisation per stage) and lane 0 calls
 // emit(row, dot of matrix 0, dot of matrix 1) per finished row. `item` counts the block's stages through
 // the step, as the producer does: stage item % n, parity (item / n) & 1.
 template <typename Emit>
 __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
-                        Emit&& emit) {
+                        const float* gsum, Emit&& emit) {
   const Geo g = geo(a, ph);
+  if (a.q4) return consume_q4(g, ring, item, reinterpret_cast<const uint4*>(vec), gsum, emit);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n_i =
-      g.ntasks > static_cast<int>(blockIdx.x)
-          ? (g.ntasks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / gridDim.x
-          : 0;
+  const int n_i = block_tasks(g);
   for (int i = warp; i < n_i; i += kConsumerWarps) {
     const int t = blockIdx.x + i * gridDim.x, r0 = t * g.nr, nrt = min(g.nr, g.rows - r0);
     float s0 = 0.0f, s1 = 0.0f;  // P > 1: the one row's lane partials across parts
@@ -248,43 +361,75 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
   item += static_cast<unsigned>(n_i * g.P);
 }
 
-// vec = bf16(rms_norm(x) * w) over d, by the consumers (x read from L2: other blocks wrote it).
-__device__ void norm_into(const MegaArgs& a, const void* w, Bf16* vec, Scratch& sc) {
-  const int d = a.d, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float ss = 0.0f;
-  for (int j = threadIdx.x * 4; j < d; j += kConsumers * 4) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x + j));
-    ss = fmaf(v.x, v.x, ss);
-    ss = fmaf(v.y, v.y, ss);
-    ss = fmaf(v.z, v.z, ss);
-    ss = fmaf(v.w, v.w, ss);
+// Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are, or (4-bit) in the
+// codes' pair order (qmma::perm4) with the sum of each group of 64 (8 chunks: 8 consecutive lanes, since
+// chunk c is thread c % 256's) in gsum. Every consumer lane calls it (the shuffles); ok: c is a chunk.
+__device__ __forceinline__ void put_chunk(bool q4, bool ok, int c, uint4 u, Bf16* vec, float* gsum) {
+  if (q4) {
+    float s = qmma::bf16x8_sum(u);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (ok && (c & 7) == 0) gsum[c >> 3] = s;
+    u = qmma::perm4(u);
   }
+  if (ok) reinterpret_cast<uint4*>(vec)[c] = u;
+}
+
+// vec = bf16(rms_norm(x) * w) over d, by the consumers (x read from L2: other blocks wrote it).
+__device__ void norm_into(const MegaArgs& a, const void* w, Bf16* vec, float* gsum, Scratch& sc) {
+  const int n8 = a.d / 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < n8; c += kConsumers) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    for (int h = 0; h < 2; ++h) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x + c * 8 + h * 4));
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+  }
+  ss = warp_sum(ss);
   if (lane == 0) sc.red[warp] = ss;
   consumer_sync();
   float tot = 0.0f;
 #pragma unroll
   for (int i = 0; i < kConsumerWarps; ++i) tot += sc.red[i];
-  const float inv = 1.0f / sqrtf(tot / static_cast<float>(d) + a.eps);
-  for (int j = threadIdx.x * 4; j < d; j += kConsumers * 4) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.x + j));
-    const float xs[4] = {v.x, v.y, v.z, v.w};
+  const float inv = 1.0f / sqrtf(tot / static_cast<float>(a.d) + a.eps);
+  for (int base = 0; base < n8; base += kConsumers) {
+    const int c = base + static_cast<int>(threadIdx.x);
+    const bool ok = c < n8;
+    uint32_t h[4] = {0, 0, 0, 0};
+    if (ok) {
+      const float4 v0 = __ldcg(reinterpret_cast<const float4*>(a.x + c * 8));
+      const float4 v1 = __ldcg(reinterpret_cast<const float4*>(a.x + c * 8 + 4));
+      const float xs[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      float y[8];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float wv = a.norm_bf16 ? __bfloat162float(static_cast<const Bf16*>(w)[j + i])
-                                   : static_cast<const float*>(w)[j + i];
-      vec[j + i] = __float2bfloat16_rn(xs[i] * inv * wv);
+      for (int i = 0; i < 8; ++i) {
+        const int j = c * 8 + i;
+        const float wv =
+            a.norm_bf16 ? __bfloat162float(static_cast<const Bf16*>(w)[j]) : static_cast<const float*>(w)[j];
+        y[i] = xs[i] * inv * wv;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) h[i] = qmma::pack_bf16x2(y[2 * i], y[2 * i + 1]);
     }
+    put_chunk(a.q4 != 0, ok, c, make_uint4(h[0], h[1], h[2], h[3]), vec, gsum);
   }
   consumer_sync();  // vec complete; sc.red free
 }
 
 // vec = the n bf16 values at src (another block's output: from L2).
-__device__ void load_vec(const void* src, int n, Bf16* vec) {
-  for (int j = threadIdx.x * 8; j < n; j += kConsumers * 8)
-    *reinterpret_cast<uint4*>(vec + j) =
-        __ldcg(reinterpret_cast<const uint4*>(static_cast<const Bf16*>(src) + j));
+__device__ void load_vec(const MegaArgs& a, const void* src, int n, Bf16* vec, float* gsum) {
+  const int n8 = n / 8;
+  for (int base = 0; base < n8; base += kConsumers) {
+    const int c = base + static_cast<int>(threadIdx.x);
+    const bool ok = c < n8;
+    const uint4 u = ok ? __ldcg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
+    put_chunk(a.q4 != 0, ok, c, u, vec, gsum);
+  }
   consumer_sync();
 }
 
@@ -488,6 +633,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) char smem[];
   Ring ring{smem, nullptr, nullptr, n_stages};
   Bf16* vec = reinterpret_cast<Bf16*>(smem + static_cast<size_t>(n_stages) * kStageBytes);
+  float* gsum = reinterpret_cast<float*>(vec + vec_elems(a));  // 4-bit: the group sums of vec
   Scratch& sc = *reinterpret_cast<Scratch*>(smem + static_cast<size_t>(n_stages) * kStageBytes + vec_bytes);
   ring.full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&sc) + sizeof(Scratch));
   ring.empty = ring.full + n_stages;
@@ -499,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    if (threadIdx.x == kConsumers) produce(a, ring);
+    produce(a, ring);
     return;
   }
   unsigned* sync = reinterpret_cast<unsigned*>(a.partials + static_cast<int64_t>(a.n_heads) * kMegaMaxSplits *
@@ -515,8 +661,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
   for (int l = 0; l < a.n_layers; ++l) {
     const MegaLayer& L = a.layers[l];
-    norm_into(a, L.in_norm, vec, sc);
-    consume(a, kQkv, ring, item, vec, [&](int r, float v, float) {
+    norm_into(a, L.in_norm, vec, gsum, sc);
+    consume(a, kQkv, ring, item, vec, gsum, [&](int r, float v, float) {
       Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
                   : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
                                  : static_cast<Bf16*>(a.v) + (r - qd - kvd);
@@ -527,27 +673,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       attention<kDpl>(a, L, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
       barrier();
     }
-    load_vec(a.attn, qd, vec);
-    consume(a, kO, ring, item, vec,
+    load_vec(a, a.attn, qd, vec, gsum);
+    consume(a, kO, ring, item, vec, gsum,
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
     barrier();
-    norm_into(a, L.post_norm, vec, sc);
-    consume(a, kGateUp, ring, item, vec, [&](int r, float g, float u) {
+    norm_into(a, L.post_norm, vec, gsum, sc);
+    consume(a, kGateUp, ring, item, vec, gsum, [&](int r, float g, float u) {
       static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
     });
     barrier();
-    load_vec(a.act, a.d_ff, vec);
-    consume(a, kDown, ring, item, vec,
+    load_vec(a, a.act, a.d_ff, vec, gsum);
+    consume(a, kDown, ring, item, vec, gsum,
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
     if (l + 1 < a.n_layers) barrier();
   }
 }
 
+// The input vector, its group sums (4-bit), or the attention phase's scratch: they take turns.
 int vec_bytes_of(const MegaArgs& a) {
-  const int n = std::max({a.d, a.n_heads * a.head_dim, a.d_ff});
+  const int n = vec_elems(a);
   const int grp = a.n_heads / a.n_kv;
   const int attn = (grp * a.head_dim + 2 * a.head_dim + kConsumerWarps * grp * (a.head_dim + 2)) * 4;
-  return (std::max(n * 2, attn) + 127) / 128 * 128;
+  return (std::max(n * 2 + (n / 64 + 1) * 4, attn) + 127) / 128 * 128;
 }
 
 int splits_of(const MegaArgs& a) {

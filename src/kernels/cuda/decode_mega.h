@@ -3,7 +3,8 @@
 // a producer warp per block streaming the block's weight rows into a shared-memory ring (bulk copies) for
 // as far ahead as the ring allows, across the grid-wide barriers where the consumers wait for each other's
 // results. Host-visible description only (plain C++17, no CUDA types); dispatch_mega.cpp validates.
-// Invariants: one token (one sequence); bf16 weights without biases, rows contiguous, K % 8 == 0; a bf16
+// Invariants: one token (one sequence); bf16 weights (K % 8 == 0) or MLX affine 4-bit weights with group 64
+// and bf16 scales / biases (K % 512 == 0, rows % 16 == 0), no biases, rows contiguous; a bf16
 // paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
 // n_kv_heads
 // == 0 with at most 8 q heads per kv head.
@@ -18,7 +19,11 @@ constexpr int kMegaMaxSplits = 32;   // key slices per kv head
 constexpr int kMegaMaxRotary = 256;  // rotary_dim
 
 struct MegaLayer {
-  const void* w[7];  // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows
+  // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows, or (MegaArgs::q4) MLX affine 4-bit
+  // codes [out, in / 8] u32 with bf16 scales and biases [out, in / 64] in sc / bi
+  const void* w[7];
+  const void* sc[7];
+  const void* bi[7];
   const void* in_norm;
   const void* post_norm;
   void* k_cache;  // [n_blocks, block_size, n_kv, head_dim] bf16
@@ -30,6 +35,7 @@ struct MegaArgs {
   MegaLayer layers[kMegaMaxLayers];
   int n_layers = 0, d = 0, n_heads = 0, n_kv = 0, head_dim = 0, d_ff = 0;
   int norm_bf16 = 0;  // norm weights bf16 (else f32)
+  int q4 = 0;         // 4-bit group-64 weights (in % 512 == 0, out % 16 == 0)
   float eps = 1e-6f, residual = 1.0f, scale = 1.0f, rope_scaling = 1.0f;
   int rotary_dim = 0;
   float inv_freq[kMegaMaxRotary / 2] = {};

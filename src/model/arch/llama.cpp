@@ -216,8 +216,8 @@ void LlamaLike::mlp_block(kernels::Context& ctx, const Layer& l, Tensor h, Tenso
 }
 
 // A one-token CUDA step runs every layer in one launch (kernels::decode_layers_fused) where it applies:
-// BUNSEN_DECODE_FUSED=1, no hook, bf16 projections without biases or q/k norms, full attention, a static
-// RoPE table. Returns false (nothing done) otherwise.
+// BUNSEN_DECODE_FUSED=1, no hook, bf16 or MLX 4-bit (group 64) projections without biases, no q/k norms, full
+// attention, a static RoPE table. Returns false (nothing done) otherwise.
 bool LlamaLike::fused_decode(const ForwardArgs& a, Tensor x, Tensor scratch) {
   const StepBatch& b = *a.batch;
   if (!kernels::fused_decode_enabled() || a.hook != nullptr || !x.device.is_cuda() || b.n_tokens() != 1 ||
@@ -227,11 +227,22 @@ bool LlamaLike::fused_decode(const ForwardArgs& a, Tensor x, Tensor scratch) {
   ls.reserve(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    for (const Linear* p : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
-      if (p->quantized() || !p->b.empty()) return false;
+    kernels::FusedDecodeLayer f;
+    const Linear* ps[7] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
+    Tensor* ws[7] = {&f.q, &f.k, &f.v, &f.o, &f.gate, &f.up, &f.down};
+    for (int j = 0; j < 7; ++j) {
+      if (!ps[j]->b.empty() || ps[j]->quantized() != l.q.quantized()) return false;
+      if (ps[j]->quantized())
+        f.quant[j] = ps[j]->q;
+      else
+        *ws[j] = ps[j]->w;
+    }
     if (!l.q_norm.empty() || l.attn.sliding_window != 0 || l.attn.softcap != 0.0f) return false;
-    ls.push_back({l.q.w, l.k.w, l.v.w, l.o.w, l.gate.w, l.up.w, l.down.w, l.in_norm, l.post_norm, a.kv[i],
-                  cfg_.use_rope[i]});
+    f.in_norm = l.in_norm;
+    f.post_norm = l.post_norm;
+    f.kv = a.kv[i];
+    f.rope = cfg_.use_rope[i];
+    ls.push_back(f);
   }
   kernels::FusedDecodeStep s;
   s.layers = ls;
