@@ -191,7 +191,7 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then b
   # the timing experiments (wrong results): no attention phase (BUNSEN_DECODE_FUSED_DEBUG=1), no barrier waits (2)
   local x=BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_DEBUG
   AB_T=${AB_T:-150} ab ab_1b_fused "--synthetic llama3.2-1b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
-    nobar:$x=2
+    ${FUSED_NOBAR:+nobar:$x=2}
   AB_T=${AB_T:-150} ab ab_8b_fused "--synthetic llama3.1-8b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
   AB_T=${AB_T:-150} ab ab_8b_q4_fused "--synthetic llama3.1-8b --quant 4" base:BUNSEN_DECODE_FUSED=0 \
     fused:BUNSEN_DECODE_FUSED=1
