@@ -2,7 +2,7 @@
 // model for one token. Why: at batch 1 the per-op kernels leave the memory idle between launches (each
 // phase after the q/k/v GEMV is a dependent round trip of 2-3.5 us, docs/PERFORMANCE.md), while the
 // weights, ~all of the bytes, depend on nothing. Here a producer warp per block copies the block's weight
-// rows of every projection of every layer, in the order the block consumes them, into a ring of 16 KB
+// rows of every projection of every layer, in the order the block consumes them, into a ring of 19 KB
 // stages (cp.async.bulk onto a per-stage mbarrier), and only stops when the ring is full; the 8 consumer
 // warps wait for the grid-wide barrier of each phase (q/k/v -> attention -> o -> gate/up -> down) and find
 // the next phase's weights already landed.
@@ -17,8 +17,8 @@
 //   C o-projection: x[row] += bf16(o . attn) * residual (each row owned by one task).
 //   D gate/up: h = bf16(rms_norm(x) * post_norm); act = bf16(silu(gate . h) * (up . h)).
 //   E down: x[row] += bf16(down . act) * residual.
-// Work split: a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in P
-// stages of kc columns (rows over 16 KB); warp w of a block owns the block's tasks w, w + 8, ..., so a row's
+// Work split (bf16): a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in P
+// stages of kc columns (rows over kStageBytes); warp w of a block owns the block's tasks w, w + 8, ..., so a row's
 // sum stays in one warp (lane partials, then a butterfly) and no stage needs a block synchronisation. Every
 // output's summation order depends on the shapes and the grid size only, not on timing (not bit-identical
 // to the per-op kernels: different orders).
@@ -45,7 +45,7 @@ namespace {
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
 constexpr int kThreads = kConsumers + 32;  // + the producer warp
-constexpr int kStageBytes = 19456;  // a 4-bit stage (below) with room; bf16 stages use up to 16 KB of rows
+constexpr int kStageBytes = 19456;  // a 4-bit stage (below) with room; bf16 stages: whole rows, or parts of one
 // 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
 // codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
 constexpr int kQ4Codes = 2048;
