@@ -17,15 +17,14 @@
 //   C o-projection: x[row] += bf16(o . attn) * residual (each row owned by one task).
 //   D gate/up: h = bf16(rms_norm(x) * post_norm); act = bf16(silu(gate . h) * (up . h)).
 //   E down: x[row] += bf16(down . act) * residual.
-// Work split (bf16): a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in P
-// stages of kc columns (rows over kStageBytes); warp w of a block owns the block's tasks w, w + 8, ..., so a row's
-// sum stays in one warp (lane partials, then a butterfly) and no stage needs a block synchronisation. Every
-// output's summation order depends on the shapes and the grid size only, not on timing (not bit-identical
-// to the per-op kernels: different orders).
-// Invariants: grid = SM count, one block per SM (the shared-memory ring enforces it), so every block is
-// resident and the spin barriers cannot deadlock; data another block wrote in this launch is read with
-// ld.global.cg (L2), never through L1 or the non-coherent path; the producer never waits on a phase
-// barrier (weights are read-only), only on its ring's free slots.
+// Work split (bf16): a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in
+// P stages of kc columns (rows over kStageBytes); warp w of a block owns the block's tasks w, w + 8, ..., so
+// a row's sum stays in one warp (lane partials, then a butterfly) and no stage needs a block synchronisation.
+// Every output's summation order depends on the shapes and the grid size only, not on timing (not
+// bit-identical to the per-op kernels: different orders). Invariants: grid = SM count, one block per SM (the
+// shared-memory ring enforces it), so every block is resident and the spin barriers cannot deadlock; data
+// another block wrote in this launch is read with ld.global.cg (L2), never through L1 or the non-coherent
+// path; the producer never waits on a phase barrier (weights are read-only), only on its ring's free slots.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,7 +44,8 @@ namespace {
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
 constexpr int kThreads = kConsumers + 32;  // + the producer warp
-constexpr int kStageBytes = 19456;  // a 4-bit stage (below) with room; bf16 stages: whole rows, or parts of one
+constexpr int kStageBytes =
+    19456;  // a 4-bit stage (below) with room; bf16 stages: whole rows, or parts of one
 // 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
 // codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
 constexpr int kQ4Codes = 2048;
