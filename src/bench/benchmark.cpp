@@ -5,14 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "bench/bandwidth.h"
 #include "bench/synthetic_shapes.h"
 #include "core/env.h"
 #include "core/status.h"
 #include "engine/generator.h"
+#include "kernels/decode_fused.h"
 #include "kernels/device.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
@@ -173,6 +174,7 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   engine::GenerateOptions go;
   go.sampling.temperature = 0;
   go.max_tokens = 4;  // warm-up: pages weights in, starts threads
+  const int64_t fused_before = kernels::fused_decode_launches();  // the warm-up captures the decode graph
   auto prompt = bench_prompt(longest, cfg.vocab_size);
   engine::generate(runner, std::span<const int32_t>(prompt.data(), std::min<size_t>(prompt.size(), 16)), go);
   go.max_tokens = 1;
@@ -198,6 +200,7 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   std::sort(r.prefill.begin(), r.prefill.end(),
             [](const PrefillResult& a, const PrefillResult& b) { return a.prompt_len < b.prompt_len; });
   r.decode_tok_s = g.stats.decode_tok_s();
+  r.decode_step = kernels::fused_decode_launches() > fused_before ? "fused" : "per-op";
   r.ms_per_token = g.stats.ms_per_token();
   for (int64_t b : o.decode_batches) r.decode_batch.push_back(decode_batch(*m, o, b, pool));
   probe();
@@ -230,6 +233,7 @@ std::string BenchmarkResult::to_json() const {
   j["prefill_gflops"] = prefill_gflops;
   j["decode_sampler"] = decode_sampler;
   j["decode_tok_s"] = decode_tok_s;
+  j["decode_step"] = decode_step;
   j["ms_per_token"] = ms_per_token;
   j["weight_bytes_per_token"] = weight_bytes_per_token;
   j["decode_gbps"] = decode_gbps;
@@ -245,17 +249,18 @@ std::string BenchmarkResult::to_text() const {
   for (const PrefillResult& p : prefill)
     s += strfmt("prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s\n", (long long)p.prompt_len,
                 p.tok_s, p.ttft_ms, 2.0 * static_cast<double>(params) * p.tok_s / 1e9);
-  return s +
-         strfmt(
-             "decode     tg%lld after %lld (%s): %.2f tok/s, %.2f ms/token\n"
-             "roofline   %.1f MB/token%s -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured by the "
-             "probe\n",
-             (long long)gen_len, (long long)prompt_len, decode_sampler.c_str(), decode_tok_s, ms_per_token,
-             weight_bytes_per_token / 1e6,
-             moe.n_experts > 0 ? strfmt(" (active experts only: %lld of %lld per MoE layer)", (long long)moe.top_k,
-                                        (long long)moe.n_experts).c_str()
-                               : "",
-             decode_gbps, 100.0 * decode_bw_fraction, probe_read_gbps);
+  return s + strfmt(
+                 "decode     tg%lld after %lld (%s, %s step): %.2f tok/s, %.2f ms/token\n"
+                 "roofline   %.1f MB/token%s -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured "
+                 "by the "
+                 "probe\n",
+                 (long long)gen_len, (long long)prompt_len, decode_sampler.c_str(), decode_step.c_str(),
+                 decode_tok_s, ms_per_token, weight_bytes_per_token / 1e6,
+                 moe.n_experts > 0 ? strfmt(" (active experts only: %lld of %lld per MoE layer)",
+                                            (long long)moe.top_k, (long long)moe.n_experts)
+                                         .c_str()
+                                   : "",
+                 decode_gbps, 100.0 * decode_bw_fraction, probe_read_gbps);
 }
 
 }  // namespace bunsen::bench

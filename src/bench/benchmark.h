@@ -70,6 +70,9 @@ struct BenchmarkResult {
   std::vector<PrefillResult> prefill;  // every measured prompt length, ascending
   std::string decode_sampler = "greedy";  // or "temperature T, top_k K, top_p P, min_p M"
   double decode_tok_s = 0;
+  // "fused" when the decode ran the one-launch step (kernels::decode_layers_fused, BUNSEN_DECODE_FUSED=1),
+  // else "per-op"
+  std::string decode_step = "per-op";
   std::vector<DecodeBatchResult> decode_batch;
   double ms_per_token = 0;
   double weight_bytes_per_token = 0;  // MoE: the router and the top_k experts of each MoE layer only

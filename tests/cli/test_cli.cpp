@@ -102,6 +102,8 @@ TEST(Cli, BenchmarkJson) {
   for (const char* k : {"prefill_tok_s", "decode_tok_s", "ms_per_token", "weight_bytes_per_token", "decode_gbps"})
     EXPECT_GT(j.at(k).get<double>(), 0.0) << k;
   EXPECT_EQ(j.at("device"), bunsen::kernels::cuda_device_count() > 0 ? "cuda:0" : "cpu");
+  EXPECT_EQ(j.at("decode_step"),
+            "per-op");  // the one-launch step is opt-in (BUNSEN_DECODE_FUSED=1) and CUDA-only
   bool has_prompt_len = false;
   for (const auto& p : j.at("prefill")) {
     EXPECT_GT(p.at("tok_s").get<double>(), 0.0);
