@@ -113,6 +113,7 @@ class LlamaLike final : public Model {
   int64_t rope_seq_len_ = 0;  // dynamic rope: sequence length the table was computed for
   // Step scratch, allocated from the workspace in forward().
   Tensor q_, k_, v_, attn_, gate_, up_, act_;
+  std::vector<kernels::FusedDecodeLayer> fused_layers_;  // fused_decode's description of the layers
 };
 
 void LlamaLike::load() {
@@ -157,6 +158,7 @@ void LlamaLike::load() {
     l.attn.prefetch_next = l.o.quantized() ? l.o.q.packed : l.o.w;  // an L2 hint for decode steps
     layers_.push_back(l);
   }
+  fused_layers_.reserve(layers_.size());
 }
 
 void LlamaLike::update_dynamic_rope(const StepBatch& b) {
@@ -223,8 +225,9 @@ bool LlamaLike::fused_decode(const ForwardArgs& a, Tensor x, Tensor scratch) {
   if (!kernels::fused_decode_enabled() || a.hook != nullptr || !x.device.is_cuda() || b.n_tokens() != 1 ||
       b.n_single != 1 || scratch.empty() || cfg_.rope.type == RopeType::kDynamic)
     return false;
-  std::vector<kernels::FusedDecodeLayer> ls;
-  ls.reserve(layers_.size());
+  std::vector<kernels::FusedDecodeLayer>& ls =
+      fused_layers_;  // capacity reserved at load: no allocation here
+  ls.clear();
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     kernels::FusedDecodeLayer f;
