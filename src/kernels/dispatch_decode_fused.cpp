@@ -79,6 +79,8 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   if (s.scratch.dtype != DType::kF32 || !s.scratch.device.is_cuda() ||
       s.scratch.numel() < cuda::mega_scratch_floats(s.n_heads, hd))
     return false;
+  for (const Tensor* t : {&s.positions, &s.slot_mapping, &s.block_tables})
+    if (t->empty() || !t->device.is_cuda()) return false;
   if (s.positions.numel() != 1 || s.positions.dtype != DType::kI32 || s.slot_mapping.numel() != 1 ||
       s.slot_mapping.dtype != DType::kI64 || s.block_tables.ndim != 2 || s.block_tables.dim(0) < 1 ||
       s.block_tables.dtype != DType::kI32 || !s.block_tables.rows_contiguous())
