@@ -28,6 +28,12 @@ using kernels::test::CudaTest;
 
 constexpr double kFusedMinCosine = 0.9995;
 
+// Leaves the process-wide switch as the environment set it, however the test ends (a failure or an exception
+// must not let later tests in this process take the fused step).
+struct ResetFusedDecode {
+  ~ResetFusedDecode() { kernels::set_fused_decode_for_testing(-1); }
+};
+
 struct RowCheck {
   int64_t rows = 0, clear = 0;
   double min_cos = 1.0;
@@ -55,6 +61,7 @@ RowCheck compare(const std::string& what, const std::vector<float>& ref, const s
 }
 
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepOnTheLlamaFixtures) {
+  const ResetFusedDecode reset;
   const std::vector<std::string> all = fixture_names();
   int ran = 0;
   int64_t agree = 0, total = 0;
@@ -171,6 +178,7 @@ void write_checkpoint(const std::string& dir, const std::string& config) {
 
 // head_dim 128 and 64 shapes, bf16 and MLX 4-bit (group 64): d_ff and every input width % 512 == 0.
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
+  const ResetFusedDecode reset;
   const std::string q4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
   const std::string a =
       R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
