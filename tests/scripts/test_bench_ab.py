@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/bench_ab.py driving the real `bunsen benchmark` on the CPU (the built-in demo model): runs alternate,
 every run's JSON is kept, the summary's means are those of the runs' JSON, a case's switches reach its runs
-(BUNSEN_KERNELS=ref, the reference kernels, is many times slower), and bad cases or failing runs are errors.
+(BUNSEN_KERNELS=ref: the run's JSON names the reference backend), and bad cases or failing runs are errors.
 BUNSEN_EXE names the binary; BUNSEN_CACHE where the demo model lives."""
 import json
 import os
@@ -36,12 +36,16 @@ class BenchAb(unittest.TestCase):
                 vals = []
                 for rep in (1, 2):
                     with open(os.path.join(d, f"{c['label']}_{rep}.json")) as f:
-                        vals.append(json.load(f)["decode_tok_s"])
+                        run_json = json.load(f)
+                    vals.append(run_json["decode_tok_s"])
+                    # The switch reached the run: its benchmark names the kernels it ran (a timing margin
+                    # flaked: the reference kernels are only ~2x slower on the demo model, and a busy CPU erased it).
+                    self.assertEqual(run_json["backend"] == "ref", c["label"] == "ref", run_json["backend"])
                 self.assertEqual(c["decode_tok_s"], vals)
                 self.assertAlmostEqual(c["mean"], sum(vals) / 2)
                 means[c["label"]] = c["mean"]
             self.assertGreater(means["fast"], 0)
-            self.assertLess(means["ref"], means["fast"] / 2, "the ref case's switch did not reach its runs")
+            self.assertGreater(means["ref"], 0)
             self.assertAlmostEqual(s["cases"][1]["change_pct"], (means["ref"] / means["fast"] - 1) * 100)
             rows = [line.split()[0] for line in p.stdout.splitlines()[1:]]
             self.assertEqual(rows, ["fast", "ref"])
