@@ -8,11 +8,13 @@
 // merge at sizes where every block has work, in bf16 and in MLX 4-bit.
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "../golden/golden_file.h"
+#include "../unit/model/safetensors_test_util.h"
 #include "cuda_test_util.h"
 #include "golden_cuda_util.h"
 #include "kernels/decode_fused.h"
@@ -122,24 +124,6 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepOnTheLlamaFixtures) {
       << agree << " of " << total << " teacher-forced steps pick the golden greedy token";
 }
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = testing::TempDir() + "bunsen_df_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // A llama checkpoint of `config` with synthetic weights: bf16, or with a "quantization" block every 2-D
 // tensor quantized by quantize_affine (bf16 scales and biases, as mlx-lm writes them).
 void write_checkpoint(const std::string& dir, const std::string& config) {
@@ -188,7 +172,7 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
         "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
         "tie_word_embeddings":true,"rms_norm_eps":1e-5)";
   for (const std::string& config : {a + "}", b + "}", a + q4 + "}", b + q4 + "}"}) {
-    ScratchDir dir;
+    model::testutil::ScratchDir dir;
     write_checkpoint(dir.path(), config);
     auto m = load(dir.path(), Device::cuda(0));
     const int64_t vocab = m->config().vocab_size;
