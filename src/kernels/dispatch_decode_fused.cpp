@@ -15,22 +15,19 @@ std::atomic<int> g_mode{-1};
 std::atomic<int64_t> g_launches{0};
 
 #ifdef BUNSEN_HAVE_CUDA
-bool bf16_matrix(const Tensor& t, int64_t rows, int64_t cols) {
-  return !t.empty() && t.device.is_cuda() && t.dtype == DType::kBF16 && t.ndim == 2 && t.dim(0) == rows &&
+// A [rows, cols] matrix of `dtype` on the device with contiguous, 16-byte aligned rows (what the bulk copies
+// read).
+bool device_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols) {
+  return !t.empty() && t.device.is_cuda() && t.dtype == dtype && t.ndim == 2 && t.dim(0) == rows &&
          t.dim(1) == cols && t.stride(1) == 1 && t.stride(0) == cols &&
          reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
 }
 // An MLX 4-bit group-64 matrix [rows, cols] the fused step streams: contiguous codes, bf16 scales / biases.
 bool q4_matrix(const QuantWeight& w, int64_t rows, int64_t cols) {
-  auto contiguous = [](const Tensor& t, DType dt, int64_t r, int64_t c) {
-    return !t.empty() && t.device.is_cuda() && t.dtype == dt && t.ndim == 2 && t.dim(0) == r &&
-           t.dim(1) == c && t.stride(1) == 1 && t.stride(0) == c &&
-           reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
-  };
   return w.bits == 4 && w.group_size == 64 && cols % 512 == 0 &&
-         contiguous(w.packed, DType::kU32, rows, cols / 8) &&
-         contiguous(w.scales, DType::kBF16, rows, cols / 64) &&
-         contiguous(w.biases, DType::kBF16, rows, cols / 64);
+         device_matrix(w.packed, DType::kU32, rows, cols / 8) &&
+         device_matrix(w.scales, DType::kBF16, rows, cols / 64) &&
+         device_matrix(w.biases, DType::kBF16, rows, cols / 64);
 }
 bool cuda_row(const Tensor& t, DType dtype, int64_t n) {
   return !t.empty() && t.device.is_cuda() && t.dtype == dtype && t.numel() == n && t.rows_contiguous() &&
@@ -111,7 +108,7 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
         m.sc[j] = l.quant[j].scales.data;
         m.bi[j] = l.quant[j].biases.data;
       } else {
-        if (!bf16_matrix(*ws[j], shape[j][0], shape[j][1])) return false;
+        if (!device_matrix(*ws[j], DType::kBF16, shape[j][0], shape[j][1])) return false;
         m.w[j] = ws[j]->data;
         m.sc[j] = m.bi[j] = nullptr;
       }

@@ -55,6 +55,13 @@ static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
 constexpr int kMaxStages = 16;
 constexpr int kMaxRows = 64;  // rows per stage (all matrices)
 
+// The counters after the key-slice partials (decode_mega.h): [0] the grid barrier, from [64] one per (layer,
+// kv head). The launcher zeroes them; the kernel counts.
+__host__ __device__ __forceinline__ unsigned* counters_of(const MegaArgs& a) {
+  return reinterpret_cast<unsigned*>(a.partials +
+                                     static_cast<int64_t>(a.n_heads) * kMegaMaxSplits * (a.head_dim + 2));
+}
+
 // Shared-memory scratch besides the ring and the input vector.
 struct Scratch {
   float red[kConsumerWarps];  // block reductions
@@ -648,8 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     produce(a, ring);
     return;
   }
-  unsigned* sync = reinterpret_cast<unsigned*>(a.partials + static_cast<int64_t>(a.n_heads) * kMegaMaxSplits *
-                                                                (a.head_dim + 2));
+  unsigned* sync = counters_of(a);
   unsigned arrivals = 0;
   auto barrier = [&] {
     if (a.debug & 2) return consumer_sync();
@@ -759,8 +765,7 @@ void decode_mega(void* stream, const MegaArgs& a) {
   check_cuda(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
              op, detail);
   auto* s = static_cast<cudaStream_t>(stream);
-  unsigned* sync = reinterpret_cast<unsigned*>(a.partials + static_cast<int64_t>(a.n_heads) * kMegaMaxSplits *
-                                                                (a.head_dim + 2));
+  unsigned* sync = counters_of(a);
   check_cuda(cudaMemsetAsync(sync, 0, sizeof(unsigned) * mega_counters(a.n_heads), s), op, detail);
   k<<<sm_count(), kThreads, bytes, s>>>(a, n, splits_of(a), vec_bytes_of(a));
   check_launch(op, detail);
