@@ -4,8 +4,8 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_sanitize,
-# trace, trace8
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing,
+# fused_sanitize, trace, trace8
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
 # table serve.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
@@ -181,20 +181,31 @@ serve_bulk() {  # 64 streams, the packed decode attention with cp.async copies, 
   BUNSEN_DECODE_BULK=1 TAG=_bulk$s serve_run 64 "greedy:$((s + 1))"
 }
 
-fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then batch-1 decode A/B, 1B and 8B
+fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, batch-1 decode A/B, then timing records
   timeout "${FUSED_T:-120}" "$G/test_cuda" --gtest_filter='*FusedDecode*' >"$R/fused_tests.txt" 2>&1
   local rc=$?
   echo "fused tests rc=$rc: $(grep -c '^\[       OK' "$R/fused_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/fused_tests.txt") failed"
   grep -E '^\[  FAILED|^\[ fused|Failure|Expected|Which is|row [0-9]' "$R/fused_tests.txt" | head -30
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
-  # the timing experiments (wrong results): no attention phase (BUNSEN_DECODE_FUSED_DEBUG=1), no barrier waits (2)
-  local x=BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_DEBUG
+  fused_timing
+  # noattn: a timing experiment (wrong results), the attention phase skipped (BUNSEN_DECODE_FUSED_DEBUG=1)
+  local x=BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_DEBUG=1
   AB_T=${AB_T:-150} ab ab_1b_fused "--synthetic llama3.2-1b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
-    ${FUSED_NOBAR:+nobar:$x=2}
-  AB_T=${AB_T:-150} ab ab_8b_fused "--synthetic llama3.1-8b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
-  AB_T=${AB_T:-150} ab ab_8b_q4_fused "--synthetic llama3.1-8b --quant 4" base:BUNSEN_DECODE_FUSED=0 \
+    noattn:$x
+  AB_T=${AB_T:-200} ab ab_8b_fused "--synthetic llama3.1-8b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
+  AB_T=${AB_T:-200} ab ab_8b_q4_fused "--synthetic llama3.1-8b --quant 4" base:BUNSEN_DECODE_FUSED=0 \
     fused:BUNSEN_DECODE_FUSED=1
+}
+fused_timing() {  # where a layer's time goes in the fused step (scripts/fused_timing.py), 1B, 8B, 8B 4-bit
+  local m
+  for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
+    BUNSEN_DECODE_FUSED=1 BUNSEN_DECODE_FUSED_TIMING="$R/timing_${m%%:*}.bin" timeout 120 "$G/bunsen" benchmark \
+      --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/timing_${m%%:*}.txt" 2>&1
+    echo "== timing ${m%%:*} (rc $?)"
+    python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" 2>&1 | tee -a "$R/timing_${m%%:*}.txt"
+    snap
+  done
 }
 fused_sanitize() {  # memcheck + racecheck of the persistent decode step
   SANITIZE_ONLY=decode_fused_step SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} bash scripts/sanitize.sh "$G" "$R/sanitize" \
@@ -351,13 +362,13 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_sanitize | trace | \
+      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_sanitize | trace | \
       trace8)
       $stage
       ;;
     *)
       echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_sanitize, trace," \
+        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_sanitize, trace," \
         "trace8)" >&2
       exit 2
       ;;

@@ -2,6 +2,7 @@
 #include "golden_file.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "core/status.h"
 #include "model/registry.h"
@@ -43,7 +45,9 @@ std::vector<std::string> fixture_names() {
 }
 
 std::string build_checkpoint(const Fixture& f, DType dtype, const std::string& tag) {
-  const fs::path dir = fs::path(testing::TempDir()) / (tag + "_" + f.name + "_" + dtype_name(dtype));
+  // The process id in the name: runs of one test in parallel (the sanitizer's tools) keep apart.
+  const fs::path dir = fs::path(testing::TempDir()) /
+                       (tag + "_" + f.name + "_" + dtype_name(dtype) + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(f.dir + "/config.json", dir / "config.json");

@@ -29,7 +29,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -179,8 +182,64 @@ struct Ring {
   char* base;
   uint64_t* full;
   uint64_t* empty;
+  unsigned* seq;  // per stage: the item the producer armed it for (~0u before the first)
   int n;
 };
+
+// Waits until stage item % n holds `item` and returns it. First until the producer armed the stage for this
+// item (it had waited for the release of item - n, so the full barrier's current phase is this item's): a
+// parity wait alone cannot tell this item's phase from the one two behind, which a warp meets when it runs
+// more than a ring ahead of a stage another warp has not released (tasks of several stages: 8 warps x P
+// stages > n). Then until the item's bytes landed.
+__device__ __forceinline__ char* wait_item(const Ring& ring, unsigned item) {
+  const unsigned n = static_cast<unsigned>(ring.n), stage = item % n;
+  while (*reinterpret_cast<volatile const unsigned*>(ring.seq + stage) != item) {
+  }
+  mbar_wait(&ring.full[stage], (item / n) & 1u);
+  return ring.base + static_cast<size_t>(stage) * kStageBytes;
+}
+// The warp is done reading the stage of `item`: lane 0 frees it for the producer.
+__device__ __forceinline__ void release_item(const Ring& ring, unsigned item) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(&ring.empty[item % static_cast<unsigned>(ring.n)]);
+}
+
+// ---- the timing instance (MegaArgs::timing): per block and layer, kMegaTimingSlots words ----
+// Phase ends of consumer thread 0 on %globaltimer (ns; comparable across blocks): the block's consumers done
+// (*Done: after their block sync) and the grid barrier passed (*Pass); then warp 0's SM clocks waiting for
+// staged data per projection phase (kWaitData + phase), the producer's SM clocks waiting for a free stage
+// (kWaitFree + phase) and the %globaltimer when it issued the phase's last stage (kIssued + phase).
+enum Slot {
+  kStart,
+  kNorm1,
+  kQkvDone,
+  kQkvPass,
+  kAttnDone,
+  kAttnPass,
+  kOLoaded,
+  kODone,
+  kOPass,
+  kNorm2,
+  kGuDone,
+  kGuPass,
+  kActLoaded,
+  kDownDone,
+  kDownPass,
+  kWaitData,
+  kWaitFree = kWaitData + 4,
+  kIssued = kWaitFree + 4,
+  kSlotsUsed = kIssued + 4
+};
+static_assert(kSlotsUsed <= kMegaTimingSlots, "timing slots");
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void record(const MegaArgs& a, int layer, int slot, unsigned long long v) {
+  a.timing[(static_cast<int64_t>(blockIdx.x) * a.n_layers + layer) * kMegaTimingSlots + slot] = v;
+}
 
 // Tasks of a phase this block runs: blockIdx.x, blockIdx.x + gridDim.x, ...
 __device__ __forceinline__ int block_tasks(const Geo& g) {
@@ -191,6 +250,7 @@ __device__ __forceinline__ int block_tasks(const Geo& g) {
 // The producer warp: every stage of every projection this block consumes, in consumption order. Lane 0 waits
 // for the stage's slot and arms its barrier, then the lanes issue the stage's copies (a row each; 4-bit:
 // codes, scales and biases of the 16 tile rows).
+template <bool kTiming>
 __device__ void produce(const MegaArgs& a, const Ring& ring) {
   const int lane = threadIdx.x & 31;
   unsigned item = 0;
@@ -199,6 +259,7 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
     for (int ph = 0; ph < 4; ++ph) {
       const Geo g = geo(a, ph);
       const int n_i = block_tasks(g);
+      long long waited = 0;
       for (int i = 0; i < n_i; ++i) {
         const int r0 = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
         const int nrt = min(g.nr, g.rows - r0);
@@ -208,8 +269,12 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
           const unsigned bytes =
               a.q4 ? 16u * (len / 2 + 2 * (len / 32)) : static_cast<unsigned>(g.M * nrt * len * 2);
           if (lane == 0) {
+            long long t0 = 0;
+            if constexpr (kTiming) t0 = clock64();
             mbar_wait(&ring.empty[stage], ((item / static_cast<unsigned>(ring.n)) & 1u) ^ 1u);
+            if constexpr (kTiming) waited += clock64() - t0;
             mbar_arrive_expect_tx(&ring.full[stage], bytes);
+            *reinterpret_cast<volatile unsigned*>(ring.seq + stage) = item;
           }
           __syncwarp();
           char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
@@ -241,6 +306,12 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
           }
         }
       }
+      if constexpr (kTiming) {
+        if (lane == 0) {
+          record(a, l, kWaitFree + ph, static_cast<unsigned long long>(waited));
+          record(a, l, kIssued + ph, global_ns());
+        }
+      }
     }
   }
 }
@@ -270,7 +341,7 @@ __device__ __forceinline__ float warp_sum(float s) {
 // (c2).
 template <typename Emit>
 __device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const uint4* xq, const float* gsum,
-                           Emit& emit) {
+                           Emit& emit, long long* waited) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const int n_i = block_tasks(g);
   for (int i = warp; i < n_i; i += kConsumerWarps) {
@@ -278,10 +349,9 @@ __device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const
     float acc0 = 0.0f, acc2 = 0.0f;
     for (int p = 0; p < g.P; ++p) {
       const unsigned it = item + static_cast<unsigned>(i * g.P + p);
-      const int stage = static_cast<int>(it % static_cast<unsigned>(ring.n));
-      mbar_wait(&ring.full[stage], (it / static_cast<unsigned>(ring.n)) & 1u);
-      const unsigned char* st =
-          reinterpret_cast<const unsigned char*>(ring.base) + static_cast<size_t>(stage) * kStageBytes;
+      const long long t0 = waited != nullptr ? clock64() : 0;
+      const unsigned char* st = reinterpret_cast<const unsigned char*>(wait_item(ring, it));
+      if (waited != nullptr) *waited += clock64() - t0;
       const unsigned char* ca = st + gq * kQ4Row + t * 8;
       const unsigned char* cb = ca + 8 * kQ4Row;
       const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row);
@@ -310,8 +380,7 @@ __device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const
         acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), co, acc0));
         acc2 = fmaf(s1, cq[2], fmaf(fmaf(-128.0f, s1, b1), co, acc2));
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ring.empty[stage]);
+      release_item(ring, it);
     }
     if (t == 0) {
       if (g.M == 2) {
@@ -329,11 +398,12 @@ __device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const
 // parts of a task: a row's sum stays in one warp, no block synchronisation per stage) and lane 0 calls
 // emit(row, dot of matrix 0, dot of matrix 1) per finished row. `item` counts the block's stages through
 // the step, as the producer does: stage item % n, parity (item / n) & 1.
+// waited: the timing instance's warp 0 adds its SM clocks waiting for staged data (else nullptr).
 template <typename Emit>
 __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
-                        const float* gsum, Emit&& emit) {
+                        const float* gsum, long long* waited, Emit&& emit) {
   const Geo g = geo(a, ph);
-  if (a.q4) return consume_q4(g, ring, item, reinterpret_cast<const uint4*>(vec), gsum, emit);
+  if (a.q4) return consume_q4(g, ring, item, reinterpret_cast<const uint4*>(vec), gsum, emit, waited);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int n_i = block_tasks(g);
   for (int i = warp; i < n_i; i += kConsumerWarps) {
@@ -341,9 +411,9 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
     float s0 = 0.0f, s1 = 0.0f;  // P > 1: the one row's lane partials across parts
     for (int p = 0; p < g.P; ++p) {
       const unsigned it = item + static_cast<unsigned>(i * g.P + p);
-      const int stage = static_cast<int>(it % static_cast<unsigned>(ring.n));
-      mbar_wait(&ring.full[stage], (it / static_cast<unsigned>(ring.n)) & 1u);
-      const Bf16* st = reinterpret_cast<const Bf16*>(ring.base + static_cast<size_t>(stage) * kStageBytes);
+      const long long t0 = waited != nullptr ? clock64() : 0;
+      const Bf16* st = reinterpret_cast<const Bf16*>(wait_item(ring, it));
+      if (waited != nullptr) *waited += clock64() - t0;
       const int len = min(g.kc, g.K - p * g.kc);
       const Bf16* xv = vec + p * g.kc;
       if (g.P == 1) {
@@ -356,8 +426,7 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
         s0 = lane_dot(st, xv, len, lane, s0);
         if (g.M == 2) s1 = lane_dot(st + g.kc, xv, len, lane, s1);
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ring.empty[stage]);
+      release_item(ring, it);
     }
     if (g.P > 1) {
       s0 = warp_sum(s0);
@@ -634,64 +703,87 @@ __device__ void attention(const MegaArgs& a, const MegaLayer& L, unsigned* done,
   }
 }
 
-template <int kDpl>
+template <int kDpl, bool kTiming>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_mega_kernel(const __grid_constant__ MegaArgs a, int n_stages, int n_splits, int vec_bytes) {
   extern __shared__ __align__(128) char smem[];
-  Ring ring{smem, nullptr, nullptr, n_stages};
+  Ring ring{smem, nullptr, nullptr, nullptr, n_stages};
   Bf16* vec = reinterpret_cast<Bf16*>(smem + static_cast<size_t>(n_stages) * kStageBytes);
   float* gsum = reinterpret_cast<float*>(vec + vec_elems(a));  // 4-bit: the group sums of vec
   Scratch& sc = *reinterpret_cast<Scratch*>(smem + static_cast<size_t>(n_stages) * kStageBytes + vec_bytes);
   ring.full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&sc) + sizeof(Scratch));
   ring.empty = ring.full + n_stages;
+  ring.seq = reinterpret_cast<unsigned*>(ring.empty + n_stages);
   if (threadIdx.x == 0) {
     for (int s = 0; s < n_stages; ++s) {
       mbar_init(&ring.full[s], 1);
       mbar_init(&ring.empty[s], 1);  // the consuming warp
+      ring.seq[s] = ~0u;
     }
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    produce(a, ring);
+    produce<kTiming>(a, ring);
     return;
   }
   unsigned* sync = counters_of(a);
   unsigned arrivals = 0;
-  auto barrier = [&] {
+  const bool t0 = kTiming && threadIdx.x == 0;
+  // The grid barrier ending a phase: slot_done records the block's consumers done, slot_done + 1 the barrier
+  // passed (timing instance).
+  auto barrier = [&](int l, int slot_done) {
     if (a.debug & 2) return consumer_sync();
     grid_arrive(sync);
+    if (t0) record(a, l, slot_done, global_ns());
     ++arrivals;
     grid_wait(sync, arrivals * gridDim.x);
+    if (t0) record(a, l, slot_done + 1, global_ns());
   };
+  long long waited[4] = {0, 0, 0, 0};
+  auto wait_acc = [&](int ph) -> long long* { return kTiming && threadIdx.x < 32 ? &waited[ph] : nullptr; };
   unsigned item = 0;
   const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
   for (int l = 0; l < a.n_layers; ++l) {
     const MegaLayer& L = a.layers[l];
+    if (t0) record(a, l, kStart, global_ns());
     norm_into(a, L.in_norm, vec, gsum, sc);
-    consume(a, kQkv, ring, item, vec, gsum, [&](int r, float v, float) {
+    if (t0) record(a, l, kNorm1, global_ns());
+    consume(a, kQkv, ring, item, vec, gsum, wait_acc(kQkv), [&](int r, float v, float) {
       Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
                   : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
                                  : static_cast<Bf16*>(a.v) + (r - qd - kvd);
       *dst = __float2bfloat16_rn(v);
     });
-    barrier();
+    barrier(l, kQkvDone);
     if (!(a.debug & 1)) {
       attention<kDpl>(a, L, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
-      barrier();
+      barrier(l, kAttnDone);
     }
     load_vec(a, a.attn, qd, vec, gsum);
-    consume(a, kO, ring, item, vec, gsum,
+    if (t0) record(a, l, kOLoaded, global_ns());
+    consume(a, kO, ring, item, vec, gsum, wait_acc(kO),
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
-    barrier();
+    barrier(l, kODone);
     norm_into(a, L.post_norm, vec, gsum, sc);
-    consume(a, kGateUp, ring, item, vec, gsum, [&](int r, float g, float u) {
+    if (t0) record(a, l, kNorm2, global_ns());
+    consume(a, kGateUp, ring, item, vec, gsum, wait_acc(kGateUp), [&](int r, float g, float u) {
       static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
     });
-    barrier();
+    barrier(l, kGuDone);
     load_vec(a, a.act, a.d_ff, vec, gsum);
-    consume(a, kDown, ring, item, vec, gsum,
+    if (t0) record(a, l, kActLoaded, global_ns());
+    consume(a, kDown, ring, item, vec, gsum, wait_acc(kDown),
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
-    if (l + 1 < a.n_layers) barrier();
+    if (l + 1 < a.n_layers) {
+      barrier(l, kDownDone);
+    } else if (t0) {
+      record(a, l, kDownDone, global_ns());
+    }
+    if (t0)
+      for (int ph = 0; ph < 4; ++ph)
+        record(a, l, kWaitData + ph, static_cast<unsigned long long>(waited[ph]));
+    if constexpr (kTiming)
+      for (long long& w : waited) w = 0;
   }
 }
 
@@ -709,26 +801,31 @@ int splits_of(const MegaArgs& a) {
 
 using Kernel = void (*)(MegaArgs, int, int, int);
 
+template <bool kTiming>
 Kernel kernel_of(int head_dim) {
-  if (head_dim == 16) return decode_mega_kernel<1>;
+  if (head_dim == 16) return decode_mega_kernel<1, kTiming>;
   if (head_dim % 32 != 0) return nullptr;
   switch (head_dim / 32) {
     case 1:
-      return decode_mega_kernel<1>;
+      return decode_mega_kernel<1, kTiming>;
     case 2:
-      return decode_mega_kernel<2>;
+      return decode_mega_kernel<2, kTiming>;
     case 4:
-      return decode_mega_kernel<4>;
+      return decode_mega_kernel<4, kTiming>;
     case 8:
-      return decode_mega_kernel<8>;
+      return decode_mega_kernel<8, kTiming>;
     default:
       return nullptr;
   }
 }
+Kernel kernel_of(const MegaArgs& a) {
+  return a.timing != nullptr ? kernel_of<true>(a.head_dim) : kernel_of<false>(a.head_dim);
+}
 
 // Dynamic shared memory for n stages.
 size_t smem_bytes(const MegaArgs& a, int n) {
-  return static_cast<size_t>(n) * kStageBytes + vec_bytes_of(a) + sizeof(Scratch) + 2 * n * sizeof(uint64_t);
+  return static_cast<size_t>(n) * kStageBytes + vec_bytes_of(a) + sizeof(Scratch) + 2 * n * sizeof(uint64_t) +
+         n * sizeof(unsigned);
 }
 
 int stages_of(const MegaArgs& a) {
@@ -740,14 +837,58 @@ int stages_of(const MegaArgs& a) {
   return smem_bytes(a, n) <= static_cast<size_t>(optin) ? n : 0;
 }
 
+// The timing record (mega_timing_buffer): one device buffer for the process, written to a file at exit.
+struct TimingRecord {
+  unsigned long long* dev = nullptr;
+  int64_t words = 0, grid = 0, n_layers = 0;
+  std::string path;
+};
+TimingRecord& timing_record() {
+  static TimingRecord r;
+  return r;
+}
+// Writes the last step's record: four int64 (grid, layers, slots per layer, SM clock kHz), then the words.
+void write_timing() {
+  TimingRecord& r = timing_record();
+  if (r.dev == nullptr || cudaDeviceSynchronize() != cudaSuccess) return;
+  std::vector<unsigned long long> host(static_cast<size_t>(r.words));
+  if (cudaMemcpy(host.data(), r.dev, host.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
+  int khz = 0;
+  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, current_device());
+  const int64_t head[4] = {r.grid, r.n_layers, kMegaTimingSlots, khz};
+  if (FILE* f = std::fopen(r.path.c_str(), "wb")) {
+    std::fwrite(head, sizeof head, 1, f);
+    std::fwrite(host.data(), 8, host.size(), f);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
+
+unsigned long long* mega_timing_buffer(const MegaArgs& a, const std::string& path) {
+  TimingRecord& r = timing_record();
+  const int64_t words = static_cast<int64_t>(sm_count()) * a.n_layers * kMegaTimingSlots;
+  if (r.dev == nullptr) {
+    check_cuda(cudaMalloc(&r.dev, static_cast<size_t>(words) * 8), "decode_mega",
+               [] { return std::string("timing record"); });
+    check_cuda(cudaMemset(r.dev, 0, static_cast<size_t>(words) * 8), "decode_mega",
+               [] { return std::string("timing record"); });
+    r.words = words;
+    r.path = path;
+    std::atexit(write_timing);
+  }
+  if (words > r.words) return nullptr;  // a larger model later in the process: not recorded
+  r.grid = sm_count();
+  r.n_layers = a.n_layers;
+  return r.dev;
+}
 
 bool mega_supported(const MegaArgs& a) {
   int major = 0;
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()),
              "decode_mega", [] { return std::string("compute capability"); });
   const int grp = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
-  return major >= 9 && kernel_of(a.head_dim) != nullptr && grp >= 1 && grp <= 8 && a.n_heads % a.n_kv == 0 &&
+  return major >= 9 && kernel_of(a) != nullptr && grp >= 1 && grp <= 8 && a.n_heads % a.n_kv == 0 &&
          a.n_layers >= 1 && a.n_layers <= kMegaMaxLayers && a.rotary_dim <= a.head_dim &&
          a.rotary_dim <= kMegaMaxRotary && a.d % 8 == 0 && a.d_ff % 8 == 0 && stages_of(a) >= 4;
 }
@@ -758,7 +899,7 @@ void decode_mega(void* stream, const MegaArgs& a) {
     return strfmt("%d layers, d %d, heads %d/%d x %d, d_ff %d", a.n_layers, a.d, a.n_heads, a.n_kv,
                   a.head_dim, a.d_ff);
   };
-  const Kernel k = kernel_of(a.head_dim);
+  const Kernel k = kernel_of(a);
   const int n = stages_of(a);
   if (k == nullptr || n < 4) throw Error("cuda", std::string(op) + ": unsupported shape: " + detail());
   const size_t bytes = smem_bytes(a, n);

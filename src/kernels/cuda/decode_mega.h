@@ -2,7 +2,7 @@
 // cache write, attention, o-projection, gated MLP and residual adds in one launch of one block per SM, with
 // a producer warp per block streaming the block's weight rows into a shared-memory ring (bulk copies) for
 // as far ahead as the ring allows, across the grid-wide barriers where the consumers wait for each other's
-// results. Host-visible description only (plain C++17, no CUDA types); dispatch_mega.cpp validates.
+// results. Host-visible description only (plain C++17, no CUDA types); dispatch_decode_fused.cpp validates.
 // Invariants: one token (one sequence); bf16 weights (K % 8 == 0) or MLX affine 4-bit weights with group 64
 // and bf16 scales / biases (K % 512 == 0, rows % 16 == 0), no biases, rows contiguous; a bf16
 // paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
@@ -11,12 +11,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace bunsen::kernels::cuda {
 
 constexpr int kMegaMaxLayers = 64;
 constexpr int kMegaMaxSplits = 32;   // key slices per kv head
 constexpr int kMegaMaxRotary = 256;  // rotary_dim
+constexpr int kMegaTimingSlots = 32;  // timing words per (block, layer)
 
 struct MegaLayer {
   // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows, or (MegaArgs::q4) MLX affine 4-bit
@@ -52,6 +54,9 @@ struct MegaArgs {
   // Timing experiments only (BUNSEN_DECODE_FUSED_DEBUG, wrong results): bit 0 skips the attention phase,
   // bit 1 the grid-barrier waits.
   int debug = 0;
+  // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
+  // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
+  unsigned long long* timing = nullptr;
   float* partials = nullptr;  // mega_scratch_floats(n_heads, head_dim) f32, then the counters (mega_counters)
 };
 
@@ -68,5 +73,10 @@ inline int64_t mega_scratch_floats(int64_t n_heads, int64_t head_dim) {
 bool mega_supported(const MegaArgs& a);
 // Launches the step on `stream` (zeroes the barrier first). Throws Error("cuda", ...) on a CUDA failure.
 void decode_mega(void* stream, const MegaArgs& a);
+// BUNSEN_DECODE_FUSED_TIMING=FILE (a diagnostic; docs/PERFORMANCE.md): the device buffer for
+// MegaArgs::timing, allocated once per process; the last step's record is written to `path` at exit (four
+// int64: grid, layers, slots per layer, SM clock kHz; then the words). Null where the buffer is too small (a
+// larger model than the first one).
+unsigned long long* mega_timing_buffer(const MegaArgs& a, const std::string& path);
 
 }  // namespace bunsen::kernels::cuda
