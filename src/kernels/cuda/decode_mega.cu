@@ -17,14 +17,17 @@
 //   C o-projection: x[row] += bf16(o . attn) * residual (each row owned by one task).
 //   D gate/up: h = bf16(rms_norm(x) * post_norm); act = bf16(silu(gate . h) * (up . h)).
 //   E down: x[row] += bf16(down . act) * residual.
-// Work split (bf16): a task is nr whole rows (x M matrices: gate and up together) in one stage, or one row in
-// P stages of kc columns (rows over kStageBytes); warp w of a block owns the block's tasks w, w + 8, ..., so
-// a row's sum stays in one warp (lane partials, then a butterfly) and no stage needs a block synchronisation.
-// Every output's summation order depends on the shapes and the grid size only, not on timing (not
-// bit-identical to the per-op kernels: different orders). Invariants: grid = SM count, one block per SM (the
-// shared-memory ring enforces it), so every block is resident and the spin barriers cannot deadlock; data
-// another block wrote in this launch is read with ld.global.cg (L2), never through L1 or the non-coherent
-// path; the producer never waits on a phase barrier (weights are read-only), only on its ring's free slots.
+// Work split: a projection is cut into tiles of 16 rows (gate/up: 8 gate rows and the same 8 up rows) over
+// K in parts of kBfCols columns (bf16) or kQ4Codes codes (4-bit), one ring stage per (tile, part), and both
+// forms run on the tensor cores (mma.m16n8k16, x broadcast into every column). Warp w of a block takes the
+// block's stages w, w + 8, ..., so consecutive stages are read by different warps at once; a tile's parts
+// meet in shared memory in part order (tile_add), and the warp adding the last part emits the rows. No stage
+// needs a block synchronisation. Every output's summation order depends on the shapes and the grid size only,
+// not on timing (not bit-identical to the per-op kernels: different orders). Invariants: grid = SM count, one
+// block per SM (the shared-memory ring enforces it), so every block is resident and the spin barriers cannot
+// deadlock; data another block wrote in this launch is read with ld.global.cg (L2), never through L1 or the
+// non-coherent path; the producer never waits on a phase barrier (weights are read-only), only on its ring's
+// free slots.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,16 +50,22 @@ namespace {
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
 constexpr int kThreads = kConsumers + 32;  // + the producer warp
-constexpr int kStageBytes =
-    19456;  // a 4-bit stage (below) with room; bf16 stages: whole rows, or parts of one
+constexpr int kStageBytes = 19456;         // a 4-bit stage (below) with room
 // 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
 // codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
 constexpr int kQ4Codes = 2048;
 constexpr int kQ4Row = kQ4Codes / 2 + 16;  // bytes per tile row of codes
 constexpr int kQ4Sb = kQ4Codes / 32 + 16;  // bytes per tile row of scales (and of biases)
 static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
+// bf16 stages: 16 tile rows x up to kBfCols columns, each row padded by 16 bytes (ldmatrix's 8 rows hit
+// different banks).
+constexpr int kBfCols = 512;
+constexpr int kBfRow = kBfCols * 2 + 16;
+static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
 constexpr int kMaxStages = 16;
-constexpr int kMaxRows = 64;  // rows per stage (all matrices)
+// Tiles of several parts sum their parts in shared memory, in part order, in one of kTileSlots slots (tile %
+// kTileSlots): the tiles open at once all touch the ring's window of <= kMaxStages items plus the 8 warps'.
+constexpr int kTileSlots = 32;
 
 // The counters after the key-slice partials (decode_mega.h): [0] the grid barrier, from [64] one per (layer,
 // kv head). The launcher zeroes them; the kernel counts.
@@ -70,6 +79,8 @@ struct Scratch {
   float red[kConsumerWarps];  // block reductions
   int last;                   // attention: this block finished a kv head's last slice
   int pad[kConsumerWarps - 1];
+  float tile_sum[kTileSlots][16];   // a tile's rows summed over its parts so far
+  unsigned tile_parts[kTileSlots];  // parts in tile_sum (0: the slot is free)
 };
 
 __device__ __forceinline__ void consumer_sync() {
@@ -117,9 +128,11 @@ __device__ __forceinline__ void unpack8(const uint4 u, float (&f)[8]) {
   }
 }
 
-// The geometry of one projection phase's stages (the producer and the consumers derive the same one).
+// The geometry of one projection phase (the producer and the consumers derive the same one): tiles of 16
+// MMA rows (gated: 8 gate rows, then the same 8 up rows: nr = 8 output rows) over K, in P parts of kc columns
+// (bf16) or codes (4-bit); one stage per (tile, part), tile-major.
 struct Geo {
-  int M, rows, K, nr, P, kc, ntasks;
+  int M, rows, K, nr, P, kc, ntiles;
 };
 
 enum Phase { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
@@ -130,25 +143,10 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   g.M = ph == kGateUp ? 2 : 1;
   g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
   g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
-  if (a.q4) {  // a task is a 16-row tile (gated: 8 output rows) over P stages of kc codes
-    g.kc = min(g.K, kQ4Codes);
-    g.P = (g.K + g.kc - 1) / g.kc;
-    g.nr = g.M == 2 ? 8 : 16;
-    g.ntasks = (g.rows + g.nr - 1) / g.nr;
-    return g;
-  }
-  const int row_bytes = g.M * g.K * 2;
-  if (row_bytes <= kStageBytes) {
-    g.P = 1;
-    g.kc = g.K;
-    g.nr = min(kStageBytes / row_bytes, kMaxRows / g.M);
-  } else {
-    const int p = (row_bytes + kStageBytes - 1) / kStageBytes;
-    g.kc = ((g.K + p - 1) / p + 7) / 8 * 8;
-    g.P = (g.K + g.kc - 1) / g.kc;
-    g.nr = 1;
-  }
-  g.ntasks = (g.rows + g.nr - 1) / g.nr;
+  g.kc = min(g.K, a.q4 ? kQ4Codes : kBfCols);
+  g.P = (g.K + g.kc - 1) / g.kc;
+  g.nr = g.M == 2 ? 8 : 16;
+  g.ntiles = (g.rows + g.nr - 1) / g.nr;
   return g;
 }
 
@@ -164,12 +162,6 @@ __device__ __forceinline__ int matrix_of(const MegaArgs& a, int ph, int m, int& 
   }
   r -= qd + kvd;
   return 2;
-}
-
-__device__ __forceinline__ const Bf16* row_ptr(const MegaArgs& a, const MegaLayer& L, int ph, int m, int r,
-                                               int K) {
-  const int w = matrix_of(a, ph, m, r);
-  return static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(r) * K;
 }
 
 // Elements of the input vector's shared copy: the widest of d, n_heads * head_dim and d_ff (each % 8 == 0).
@@ -241,15 +233,19 @@ __device__ __forceinline__ void record(const MegaArgs& a, int layer, int slot, u
   a.timing[(static_cast<int64_t>(blockIdx.x) * a.n_layers + layer) * kMegaTimingSlots + slot] = v;
 }
 
-// Tasks of a phase this block runs: blockIdx.x, blockIdx.x + gridDim.x, ...
-__device__ __forceinline__ int block_tasks(const Geo& g) {
+// Tiles of a phase this block runs: blockIdx.x, blockIdx.x + gridDim.x, ...
+__device__ __forceinline__ int block_tiles(const Geo& g) {
   const int b = static_cast<int>(blockIdx.x), n = static_cast<int>(gridDim.x);
-  return g.ntasks > b ? (g.ntasks - b + n - 1) / n : 0;
+  return g.ntiles > b ? (g.ntiles - b + n - 1) / n : 0;
+}
+// The first output row of the block's i-th tile.
+__device__ __forceinline__ int tile_row0(const Geo& g, int i) {
+  return (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
 }
 
 // The producer warp: every stage of every projection this block consumes, in consumption order. Lane 0 waits
-// for the stage's slot and arms its barrier, then the lanes issue the stage's copies (a row each; 4-bit:
-// codes, scales and biases of the 16 tile rows).
+// for the stage's slot and arms its barrier, then the lanes issue the stage's copies: the 16 tile rows' part
+// (4-bit: codes, scales and biases). Rows past the matrix re-read its last row (their outputs are dropped).
 template <bool kTiming>
 __device__ void produce(const MegaArgs& a, const Ring& ring) {
   const int lane = threadIdx.x & 31;
@@ -258,16 +254,14 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
     const MegaLayer& L = a.layers[l];
     for (int ph = 0; ph < 4; ++ph) {
       const Geo g = geo(a, ph);
-      const int n_i = block_tasks(g);
+      const int n_i = block_tiles(g);
       long long waited = 0;
       for (int i = 0; i < n_i; ++i) {
-        const int r0 = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
-        const int nrt = min(g.nr, g.rows - r0);
+        const int r0 = tile_row0(g, i);
         for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
           const int stage = static_cast<int>(item % static_cast<unsigned>(ring.n));
-          const unsigned bytes =
-              a.q4 ? 16u * (len / 2 + 2 * (len / 32)) : static_cast<unsigned>(g.M * nrt * len * 2);
+          const unsigned bytes = a.q4 ? 16u * (len / 2 + 2 * (len / 32)) : 16u * len * 2;
           if (lane == 0) {
             long long t0 = 0;
             if constexpr (kTiming) t0 = clock64();
@@ -278,31 +272,26 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
           }
           __syncwarp();
           char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
-          if (a.q4) {
-            for (int c = lane; c < 48; c += 32) {
-              const int r = c & 15, kind = c >> 4;  // 0 codes, 1 scales, 2 biases
-              const int m = g.M == 2 ? r >> 3 : 0;
-              int row =
-                  min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);  // rows past the matrix re-read its last
-              const int w = matrix_of(a, ph, m, row);
-              const int64_t k0 = static_cast<int64_t>(p) * g.kc;
-              if (kind == 0)
-                bulk_copy_g2s(dst + r * kQ4Row,
-                              static_cast<const unsigned char*>(L.w[w]) +
-                                  static_cast<int64_t>(row) * (g.K / 2) + k0 / 2,
-                              static_cast<unsigned>(len / 2), &ring.full[stage]);
-              else
-                bulk_copy_g2s(dst + 16 * kQ4Row + (kind - 1) * 16 * kQ4Sb + r * kQ4Sb,
-                              static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
-                                  static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
-                              static_cast<unsigned>(len / 32), &ring.full[stage]);
-            }
-          } else {
-            for (int c = lane; c < g.M * nrt; c += 32) {
-              const int m = c / nrt, r = c % nrt;
-              bulk_copy_g2s(dst + (m * nrt + r) * g.kc * 2, row_ptr(a, L, ph, m, r0 + r, g.K) + p * g.kc,
+          const int64_t k0 = static_cast<int64_t>(p) * g.kc;
+          for (int c = lane; c < (a.q4 ? 48 : 16); c += 32) {
+            const int r = c & 15, kind = c >> 4;  // 4-bit: 0 codes, 1 scales, 2 biases
+            const int m = g.M == 2 ? r >> 3 : 0;
+            int row = min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);
+            const int w = matrix_of(a, ph, m, row);
+            if (!a.q4)
+              bulk_copy_g2s(dst + r * kBfRow,
+                            static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(row) * g.K + k0,
                             static_cast<unsigned>(len * 2), &ring.full[stage]);
-            }
+            else if (kind == 0)
+              bulk_copy_g2s(
+                  dst + r * kQ4Row,
+                  static_cast<const unsigned char*>(L.w[w]) + static_cast<int64_t>(row) * (g.K / 2) + k0 / 2,
+                  static_cast<unsigned>(len / 2), &ring.full[stage]);
+            else
+              bulk_copy_g2s(dst + 16 * kQ4Row + (kind - 1) * 16 * kQ4Sb + r * kQ4Sb,
+                            static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
+                                static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
+                            static_cast<unsigned>(len / 32), &ring.full[stage]);
           }
         }
       }
@@ -316,16 +305,66 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
   }
 }
 
-// This lane's partial dot of elements [lane * 8 + 256 j] < len of a staged row against the input vector.
-__device__ __forceinline__ float lane_dot(const Bf16* w, const Bf16* xv, int len, int lane, float s) {
-  for (int e = lane * 8; e < len; e += 256) {
-    float wf[8], xf[8];
-    unpack8(*reinterpret_cast<const uint4*>(w + e), wf);
-    unpack8(*reinterpret_cast<const uint4*>(xv + e), xf);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s = fmaf(wf[i], xf[i], s);
+// One bf16 stage (16 tile rows x len columns from column k0 of the input vector) through mma.m16n8k16: the
+// rows as A (ldmatrix from the padded rows), x as every column of B, so each output column holds the same
+// dots; lanes with t == 0 return rows g (c0) and g + 8 (c2).
+__device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, int k0, int len, float& c0,
+                                               float& c2) {
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  // ldmatrix.x4: lane l addresses row l % 8 of matrix l / 8 (0: rows 0-7, k 0-7; 1: rows 8-15; 2, 3: k 8-15)
+  const char* ap = st + ((lane >> 3) & 1) * 8 * kBfRow + (lane & 7) * kBfRow + (lane >> 4) * 16;
+  const Bf16* xp = vec + k0 + 2 * t;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = 0; k < len; k += 16) {
+    uint32_t r[4];
+    ldsm_x4(r, ap + k * 2);
+    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xp + k);
+    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xp + k + 8);
+    qmma::mma_bf16(c, r[0], r[1], r[2], r[3], b0, b1);
   }
-  return s;
+  c0 = c[0];
+  c2 = c[2];
+}
+
+// One 4-bit stage (16 tile rows x len codes from code k0) through mma.m16n8k16 as the tile GEMV computes it
+// (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
+// times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
+// feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 return rows g (c0) and g + 8
+// (c2).
+__device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint4* xq, const float* gsum,
+                                             int k0, int len, float& c0, float& c2) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const unsigned char* ca = st + gq * kQ4Row + t * 8;
+  const unsigned char* cb = ca + 8 * kQ4Row;
+  const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row);
+  const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row + 16 * kQ4Sb);
+  const int ng = len / 64, g0 = k0 / 64;
+  float acc0 = 0.0f, acc2 = 0.0f;
+  for (int u = 0; u < ng; ++u) {
+    const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
+                wb = *reinterpret_cast<const uint2*>(cb + u * 32);
+    const uint4* x = xq + (g0 + u) * 8 + 2 * t;
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint4 x0 = x[0], x1 = x[1];
+    using qmma::pair4_biased;
+    qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
+                   pair4_biased(wb.x >> 4), x0.x, x0.y);
+    qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
+                   pair4_biased(wb.x >> 12), x0.z, x0.w);
+    qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
+                   pair4_biased(wb.y >> 4), x1.x, x1.y);
+    qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
+                   pair4_biased(wb.y >> 12), x1.z, x1.w);
+    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ4Sb / 2) + u]) << 16);
+    const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
+    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ4Sb / 2) + u]) << 16);
+    const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
+    const float co = gsum[g0 + u];
+    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), co, acc0));
+    acc2 = fmaf(s1, cq[2], fmaf(fmaf(-128.0f, s1, b1), co, acc2));
+  }
+  c0 = acc0;
+  c2 = acc2;
 }
 
 __device__ __forceinline__ float warp_sum(float s) {
@@ -334,107 +373,78 @@ __device__ __forceinline__ float warp_sum(float s) {
   return s;
 }
 
-// consume() for 4-bit stages: the warp's 16-row tile through mma.m16n8k16 as the tile GEMV computes it
-// (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
-// times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
-// feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 hold rows g (c0) and g + 8
-// (c2).
-template <typename Emit>
-__device__ void consume_q4(const Geo& g, const Ring& ring, unsigned& item, const uint4* xq, const float* gsum,
-                           Emit& emit, long long* waited) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const int n_i = block_tasks(g);
-  for (int i = warp; i < n_i; i += kConsumerWarps) {
-    const int r0 = (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
-    float acc0 = 0.0f, acc2 = 0.0f;
-    for (int p = 0; p < g.P; ++p) {
-      const unsigned it = item + static_cast<unsigned>(i * g.P + p);
-      const long long t0 = waited != nullptr ? clock64() : 0;
-      const unsigned char* st = reinterpret_cast<const unsigned char*>(wait_item(ring, it));
-      if (waited != nullptr) *waited += clock64() - t0;
-      const unsigned char* ca = st + gq * kQ4Row + t * 8;
-      const unsigned char* cb = ca + 8 * kQ4Row;
-      const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row);
-      const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row + 16 * kQ4Sb);
-      const int ng = min(g.kc, g.K - p * g.kc) / 64, g0 = p * g.kc / 64;
-      for (int u = 0; u < ng; ++u) {
-        const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
-                    wb = *reinterpret_cast<const uint2*>(cb + u * 32);
-        const uint4* x = xq + (g0 + u) * 8 + 2 * t;
-        float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const uint4 x0 = x[0], x1 = x[1];
-        using qmma::pair4_biased;
-        qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
-                       pair4_biased(wb.x >> 4), x0.x, x0.y);
-        qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
-                       pair4_biased(wb.x >> 12), x0.z, x0.w);
-        qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
-                       pair4_biased(wb.y >> 4), x1.x, x1.y);
-        qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
-                       pair4_biased(wb.y >> 12), x1.z, x1.w);
-        const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ4Sb / 2) + u]) << 16);
-        const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
-        const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ4Sb / 2) + u]) << 16);
-        const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
-        const float co = gsum[g0 + u];
-        acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), co, acc0));
-        acc2 = fmaf(s1, cq[2], fmaf(fmaf(-128.0f, s1, b1), co, acc2));
-      }
-      release_item(ring, it);
-    }
-    if (t == 0) {
-      if (g.M == 2) {
-        if (r0 + gq < g.rows) emit(r0 + gq, acc0, acc2);
-      } else {
-        if (r0 + gq < g.rows) emit(r0 + gq, acc0, 0.0f);
-        if (r0 + 8 + gq < g.rows) emit(r0 + 8 + gq, acc2, 0.0f);
-      }
-    }
-  }
-  item += static_cast<unsigned>(n_i * g.P);
+__device__ __forceinline__ unsigned ld_acquire_shared(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(p)) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_shared(unsigned* p, unsigned v) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(smem_u32(p)), "r"(v) : "memory");
 }
 
-// Consumes this block's stages of one projection phase. Warp w owns the block's tasks w, w + 8, ... (all
-// parts of a task: a row's sum stays in one warp, no block synchronisation per stage) and lane 0 calls
-// emit(row, dot of matrix 0, dot of matrix 1) per finished row. `item` counts the block's stages through
-// the step, as the producer does: stage item % n, parity (item / n) & 1.
-// waited: the timing instance's warp 0 adds its SM clocks waiting for staged data (else nullptr).
-template <typename Emit>
-__device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
-                        const float* gsum, long long* waited, Emit&& emit) {
-  const Geo g = geo(a, ph);
-  if (a.q4) return consume_q4(g, ring, item, reinterpret_cast<const uint4*>(vec), gsum, emit, waited);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n_i = block_tasks(g);
-  for (int i = warp; i < n_i; i += kConsumerWarps) {
-    const int t = blockIdx.x + i * gridDim.x, r0 = t * g.nr, nrt = min(g.nr, g.rows - r0);
-    float s0 = 0.0f, s1 = 0.0f;  // P > 1: the one row's lane partials across parts
-    for (int p = 0; p < g.P; ++p) {
-      const unsigned it = item + static_cast<unsigned>(i * g.P + p);
-      const long long t0 = waited != nullptr ? clock64() : 0;
-      const Bf16* st = reinterpret_cast<const Bf16*>(wait_item(ring, it));
-      if (waited != nullptr) *waited += clock64() - t0;
-      const int len = min(g.kc, g.K - p * g.kc);
-      const Bf16* xv = vec + p * g.kc;
-      if (g.P == 1) {
-        for (int r = 0; r < nrt; ++r) {
-          const float d0 = warp_sum(lane_dot(st + r * g.kc, xv, len, lane, 0.0f));
-          const float d1 = g.M == 2 ? warp_sum(lane_dot(st + (nrt + r) * g.kc, xv, len, lane, 0.0f)) : 0.0f;
-          if (lane == 0) emit(r0 + r, d0, d1);
-        }
-      } else {
-        s0 = lane_dot(st, xv, len, lane, s0);
-        if (g.M == 2) s1 = lane_dot(st + g.kc, xv, len, lane, s1);
-      }
-      release_item(ring, it);
+// Adds part p of P of tile `tile` (lanes with t == 0: rows g in c0, g + 8 in c2) to the tile's sum, in part
+// order (a warp waits for the part before its own: the same sum for any timing), and returns true with the
+// totals in c0 / c2 for the last part (the slot is freed). Parts p and p + 1 are consecutive items, so other
+// warps: the wait only ever points at lower items and cannot deadlock.
+__device__ __forceinline__ bool tile_add(Scratch& sc, int tile, int p, int P, float& c0, float& c2) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, slot = tile % kTileSlots;
+  if (lane == 0)
+    while (ld_acquire_shared(&sc.tile_parts[slot]) != static_cast<unsigned>(p)) {
     }
-    if (g.P > 1) {
-      s0 = warp_sum(s0);
-      s1 = warp_sum(s1);
-      if (lane == 0) emit(r0, s0, s1);
+  __syncwarp();
+  if ((lane & 3) == 0) {
+    volatile float* sum = sc.tile_sum[slot];
+    if (p > 0) {
+      c0 = sum[gq] + c0;
+      c2 = sum[gq + 8] + c2;
+    }
+    if (p + 1 < P) {
+      sum[gq] = c0;
+      sum[gq + 8] = c2;
     }
   }
-  item += static_cast<unsigned>(n_i * g.P);
+  __syncwarp();
+  if (lane == 0) st_release_shared(&sc.tile_parts[slot], p + 1 < P ? static_cast<unsigned>(p + 1) : 0u);
+  return p + 1 == P;
+}
+
+// Consumes this block's stages of one projection phase: warp w takes the block's items w, w + 8, ... (item =
+// tile x P + part; consecutive items go to different warps, so the ring's stages are read in parallel), sums
+// a tile's parts in order (tile_add) and, for the tile's last part, calls emit(row, dot of matrix 0, dot of
+// matrix 1) from the lanes holding the rows. `item` counts the block's stages through the step, as the
+// producer does. waited: the timing instance's warp 0 adds its SM clocks waiting for staged data (else
+// nullptr).
+template <typename Emit>
+__device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
+                        const float* gsum, Scratch& sc, long long* waited, Emit&& emit) {
+  const Geo g = geo(a, ph);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2;
+  const int n_items = block_tiles(g) * g.P;
+  for (int j = warp; j < n_items; j += kConsumerWarps) {
+    const int i = j / g.P, p = j - i * g.P, k0 = p * g.kc, len = min(g.kc, g.K - k0);
+    const unsigned it = item + static_cast<unsigned>(j);
+    const long long t0 = waited != nullptr ? clock64() : 0;
+    const char* st = wait_item(ring, it);
+    if (waited != nullptr) *waited += clock64() - t0;
+    float c0, c2;
+    if (a.q4)
+      stage_dot_q4(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
+                   len, c0, c2);
+    else
+      stage_dot_bf16(st, vec, k0, len, c0, c2);
+    release_item(ring, it);
+    if (g.P > 1 && !tile_add(sc, i, p, g.P, c0, c2)) continue;
+    if ((lane & 3) == 0) {
+      const int r0 = tile_row0(g, i);
+      if (g.M == 2) {
+        if (r0 + gq < g.rows) emit(r0 + gq, c0, c2);
+      } else {
+        if (r0 + gq < g.rows) emit(r0 + gq, c0, 0.0f);
+        if (r0 + 8 + gq < g.rows) emit(r0 + 8 + gq, c2, 0.0f);
+      }
+    }
+  }
+  item += static_cast<unsigned>(n_items);
 }
 
 // Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are, or (4-bit) in the
@@ -720,6 +730,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&ring.empty[s], 1);  // the consuming warp
       ring.seq[s] = ~0u;
     }
+    for (unsigned& n : sc.tile_parts) n = 0;
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
@@ -748,7 +759,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t0) record(a, l, kStart, global_ns());
     norm_into(a, L.in_norm, vec, gsum, sc);
     if (t0) record(a, l, kNorm1, global_ns());
-    consume(a, kQkv, ring, item, vec, gsum, wait_acc(kQkv), [&](int r, float v, float) {
+    consume(a, kQkv, ring, item, vec, gsum, sc, wait_acc(kQkv), [&](int r, float v, float) {
       Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
                   : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
                                  : static_cast<Bf16*>(a.v) + (r - qd - kvd);
@@ -761,18 +772,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     load_vec(a, a.attn, qd, vec, gsum);
     if (t0) record(a, l, kOLoaded, global_ns());
-    consume(a, kO, ring, item, vec, gsum, wait_acc(kO),
+    consume(a, kO, ring, item, vec, gsum, sc, wait_acc(kO),
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
     barrier(l, kODone);
     norm_into(a, L.post_norm, vec, gsum, sc);
     if (t0) record(a, l, kNorm2, global_ns());
-    consume(a, kGateUp, ring, item, vec, gsum, wait_acc(kGateUp), [&](int r, float g, float u) {
+    consume(a, kGateUp, ring, item, vec, gsum, sc, wait_acc(kGateUp), [&](int r, float g, float u) {
       static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
     });
     barrier(l, kGuDone);
     load_vec(a, a.act, a.d_ff, vec, gsum);
     if (t0) record(a, l, kActLoaded, global_ns());
-    consume(a, kDown, ring, item, vec, gsum, wait_acc(kDown),
+    consume(a, kDown, ring, item, vec, gsum, sc, wait_acc(kDown),
             [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
     if (l + 1 < a.n_layers) {
       barrier(l, kDownDone);
@@ -890,7 +901,8 @@ bool mega_supported(const MegaArgs& a) {
   const int grp = a.n_kv > 0 ? a.n_heads / a.n_kv : 0;
   return major >= 9 && kernel_of(a) != nullptr && grp >= 1 && grp <= 8 && a.n_heads % a.n_kv == 0 &&
          a.n_layers >= 1 && a.n_layers <= kMegaMaxLayers && a.rotary_dim <= a.head_dim &&
-         a.rotary_dim <= kMegaMaxRotary && a.d % 8 == 0 && a.d_ff % 8 == 0 && stages_of(a) >= 4;
+         a.rotary_dim <= kMegaMaxRotary && a.d % 16 == 0 && a.d_ff % 16 == 0 &&
+         (a.n_heads * a.head_dim) % 16 == 0 && stages_of(a) >= 4;
 }
 
 void decode_mega(void* stream, const MegaArgs& a) {

@@ -3,7 +3,7 @@
 // a producer warp per block streaming the block's weight rows into a shared-memory ring (bulk copies) for
 // as far ahead as the ring allows, across the grid-wide barriers where the consumers wait for each other's
 // results. Host-visible description only (plain C++17, no CUDA types); dispatch_decode_fused.cpp validates.
-// Invariants: one token (one sequence); bf16 weights (K % 8 == 0) or MLX affine 4-bit weights with group 64
+// Invariants: one token (one sequence); bf16 weights (K % 16 == 0) or MLX affine 4-bit weights with group 64
 // and bf16 scales / biases (K % 512 == 0, rows % 16 == 0), no biases, rows contiguous; a bf16
 // paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
 // n_kv_heads
