@@ -181,30 +181,31 @@ serve_bulk() {  # 64 streams, the packed decode attention with cp.async copies, 
   BUNSEN_DECODE_BULK=1 TAG=_bulk$s serve_run 64 "greedy:$((s + 1))"
 }
 
-fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, batch-1 decode A/B, then timing records
+fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then per shape a timing record and A/B
   timeout "${FUSED_T:-120}" "$G/test_cuda" --gtest_filter='*FusedDecode*' >"$R/fused_tests.txt" 2>&1
   local rc=$?
   echo "fused tests rc=$rc: $(grep -c '^\[       OK' "$R/fused_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/fused_tests.txt") failed"
   grep -E '^\[  FAILED|^\[ fused|Failure|Expected|Which is|row [0-9]' "$R/fused_tests.txt" | head -30
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
-  fused_timing
-  # noattn: a timing experiment (wrong results), the attention phase skipped (BUNSEN_DECODE_FUSED_DEBUG=1)
-  local x=BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_DEBUG=1
-  AB_T=${AB_T:-150} ab ab_1b_fused "--synthetic llama3.2-1b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
-    noattn:$x
-  AB_T=${AB_T:-200} ab ab_8b_fused "--synthetic llama3.1-8b" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
-  AB_T=${AB_T:-200} ab ab_8b_q4_fused "--synthetic llama3.1-8b --quant 4" base:BUNSEN_DECODE_FUSED=0 \
-    fused:BUNSEN_DECODE_FUSED=1
-}
-fused_timing() {  # where a layer's time goes in the fused step (scripts/fused_timing.py), 1B, 8B, 8B 4-bit
   local m
   for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
-    BUNSEN_DECODE_FUSED=1 BUNSEN_DECODE_FUSED_TIMING="$R/timing_${m%%:*}.bin" timeout 120 "$G/bunsen" benchmark \
-      --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/timing_${m%%:*}.txt" 2>&1
-    echo "== timing ${m%%:*} (rc $?)"
-    python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" 2>&1 | tee -a "$R/timing_${m%%:*}.txt"
-    snap
+    fused_timing_one "$m"
+    AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
+  done
+}
+fused_timing_one() {  # NAME:ARGS: where a layer's time goes in the fused step (scripts/fused_timing.py)
+  local m=$1
+  BUNSEN_DECODE_FUSED=1 BUNSEN_DECODE_FUSED_TIMING="$R/timing_${m%%:*}.bin" timeout 120 "$G/bunsen" benchmark \
+    --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/timing_${m%%:*}.txt" 2>&1
+  echo "== timing ${m%%:*} (rc $?): $(grep -m1 '^decode ' "$R/timing_${m%%:*}.txt")"
+  python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" 2>&1 | tee -a "$R/timing_${m%%:*}.txt"
+  snap
+}
+fused_timing() {  # the timing records alone, 1B, 8B, 8B 4-bit
+  local m
+  for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
+    fused_timing_one "$m"
   done
 }
 fused_sanitize() {  # memcheck + racecheck of the persistent decode step
