@@ -189,7 +189,8 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
-  for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
+  for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
+    "8b_q8:--synthetic llama3.1-8b --quant 8"; do
     fused_timing_one "$m"
     AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
   done

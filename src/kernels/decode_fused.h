@@ -14,8 +14,8 @@ namespace bunsen::kernels {
 
 struct FusedDecodeLayer {
   Tensor q, k, v, o, gate, up, down;  // bf16 [out, in], rows contiguous, no biases; empty when quantized
-  QuantWeight quant[7];               // or q, k, v, o, gate, up, down in MLX affine 4-bit, group 64, bf16
-                                      // scales and biases, in % 512 == 0
+  QuantWeight quant[7];  // or q, k, v, o, gate, up, down in MLX affine 4- or 8-bit (one width), group 64,
+                         // bf16 scales and biases, in % 512 == 0
   Tensor in_norm, post_norm;          // [d] f32|bf16 (one dtype for all layers)
   PagedKv kv;                         // bf16, not quantized
   bool rope = true;                   // this layer rotates q and k

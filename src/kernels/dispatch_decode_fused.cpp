@@ -23,10 +23,11 @@ bool device_matrix(const Tensor& t, DType dtype, int64_t rows, int64_t cols) {
          t.dim(1) == cols && t.stride(1) == 1 && t.stride(0) == cols &&
          reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
 }
-// An MLX 4-bit group-64 matrix [rows, cols] the fused step streams: contiguous codes, bf16 scales / biases.
-bool q4_matrix(const QuantWeight& w, int64_t rows, int64_t cols) {
-  return w.bits == 4 && w.group_size == 64 && cols % 512 == 0 &&
-         device_matrix(w.packed, DType::kU32, rows, cols / 8) &&
+// An MLX affine group-64 matrix [rows, cols] of `bits` (4 or 8) the fused step streams: contiguous codes,
+// bf16 scales / biases.
+bool quant_matrix(const QuantWeight& w, int bits, int64_t rows, int64_t cols) {
+  return w.bits == bits && w.group_size == 64 && cols % 512 == 0 &&
+         device_matrix(w.packed, DType::kU32, rows, cols * bits / 32) &&
          device_matrix(w.scales, DType::kBF16, rows, cols / 64) &&
          device_matrix(w.biases, DType::kBF16, rows, cols / 64);
 }
@@ -67,9 +68,11 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   if (s.layers.empty() || static_cast<int>(s.layers.size()) > cuda::kMegaMaxLayers) return false;
   if (!s.x.device.is_cuda() || s.n_kv_heads <= 0 || s.head_dim <= 0) return false;
   const int64_t d = s.x.numel(), hd = s.head_dim, qd = s.n_heads * hd, kvd = s.n_kv_heads * hd;
-  const bool q4 = s.layers[0].gate.empty();
+  const bool quant = s.layers[0].gate.empty();
+  const int bits = quant ? s.layers[0].quant[4].bits : 16;
+  if (bits != 4 && bits != 8 && bits != 16) return false;
   const int64_t d_ff =
-      q4 ? (s.layers[0].quant[4].empty() ? 0 : s.layers[0].quant[4].rows()) : s.layers[0].gate.dim(0);
+      quant ? (s.layers[0].quant[4].empty() ? 0 : s.layers[0].quant[4].rows()) : s.layers[0].gate.dim(0);
   if (!cuda_row(s.x, DType::kF32, d) || !cuda_row(s.q, DType::kBF16, qd) ||
       !cuda_row(s.k, DType::kBF16, kvd) || !cuda_row(s.v, DType::kBF16, kvd) ||
       !cuda_row(s.attn, DType::kBF16, qd) || !cuda_row(s.act, DType::kBF16, d_ff))
@@ -95,7 +98,7 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   const DType norm_dtype = s.layers[0].in_norm.dtype;
   if (norm_dtype != DType::kF32 && norm_dtype != DType::kBF16) return false;
   a.norm_bf16 = norm_dtype == DType::kBF16 ? 1 : 0;
-  a.q4 = q4 ? 1 : 0;
+  a.bits = bits;
   int64_t block_size = 0;
   for (size_t i = 0; i < s.layers.size(); ++i) {
     const FusedDecodeLayer& l = s.layers[i];
@@ -103,8 +106,8 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
     const Tensor* ws[7] = {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down};
     cuda::MegaLayer& m = a.layers[i];
     for (int j = 0; j < 7; ++j) {
-      if (q4) {
-        if (!ws[j]->empty() || !q4_matrix(l.quant[j], shape[j][0], shape[j][1])) return false;
+      if (quant) {
+        if (!ws[j]->empty() || !quant_matrix(l.quant[j], bits, shape[j][0], shape[j][1])) return false;
         m.w[j] = l.quant[j].packed.data;
         m.sc[j] = l.quant[j].scales.data;
         m.bi[j] = l.quant[j].biases.data;

@@ -160,10 +160,12 @@ void write_checkpoint(const std::string& dir, const std::string& config) {
   std::ofstream(dir + "/config.json") << config;
 }
 
-// head_dim 128 and 64 shapes, bf16 and MLX 4-bit (group 64): d_ff and every input width % 512 == 0.
+// head_dim 128 and 64 shapes, bf16 and MLX 4- and 8-bit (group 64): d_ff and every input width % 512 == 0,
+// d_ff 5632 = 11 bf16 parts / 2.75 4-bit parts / 5.5 8-bit parts (a short last part).
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
   const ResetFusedDecode reset;
   const std::string q4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
+  const std::string q8 = R"(,"quantization":{"group_size":64,"bits":8,"mode":"affine"})";
   const std::string a =
       R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
         "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
@@ -171,13 +173,16 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
   const std::string b = R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":3072,
         "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
         "tie_word_embeddings":true,"rms_norm_eps":1e-5)";
-  for (const std::string& config : {a + "}", b + "}", a + q4 + "}", b + q4 + "}"}) {
+  for (const std::string& config :
+       {a + "}", b + "}", a + q4 + "}", b + q4 + "}", a + q8 + "}", b + q8 + "}"}) {
     model::testutil::ScratchDir dir;
     write_checkpoint(dir.path(), config);
     auto m = load(dir.path(), Device::cuda(0));
     const int64_t vocab = m->config().vocab_size;
     const std::string what = strfmt("head_dim %lld%s", (long long)m->config().head_dim,
-                                    config.find("quantization") != std::string::npos ? " 4-bit" : "");
+                                    config.find("\"bits\":4") != std::string::npos   ? " 4-bit"
+                                    : config.find("\"bits\":8") != std::string::npos ? " 8-bit"
+                                                                                     : "");
     SCOPED_TRACE(what);
     std::vector<int32_t> ids, tail;
     for (int i = 0; i < 600; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));

@@ -57,6 +57,19 @@ constexpr int kQ4Codes = 2048;
 constexpr int kQ4Row = kQ4Codes / 2 + 16;  // bytes per tile row of codes
 constexpr int kQ4Sb = kQ4Codes / 32 + 16;  // bytes per tile row of scales (and of biases)
 static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
+// 8-bit stages alike: 16 tile rows x up to kQ8Codes codes; rows padded by 64 bytes (a quarter warp's 16-byte
+// loads of two rows fall in different banks).
+constexpr int kQ8Codes = 1024;
+constexpr int kQ8Row = kQ8Codes + 64;
+constexpr int kQ8Sb = kQ8Codes / 32 + 16;
+static_assert(16 * kQ8Row + 32 * kQ8Sb <= kStageBytes, "an 8-bit stage fits");
+// Bytes per tile row of codes / of scales for `bits`.
+__host__ __device__ __forceinline__ int q_row_bytes(int bits) {
+  return bits == 8 ? kQ8Row : kQ4Row;
+}
+__host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
+  return bits == 8 ? kQ8Sb : kQ4Sb;
+}
 // bf16 stages: 16 tile rows x up to kBfCols columns, each row padded by 16 bytes (ldmatrix's 8 rows hit
 // different banks).
 constexpr int kBfCols = 512;
@@ -143,7 +156,7 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   g.M = ph == kGateUp ? 2 : 1;
   g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
   g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
-  g.kc = min(g.K, a.q4 ? kQ4Codes : kBfCols);
+  g.kc = min(g.K, a.bits == 4 ? kQ4Codes : a.bits == 8 ? kQ8Codes : kBfCols);
   g.P = (g.K + g.kc - 1) / g.kc;
   g.nr = g.M == 2 ? 8 : 16;
   g.ntiles = (g.rows + g.nr - 1) / g.nr;
@@ -261,7 +274,8 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
         for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
           const int stage = static_cast<int>(item % static_cast<unsigned>(ring.n));
-          const unsigned bytes = a.q4 ? 16u * (len / 2 + 2 * (len / 32)) : 16u * len * 2;
+          const unsigned bytes =
+              16u * static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 + 2 * (len / 32) : len * 2);
           if (lane == 0) {
             long long t0 = 0;
             if constexpr (kTiming) t0 = clock64();
@@ -273,22 +287,23 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
           __syncwarp();
           char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
           const int64_t k0 = static_cast<int64_t>(p) * g.kc;
-          for (int c = lane; c < (a.q4 ? 48 : 16); c += 32) {
-            const int r = c & 15, kind = c >> 4;  // 4-bit: 0 codes, 1 scales, 2 biases
+          const int qrow = q_row_bytes(a.bits), qsb = q_sb_bytes(a.bits);
+          for (int c = lane; c < (a.bits < 16 ? 48 : 16); c += 32) {
+            const int r = c & 15, kind = c >> 4;  // quantized: 0 codes, 1 scales, 2 biases
             const int m = g.M == 2 ? r >> 3 : 0;
             int row = min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);
             const int w = matrix_of(a, ph, m, row);
-            if (!a.q4)
+            if (a.bits == 16)
               bulk_copy_g2s(dst + r * kBfRow,
                             static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(row) * g.K + k0,
                             static_cast<unsigned>(len * 2), &ring.full[stage]);
             else if (kind == 0)
-              bulk_copy_g2s(
-                  dst + r * kQ4Row,
-                  static_cast<const unsigned char*>(L.w[w]) + static_cast<int64_t>(row) * (g.K / 2) + k0 / 2,
-                  static_cast<unsigned>(len / 2), &ring.full[stage]);
+              bulk_copy_g2s(dst + r * qrow,
+                            static_cast<const unsigned char*>(L.w[w]) +
+                                (static_cast<int64_t>(row) * g.K + k0) * a.bits / 8,
+                            static_cast<unsigned>(len * a.bits / 8), &ring.full[stage]);
             else
-              bulk_copy_g2s(dst + 16 * kQ4Row + (kind - 1) * 16 * kQ4Sb + r * kQ4Sb,
+              bulk_copy_g2s(dst + 16 * qrow + (kind - 1) * 16 * qsb + r * qsb,
                             static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
                                 static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
                             static_cast<unsigned>(len / 32), &ring.full[stage]);
@@ -367,6 +382,48 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
   c2 = acc2;
 }
 
+// One 8-bit stage (16 tile rows x len codes from code k0) the same way: each code fed as its two nibbles,
+// low with x and high with 16 x (bf16 exact), biased like the 4-bit codes, so an MMA pair sums
+// (128 + lo) x + (128 + hi) 16 x = (q + 2176) x; x staged as (x0, x2), (x1, x3) per 4 activations (perm8h),
+// matching a word's nibble pairs (lo b0, lo b2), (hi b0, hi b2), then b1 / b3; 16 x made in registers.
+__device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint4* xq, const float* gsum,
+                                             int k0, int len, float& c0, float& c2) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const unsigned char* ca = st + gq * kQ8Row + t * 16;
+  const unsigned char* cb = ca + 8 * kQ8Row;
+  const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ8Row);
+  const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ8Row + 16 * kQ8Sb);
+  const int ng = len / 64, g0 = k0 / 64;
+  float acc0 = 0.0f, acc2 = 0.0f;
+  using qmma::pair4_biased;
+  using qmma::times16;
+  for (int u = 0; u < ng; ++u) {
+    const uint4 wa = *reinterpret_cast<const uint4*>(ca + u * 64),
+                wb = *reinterpret_cast<const uint4*>(cb + u * 64);
+    const uint4* x = xq + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
+    const uint4 x0 = x[0], x1 = x[1];
+    const uint32_t ws_a[4] = {wa.x, wa.y, wa.z, wa.w}, ws_b[4] = {wb.x, wb.y, wb.z, wb.w};
+    const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      qmma::mma_bf16(cq, pair4_biased(ws_a[j]), pair4_biased(ws_b[j]), pair4_biased(ws_a[j] >> 4),
+                     pair4_biased(ws_b[j] >> 4), xs[2 * j], times16(xs[2 * j]));
+      qmma::mma_bf16(cq, pair4_biased(ws_a[j] >> 8), pair4_biased(ws_b[j] >> 8), pair4_biased(ws_a[j] >> 12),
+                     pair4_biased(ws_b[j] >> 12), xs[2 * j + 1], times16(xs[2 * j + 1]));
+    }
+    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ8Sb / 2) + u]) << 16);
+    const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ8Sb / 2) + u]) << 16);
+    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ8Sb / 2) + u]) << 16);
+    const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ8Sb / 2) + u]) << 16);
+    const float co = gsum[g0 + u];
+    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-2176.0f, s0, b0), co, acc0));
+    acc2 = fmaf(s1, cq[2], fmaf(fmaf(-2176.0f, s1, b1), co, acc2));
+  }
+  c0 = acc0;
+  c2 = acc2;
+}
+
 __device__ __forceinline__ float warp_sum(float s) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -427,7 +484,10 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
     const char* st = wait_item(ring, it);
     if (waited != nullptr) *waited += clock64() - t0;
     float c0, c2;
-    if (a.q4)
+    if (a.bits == 8)
+      stage_dot_q8(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
+                   len, c0, c2);
+    else if (a.bits == 4)
       stage_dot_q4(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
                    len, c0, c2);
     else
@@ -447,17 +507,25 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
   item += static_cast<unsigned>(n_items);
 }
 
-// Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are, or (4-bit) in the
-// codes' pair order (qmma::perm4) with the sum of each group of 64 (8 chunks: 8 consecutive lanes, since
-// chunk c is thread c % 256's) in gsum. Every consumer lane calls it (the shuffles); ok: c is a chunk.
-__device__ __forceinline__ void put_chunk(bool q4, bool ok, int c, uint4 u, Bf16* vec, float* gsum) {
-  if (q4) {
+// (x0, x2), (x1, x3), (x4, x6), (x5, x7) of 8 activations: an 8-bit word's nibble pairs' order
+// (stage_dot_q8).
+__device__ __forceinline__ uint4 perm8h(uint4 v) {
+  return make_uint4(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632),
+                    __byte_perm(v.z, v.w, 0x5410), __byte_perm(v.z, v.w, 0x7632));
+}
+
+// Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are (bits 16), or in the
+// codes' pair order (4-bit: qmma::perm4, 8-bit: perm8h) with the sum of each group of 64 (8 chunks: 8
+// consecutive lanes, since chunk c is thread c % 256's) in gsum. Every consumer lane calls it (the shuffles);
+// ok: c is a chunk.
+__device__ __forceinline__ void put_chunk(int bits, bool ok, int c, uint4 u, Bf16* vec, float* gsum) {
+  if (bits < 16) {
     float s = qmma::bf16x8_sum(u);
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
     s += __shfl_xor_sync(0xffffffffu, s, 4);
     if (ok && (c & 7) == 0) gsum[c >> 3] = s;
-    u = qmma::perm4(u);
+    u = bits == 4 ? qmma::perm4(u) : perm8h(u);
   }
   if (ok) reinterpret_cast<uint4*>(vec)[c] = u;
 }
@@ -502,7 +570,7 @@ __device__ void norm_into(const MegaArgs& a, const void* w, Bf16* vec, float* gs
 #pragma unroll
       for (int i = 0; i < 4; ++i) h[i] = qmma::pack_bf16x2(y[2 * i], y[2 * i + 1]);
     }
-    put_chunk(a.q4 != 0, ok, c, make_uint4(h[0], h[1], h[2], h[3]), vec, gsum);
+    put_chunk(a.bits, ok, c, make_uint4(h[0], h[1], h[2], h[3]), vec, gsum);
   }
   consumer_sync();  // vec complete; sc.red free
 }
@@ -514,7 +582,7 @@ __device__ void load_vec(const MegaArgs& a, const void* src, int n, Bf16* vec, f
     const int c = base + static_cast<int>(threadIdx.x);
     const bool ok = c < n8;
     const uint4 u = ok ? __ldcg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
-    put_chunk(a.q4 != 0, ok, c, u, vec, gsum);
+    put_chunk(a.bits, ok, c, u, vec, gsum);
   }
   consumer_sync();
 }

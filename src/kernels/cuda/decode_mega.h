@@ -3,11 +3,10 @@
 // a producer warp per block streaming the block's weight rows into a shared-memory ring (bulk copies) for
 // as far ahead as the ring allows, across the grid-wide barriers where the consumers wait for each other's
 // results. Host-visible description only (plain C++17, no CUDA types); dispatch_decode_fused.cpp validates.
-// Invariants: one token (one sequence); bf16 weights (K % 16 == 0) or MLX affine 4-bit weights with group 64
-// and bf16 scales / biases (K % 512 == 0, rows % 16 == 0), no biases, rows contiguous; a bf16
-// paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
-// n_kv_heads
-// == 0 with at most 8 q heads per kv head.
+// Invariants: one token (one sequence); bf16 weights (K % 16 == 0) or MLX affine 4- or 8-bit weights (one
+// width for every matrix) with group 64 and bf16 scales / biases (K % 512 == 0), no biases, rows contiguous;
+// a bf16 paged cache (not quantized), full attention, head_dim 16 or a multiple of 32 up to 256; n_heads %
+// n_kv_heads == 0 with at most 8 q heads per kv head.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -21,8 +20,8 @@ constexpr int kMegaMaxRotary = 256;  // rotary_dim
 constexpr int kMegaTimingSlots = 32;  // timing words per (block, layer)
 
 struct MegaLayer {
-  // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows, or (MegaArgs::q4) MLX affine 4-bit
-  // codes [out, in / 8] u32 with bf16 scales and biases [out, in / 64] in sc / bi
+  // q, k, v, o, gate, up, down: bf16 [out, in] with contiguous rows, or (MegaArgs::bits 4 | 8) MLX affine
+  // codes [out, in * bits / 32] u32 with bf16 scales and biases [out, in / 64] in sc / bi
   const void* w[7];
   const void* sc[7];
   const void* bi[7];
@@ -37,7 +36,7 @@ struct MegaArgs {
   MegaLayer layers[kMegaMaxLayers];
   int n_layers = 0, d = 0, n_heads = 0, n_kv = 0, head_dim = 0, d_ff = 0;
   int norm_bf16 = 0;  // norm weights bf16 (else f32)
-  int q4 = 0;         // 4-bit group-64 weights (in % 512 == 0, out % 16 == 0)
+  int bits = 16;      // 16: bf16 weights; 4 or 8: MLX affine group-64 weights (in % 512 == 0)
   float eps = 1e-6f, residual = 1.0f, scale = 1.0f, rope_scaling = 1.0f;
   int rotary_dim = 0;
   float inv_freq[kMegaMaxRotary / 2] = {};
