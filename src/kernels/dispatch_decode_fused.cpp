@@ -152,9 +152,9 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   static const int debug =
       env_int("BUNSEN_DECODE_FUSED_DEBUG", 0);  // timing experiments (docs/PERFORMANCE.md)
   a.debug = debug;
+  if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);
-  if (!cuda::mega_supported(a)) return false;
   cuda::decode_mega(ctx.cuda_stream, a);
   g_launches.fetch_add(1);
   return true;

@@ -341,6 +341,22 @@ __device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, 
   c2 = c[2];
 }
 
+// Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
+// (bias - offset * scale) * sum(x), offset being what the biased codes added per x (4-bit 128, 8-bit 2176).
+// sb: the tile's bf16 scales (16 rows of sb_row bytes), then its biases alike.
+__device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, int gq, int u, const float (&cq)[4],
+                                           float gsum, float offset, float& acc0, float& acc2) {
+  const auto* sc = reinterpret_cast<const unsigned short*>(sb);
+  const auto* bi = reinterpret_cast<const unsigned short*>(sb + 16 * sb_row);
+  const int r0 = gq * (sb_row / 2) + u, r1 = (gq + 8) * (sb_row / 2) + u;
+  const float s0 = __uint_as_float(static_cast<uint32_t>(sc[r0]) << 16);
+  const float s1 = __uint_as_float(static_cast<uint32_t>(sc[r1]) << 16);
+  const float b0 = __uint_as_float(static_cast<uint32_t>(bi[r0]) << 16);
+  const float b1 = __uint_as_float(static_cast<uint32_t>(bi[r1]) << 16);
+  acc0 = fmaf(s0, cq[0], fmaf(fmaf(-offset, s0, b0), gsum, acc0));
+  acc2 = fmaf(s1, cq[2], fmaf(fmaf(-offset, s1, b1), gsum, acc2));
+}
+
 // One 4-bit stage (16 tile rows x len codes from code k0) through mma.m16n8k16 as the tile GEMV computes it
 // (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
 // times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
@@ -351,8 +367,6 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const unsigned char* ca = st + gq * kQ4Row + t * 8;
   const unsigned char* cb = ca + 8 * kQ4Row;
-  const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row);
-  const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ4Row + 16 * kQ4Sb);
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
   for (int u = 0; u < ng; ++u) {
@@ -370,13 +384,7 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
                    pair4_biased(wb.y >> 4), x1.x, x1.y);
     qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
                    pair4_biased(wb.y >> 12), x1.z, x1.w);
-    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ4Sb / 2) + u]) << 16);
-    const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
-    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ4Sb / 2) + u]) << 16);
-    const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ4Sb / 2) + u]) << 16);
-    const float co = gsum[g0 + u];
-    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), co, acc0));
-    acc2 = fmaf(s1, cq[2], fmaf(fmaf(-128.0f, s1, b1), co, acc2));
+    fold_group(st + 16 * kQ4Row, kQ4Sb, gq, u, cq, gsum[g0 + u], 128.0f, acc0, acc2);
   }
   c0 = acc0;
   c2 = acc2;
@@ -391,8 +399,6 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const unsigned char* ca = st + gq * kQ8Row + t * 16;
   const unsigned char* cb = ca + 8 * kQ8Row;
-  const unsigned short* sc = reinterpret_cast<const unsigned short*>(st + 16 * kQ8Row);
-  const unsigned short* bi = reinterpret_cast<const unsigned short*>(st + 16 * kQ8Row + 16 * kQ8Sb);
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
   using qmma::pair4_biased;
@@ -412,13 +418,7 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
       qmma::mma_bf16(cq, pair4_biased(ws_a[j] >> 8), pair4_biased(ws_b[j] >> 8), pair4_biased(ws_a[j] >> 12),
                      pair4_biased(ws_b[j] >> 12), xs[2 * j + 1], times16(xs[2 * j + 1]));
     }
-    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[gq * (kQ8Sb / 2) + u]) << 16);
-    const float s1 = __uint_as_float(static_cast<uint32_t>(sc[(gq + 8) * (kQ8Sb / 2) + u]) << 16);
-    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[gq * (kQ8Sb / 2) + u]) << 16);
-    const float b1 = __uint_as_float(static_cast<uint32_t>(bi[(gq + 8) * (kQ8Sb / 2) + u]) << 16);
-    const float co = gsum[g0 + u];
-    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-2176.0f, s0, b0), co, acc0));
-    acc2 = fmaf(s1, cq[2], fmaf(fmaf(-2176.0f, s1, b1), co, acc2));
+    fold_group(st + 16 * kQ8Row, kQ8Sb, gq, u, cq, gsum[g0 + u], 2176.0f, acc0, acc2);
   }
   c0 = acc0;
   c2 = acc2;
