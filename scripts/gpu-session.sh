@@ -192,7 +192,12 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
     "8b_q8:--synthetic llama3.1-8b --quant 8"; do
     fused_timing_one "$m"
-    AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1
+    local extra=()  # FUSED_AHEAD=N: a third case with N stages prefetched into L2 (1B and 8B bf16 only)
+    case "${FUSED_AHEAD:-}:${m%%:*}" in
+    [0-9]*:1b | [0-9]*:8b) extra=("ahead${FUSED_AHEAD}:BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_AHEAD=$FUSED_AHEAD") ;;
+    esac
+    AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
+      "${extra[@]}"
   done
 }
 fused_timing_one() {  # NAME:ARGS: where a layer's time goes in the fused step (scripts/fused_timing.py)

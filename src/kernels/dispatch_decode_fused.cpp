@@ -152,6 +152,8 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   static const int debug =
       env_int("BUNSEN_DECODE_FUSED_DEBUG", 0);  // timing experiments (docs/PERFORMANCE.md)
   a.debug = debug;
+  static const int l2_ahead = env_int("BUNSEN_DECODE_FUSED_AHEAD", 0);  // an experiment (docs/PERFORMANCE.md)
+  a.l2_ahead = l2_ahead;
   if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);

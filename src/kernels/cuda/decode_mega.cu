@@ -2,16 +2,19 @@
 // model for one token. Why: at batch 1 the per-op kernels leave the memory idle between launches (each
 // phase after the q/k/v GEMV is a dependent round trip of 2-3.5 us, docs/PERFORMANCE.md), while the
 // weights, ~all of the bytes, depend on nothing. Here a producer warp per block copies the block's weight
-// rows of every projection of every layer, in the order the block consumes them, into a ring of 19 KB
-// stages (cp.async.bulk onto a per-stage mbarrier), and only stops when the ring is full; the 8 consumer
-// warps wait for the grid-wide barrier of each phase (q/k/v -> attention -> o -> gate/up -> down) and find
-// the next phase's weights already landed.
+// rows of every projection of every layer, and each layer's cached keys and values for the block's attention
+// tasks, in the order the block consumes them, into a ring of 19 KB stages (cp.async.bulk onto a per-stage
+// mbarrier), and only stops when the ring is full (optionally a second warp prefetches the stages past the
+// ring into L2); the 8 consumer warps wait for the grid-wide barrier of each phase (q/k/v -> attention -> o
+// -> gate/up -> down) and find the next phase's weights already landed.
 // Phases of a layer (tasks dealt round-robin over the blocks, blockIdx.x first):
 //   A q/k/v: h = bf16(rms_norm(x) * in_norm) computed by every block into shared memory; rows of [q; k; v]
 //     -> bf16 q/k/v buffers.
-//   B attention: (kv head, key slice) tasks; q and the new key rotated (rope_math.cuh's rotation), the new
-//     key and value written into the paged cache by the slice that holds the position; per q head the
-//     slice's (max, sum, unnormalised acc) into `partials`.
+//   B attention: (kv head, key slice) tasks on the tensor cores (q heads as MMA rows); the old keys and
+//   values
+//     came through the ring during phase A (they depend on nothing this step computes); q and the new key
+//     rotated (RoPE table of the step), the new key and value written into the paged cache by the slice that
+//     holds the position; per q head the slice's (max, sum, unnormalised acc) into `partials`.
 //     The block that finishes a kv head's last slice merges its q heads' slices into bf16 attn (a counter
 //     per layer and kv head), so no grid barrier separates the slices from the merge.
 //   C o-projection: x[row] += bf16(o . attn) * residual (each row owned by one task).
@@ -26,8 +29,8 @@
 // not on timing (not bit-identical to the per-op kernels: different orders). Invariants: grid = SM count, one
 // block per SM (the shared-memory ring enforces it), so every block is resident and the spin barriers cannot
 // deadlock; data another block wrote in this launch is read with ld.global.cg (L2), never through L1 or the
-// non-coherent path; the producer never waits on a phase barrier (weights are read-only), only on its ring's
-// free slots.
+// non-coherent path; the producer never waits on a phase barrier (weights are read-only, and the cached keys
+// it copies were written by earlier steps), only on its ring's free slots.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,7 +52,7 @@ namespace {
 
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
-constexpr int kThreads = kConsumers + 32;  // + the producer warp
+constexpr int kThreads = kConsumers + 64;  // + the producer warp and the L2 prefetch warp
 constexpr int kStageBytes = 19456;         // a 4-bit stage (below) with room
 // 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
 // codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
@@ -75,6 +78,14 @@ __host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
 constexpr int kBfCols = 512;
 constexpr int kBfRow = kBfCols * 2 + 16;
 static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
+// Attention stages: kAttnKeys old keys of one (kv head, key slice) task, their K rows then their V rows (head
+// dims contiguous), each row padded by 16 bytes (ldmatrix's 8 rows hit different banks); a short last stage
+// repeats its last key (finite values under the masked logits).
+constexpr int kAttnKeys = 16;
+__host__ __device__ __forceinline__ int attn_row_bytes(int head_dim) {
+  return 2 * head_dim + 16;
+}
+static_assert(2 * kAttnKeys * (2 * 256 + 16) <= kStageBytes, "an attention stage fits");
 constexpr int kMaxStages = 16;
 // Tiles of several parts sum their parts in shared memory, in part order, in one of kTileSlots slots (tile %
 // kTileSlots): the tiles open at once all touch the ring's window of <= kMaxStages items plus the 8 warps'.
@@ -94,6 +105,10 @@ struct Scratch {
   int pad[kConsumerWarps - 1];
   float tile_sum[kTileSlots][16];   // a tile's rows summed over its parts so far
   unsigned tile_parts[kTileSlots];  // parts in tile_sum (0: the slot is free)
+  // RoPE at this step's position (the same for every layer): cos of pair j at [j], sin at [kMegaMaxRotary / 2
+  // + j], both times rope_scaling.
+  float rope_cs[kMegaMaxRotary];
+  unsigned produced;  // stages the producer has armed (read by the L2 prefetch warp)
 };
 
 __device__ __forceinline__ void consumer_sync() {
@@ -177,10 +192,37 @@ __device__ __forceinline__ int matrix_of(const MegaArgs& a, int ph, int m, int& 
   return 2;
 }
 
+// One (kv head, key slice) task of the attention phase: task t is kv head t / n_splits, slice t % n_splits,
+// keys [j0, j0 + per) of positions 0..pos with per a multiple of kAttnKeys (slices past the keys are empty).
+// Its old keys (< pos: in the cache before this step) come through the ring, kAttnKeys per stage; the new one
+// (pos) is computed this step.
+struct Slice {
+  int kvh, sp, j0, n_old;
+  bool has_new;
+};
+__device__ __forceinline__ Slice slice_of(int t, int n_splits, int pos) {
+  const int T = pos + 1, per = ((T + n_splits - 1) / n_splits + kAttnKeys - 1) / kAttnKeys * kAttnKeys;
+  Slice s;
+  s.kvh = t / n_splits;
+  s.sp = t % n_splits;
+  s.j0 = s.sp * per;
+  s.n_old = max(0, min(pos, s.j0 + per) - s.j0);
+  s.has_new = s.j0 <= pos && pos < s.j0 + per;
+  return s;
+}
+
 // Elements of the input vector's shared copy: the widest of d, n_heads * head_dim and d_ff (each % 8 == 0).
 __host__ __device__ __forceinline__ int vec_elems(const MegaArgs& a) {
   const int qd = a.n_heads * a.head_dim, n = a.d > qd ? a.d : qd;
   return n > a.d_ff ? n : a.d_ff;
+}
+
+// The 8-bit input vector's scale-backs 2^-s per group, after its group sums (vec_bytes_of).
+__device__ __forceinline__ float* gback_of(const MegaArgs& a, float* gsum) {
+  return gsum + vec_elems(a) / 64 + 1;
+}
+__device__ __forceinline__ const float* gback_of(const MegaArgs& a, const float* gsum) {
+  return gsum + vec_elems(a) / 64 + 1;
 }
 
 struct Ring {
@@ -256,11 +298,76 @@ __device__ __forceinline__ int tile_row0(const Geo& g, int i) {
   return (static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x)) * g.nr;
 }
 
-// The producer warp: every stage of every projection this block consumes, in consumption order. Lane 0 waits
-// for the stage's slot and arms its barrier, then the lanes issue the stage's copies: the 16 tile rows' part
-// (4-bit: codes, scales and biases). Rows past the matrix re-read its last row (their outputs are dropped).
-template <bool kTiming>
-__device__ void produce(const MegaArgs& a, const Ring& ring) {
+// The producer's lane 0 waits for the ring's slot of `item` to be free (SM clocks added to waited) and arms
+// its barrier for `bytes`; returns the stage once the warp's lanes may issue their copies onto
+// ring.full[item % n]. The L2 prefetch warp (kL2) instead waits until `item` is fewer than MegaArgs::l2_ahead
+// stages past the producer's next one, and returns null.
+template <bool kTiming, bool kL2>
+__device__ __forceinline__ char* arm_stage(const MegaArgs& a, const Ring& ring, Scratch& sc, unsigned item,
+                                           unsigned bytes, long long& waited) {
+  const unsigned n = static_cast<unsigned>(ring.n), stage = item % n;
+  if ((threadIdx.x & 31) == 0) {
+    if constexpr (kL2) {
+      while (item >=
+             *reinterpret_cast<volatile const unsigned*>(&sc.produced) + static_cast<unsigned>(a.l2_ahead))
+        __nanosleep(64);
+    } else {
+      long long t0 = 0;
+      if constexpr (kTiming) t0 = clock64();
+      mbar_wait(&ring.empty[stage], ((item / n) & 1u) ^ 1u);
+      if constexpr (kTiming) waited += clock64() - t0;
+      mbar_arrive_expect_tx(&ring.full[stage], bytes);
+      *reinterpret_cast<volatile unsigned*>(ring.seq + stage) = item;
+      *reinterpret_cast<volatile unsigned*>(&sc.produced) = item + 1;
+    }
+  }
+  __syncwarp();
+  return kL2 ? nullptr : ring.base + static_cast<size_t>(stage) * kStageBytes;
+}
+
+// One copy of a stage: global -> shared onto the stage's barrier, or (kL2) a prefetch of the bytes into L2.
+template <bool kL2>
+__device__ __forceinline__ void stage_copy(char* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  if constexpr (kL2) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+  } else {
+    bulk_copy_g2s(dst, src, bytes, bar);
+  }
+}
+
+// The attention stages of layer L for this block's tasks (slice_of), kAttnKeys old keys each: lane r < 16
+// copies key r's K row, lane 16 + r its V row, from the paged cache (written by earlier steps: the copies
+// depend on nothing this step computes, so they land while the q/k/v phase runs).
+template <bool kTiming, bool kL2>
+__device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& ring, Scratch& sc,
+                             unsigned& item, int n_splits, long long& waited) {
+  const int lane = threadIdx.x & 31, hd = a.head_dim, pos = a.positions[0], row = attn_row_bytes(hd);
+  const int64_t row_elems = static_cast<int64_t>(a.n_kv) * hd;
+  const int r = lane & (kAttnKeys - 1);
+  for (int t = blockIdx.x; t < a.n_kv * n_splits; t += gridDim.x) {
+    const Slice s = slice_of(t, n_splits, pos);
+    for (int k0 = 0; k0 < s.n_old; k0 += kAttnKeys, ++item) {
+      char* dst =
+          arm_stage<kTiming, kL2>(a, ring, sc, item, 2u * kAttnKeys * static_cast<unsigned>(hd) * 2u, waited);
+      const int j = s.j0 + min(k0 + r, s.n_old - 1);
+      const int64_t sl =
+          static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
+      const Bf16* src =
+          static_cast<const Bf16*>(lane < kAttnKeys ? L.k_cache : L.v_cache) + sl * row_elems + s.kvh * hd;
+      stage_copy<kL2>(dst + (lane < kAttnKeys ? r : kAttnKeys + r) * row, src, static_cast<unsigned>(hd * 2),
+                      &ring.full[item % static_cast<unsigned>(ring.n)]);
+    }
+  }
+}
+
+// The producer warp: every stage of every projection this block consumes, in consumption order (the layer's
+// attention keys after its q/k/v rows). Lane 0 waits for the stage's slot and arms its barrier, then the
+// lanes issue the stage's copies: the 16 tile rows' part (4-bit: codes, scales and biases). Rows past the
+// matrix re-read its last row (their outputs are dropped). kL2: the L2 prefetch warp walks the same stages
+// up to MegaArgs::l2_ahead ahead of the producer, prefetching their bytes into L2 (a deeper ring in L2: the
+// producer stalls on a full ring while the consumers wait at attention and barriers).
+template <bool kTiming, bool kL2>
+__device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_splits) {
   const int lane = threadIdx.x & 31;
   unsigned item = 0;
   for (int l = 0; l < a.n_layers; ++l) {
@@ -273,19 +380,10 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
         const int r0 = tile_row0(g, i);
         for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
-          const int stage = static_cast<int>(item % static_cast<unsigned>(ring.n));
           const unsigned bytes =
               16u * static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 + 2 * (len / 32) : len * 2);
-          if (lane == 0) {
-            long long t0 = 0;
-            if constexpr (kTiming) t0 = clock64();
-            mbar_wait(&ring.empty[stage], ((item / static_cast<unsigned>(ring.n)) & 1u) ^ 1u);
-            if constexpr (kTiming) waited += clock64() - t0;
-            mbar_arrive_expect_tx(&ring.full[stage], bytes);
-            *reinterpret_cast<volatile unsigned*>(ring.seq + stage) = item;
-          }
-          __syncwarp();
-          char* dst = ring.base + static_cast<size_t>(stage) * kStageBytes;
+          char* dst = arm_stage<kTiming, kL2>(a, ring, sc, item, bytes, waited);
+          uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
           const int64_t k0 = static_cast<int64_t>(p) * g.kc;
           const int qrow = q_row_bytes(a.bits), qsb = q_sb_bytes(a.bits);
           for (int c = lane; c < (a.bits < 16 ? 48 : 16); c += 32) {
@@ -294,23 +392,24 @@ __device__ void produce(const MegaArgs& a, const Ring& ring) {
             int row = min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);
             const int w = matrix_of(a, ph, m, row);
             if (a.bits == 16)
-              bulk_copy_g2s(dst + r * kBfRow,
-                            static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(row) * g.K + k0,
-                            static_cast<unsigned>(len * 2), &ring.full[stage]);
+              stage_copy<kL2>(dst + r * kBfRow,
+                              static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(row) * g.K + k0,
+                              static_cast<unsigned>(len * 2), full);
             else if (kind == 0)
-              bulk_copy_g2s(dst + r * qrow,
-                            static_cast<const unsigned char*>(L.w[w]) +
-                                (static_cast<int64_t>(row) * g.K + k0) * a.bits / 8,
-                            static_cast<unsigned>(len * a.bits / 8), &ring.full[stage]);
+              stage_copy<kL2>(dst + r * qrow,
+                              static_cast<const unsigned char*>(L.w[w]) +
+                                  (static_cast<int64_t>(row) * g.K + k0) * a.bits / 8,
+                              static_cast<unsigned>(len * a.bits / 8), full);
             else
-              bulk_copy_g2s(dst + 16 * qrow + (kind - 1) * 16 * qsb + r * qsb,
-                            static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
-                                static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
-                            static_cast<unsigned>(len / 32), &ring.full[stage]);
+              stage_copy<kL2>(dst + 16 * qrow + (kind - 1) * 16 * qsb + r * qsb,
+                              static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
+                                  static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
+                              static_cast<unsigned>(len / 32), full);
           }
         }
       }
-      if constexpr (kTiming) {
+      if (ph == kQkv && !(a.debug & 1)) produce_keys<kTiming, kL2>(a, L, ring, sc, item, n_splits, waited);
+      if constexpr (kTiming && !kL2) {
         if (lane == 0) {
           record(a, l, kWaitFree + ph, static_cast<unsigned long long>(waited));
           record(a, l, kIssued + ph, global_ns());
@@ -329,21 +428,29 @@ __device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, 
   // ldmatrix.x4: lane l addresses row l % 8 of matrix l / 8 (0: rows 0-7, k 0-7; 1: rows 8-15; 2, 3: k 8-15)
   const char* ap = st + ((lane >> 3) & 1) * 8 * kBfRow + (lane & 7) * kBfRow + (lane >> 4) * 16;
   const Bf16* xp = vec + k0 + 2 * t;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k = 0; k < len; k += 16) {
+  // Two accumulators (even and odd 16-column steps; len % 32 == 16 leaves the odd one a step short): two
+  // dependent MMA chains in flight instead of one.
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  auto step = [&](int k, float(&acc)[4]) {
     uint32_t r[4];
     ldsm_x4(r, ap + k * 2);
     const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xp + k);
     const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xp + k + 8);
-    qmma::mma_bf16(c, r[0], r[1], r[2], r[3], b0, b1);
+    qmma::mma_bf16(acc, r[0], r[1], r[2], r[3], b0, b1);
+  };
+  int k = 0;
+  for (; k + 32 <= len; k += 32) {
+    step(k, c);
+    step(k + 16, d);
   }
-  c0 = c[0];
-  c2 = c[2];
+  if (k < len) step(k, c);
+  c0 = c[0] + d[0];
+  c2 = c[2] + d[2];
 }
 
 // Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
-// (bias - offset * scale) * sum(x), offset being what the biased codes added per x (4-bit 128, 8-bit 2176).
-// sb: the tile's bf16 scales (16 rows of sb_row bytes), then its biases alike.
+// (bias - offset * scale) * sum(x), offset being what the biased codes added per x (4-bit 128, 8-bit f16
+// 1024). sb: the tile's bf16 scales (16 rows of sb_row bytes), then its biases alike.
 __device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, int gq, int u, const float (&cq)[4],
                                            float gsum, float offset, float& acc0, float& acc2) {
   const auto* sc = reinterpret_cast<const unsigned short*>(sb);
@@ -361,7 +468,7 @@ __device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, 
 // (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
 // times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
 // feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 return rows g (c0) and g + 8
-// (c2).
+// (c2). Groups unrolled by four: a group's MMAs are one dependent chain, four groups four chains in flight.
 __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint4* xq, const float* gsum,
                                              int k0, int len, float& c0, float& c2) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
@@ -369,6 +476,7 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
   const unsigned char* cb = ca + 8 * kQ4Row;
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
+#pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
                 wb = *reinterpret_cast<const uint2*>(cb + u * 32);
@@ -390,35 +498,37 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
   c2 = acc2;
 }
 
-// One 8-bit stage (16 tile rows x len codes from code k0) the same way: each code fed as its two nibbles,
-// low with x and high with 16 x (bf16 exact), biased like the 4-bit codes, so an MMA pair sums
-// (128 + lo) x + (128 + hi) 16 x = (q + 2176) x; x staged as (x0, x2), (x1, x3) per 4 activations (perm8h),
-// matching a word's nibble pairs (lo b0, lo b2), (hi b0, hi b2), then b1 / b3; 16 x made in registers.
-__device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint4* xq, const float* gsum,
-                                             int k0, int len, float& c0, float& c2) {
+// One 8-bit stage (16 tile rows x len codes from code k0) as the per-op f16 kernel computes it
+// (gemv_qmma_h8.cu): each pair of codes one PRMT into f16 (1024 + q0, 1024 + q1), x staged as f16 scaled by
+// its group's 2^s in natural order (lane t's 16 codes of a group meet x[16 t .. 16 t + 15]), the group's
+// sum scaled back by 2^-s (gback) before its scale, bias' = bias - 1024 scale. Groups unrolled by four.
+__device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint4* xh, const float* gsum,
+                                             const float* gback, int k0, int len, float& c0, float& c2) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   const unsigned char* ca = st + gq * kQ8Row + t * 16;
   const unsigned char* cb = ca + 8 * kQ8Row;
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
-  using qmma::pair4_biased;
-  using qmma::times16;
+  using qmma::codes_1024;
+#pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint4 wa = *reinterpret_cast<const uint4*>(ca + u * 64),
                 wb = *reinterpret_cast<const uint4*>(cb + u * 64);
-    const uint4* x = xq + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
+    const uint4* x = xh + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
     const uint4 x0 = x[0], x1 = x[1];
-    const uint32_t ws_a[4] = {wa.x, wa.y, wa.z, wa.w}, ws_b[4] = {wb.x, wb.y, wb.z, wb.w};
-    const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      qmma::mma_bf16(cq, pair4_biased(ws_a[j]), pair4_biased(ws_b[j]), pair4_biased(ws_a[j] >> 4),
-                     pair4_biased(ws_b[j] >> 4), xs[2 * j], times16(xs[2 * j]));
-      qmma::mma_bf16(cq, pair4_biased(ws_a[j] >> 8), pair4_biased(ws_b[j] >> 8), pair4_biased(ws_a[j] >> 12),
-                     pair4_biased(ws_b[j] >> 12), xs[2 * j + 1], times16(xs[2 * j + 1]));
-    }
-    fold_group(st + 16 * kQ8Row, kQ8Sb, gq, u, cq, gsum[g0 + u], 2176.0f, acc0, acc2);
+    qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x),
+                  x0.x, x0.y);
+    qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y),
+                  x0.z, x0.w);
+    qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z),
+                  x1.x, x1.y);
+    qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w),
+                  x1.z, x1.w);
+    const float back = gback[g0 + u];
+    cq[0] *= back;  // exact: back to x's own scale first
+    cq[2] *= back;
+    fold_group(st + 16 * kQ8Row, kQ8Sb, gq, u, cq, gsum[g0 + u], 1024.0f, acc0, acc2);
   }
   c0 = acc0;
   c2 = acc2;
@@ -485,8 +595,8 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
     if (waited != nullptr) *waited += clock64() - t0;
     float c0, c2;
     if (a.bits == 8)
-      stage_dot_q8(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
-                   len, c0, c2);
+      stage_dot_q8(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum,
+                   gback_of(a, gsum), k0, len, c0, c2);
     else if (a.bits == 4)
       stage_dot_q4(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
                    len, c0, c2);
@@ -507,25 +617,36 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
   item += static_cast<unsigned>(n_items);
 }
 
-// (x0, x2), (x1, x3), (x4, x6), (x5, x7) of 8 activations: an 8-bit word's nibble pairs' order
-// (stage_dot_q8).
-__device__ __forceinline__ uint4 perm8h(uint4 v) {
-  return make_uint4(__byte_perm(v.x, v.y, 0x5410), __byte_perm(v.x, v.y, 0x7632),
-                    __byte_perm(v.z, v.w, 0x5410), __byte_perm(v.z, v.w, 0x7632));
-}
-
-// Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are (bits 16), or in the
-// codes' pair order (4-bit: qmma::perm4, 8-bit: perm8h) with the sum of each group of 64 (8 chunks: 8
-// consecutive lanes, since chunk c is thread c % 256's) in gsum. Every consumer lane calls it (the shuffles);
-// ok: c is a chunk.
-__device__ __forceinline__ void put_chunk(int bits, bool ok, int c, uint4 u, Bf16* vec, float* gsum) {
+// Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are (bits 16), in the
+// 4-bit codes' pair order (qmma::perm4), or (8-bit) as f16 scaled by the group's 2^s (qmma::group_shift) with
+// 2^-s in gback; quantized: the sum of each group of 64 (8 chunks: 8 consecutive lanes, since chunk c is
+// thread c % 256's) in gsum. Every consumer lane calls it (the shuffles); ok: c is a chunk.
+__device__ __forceinline__ void put_chunk(int bits, bool ok, int c, uint4 u, Bf16* vec, float* gsum,
+                                          float* gback) {
   if (bits < 16) {
-    float s = qmma::bf16x8_sum(u);
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    s += __shfl_xor_sync(0xffffffffu, s, 2);
-    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    float f[8];
+    unpack8(u, f);
+    float s = 0.0f, mx = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      s += f[e];
+      mx = fmaxf(mx, isfinite(f[e]) ? fabsf(f[e]) : 0.0f);
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    }
+    if (bits == 8) {
+      const int sh = qmma::group_shift(mx);
+      const float up = qmma::pow2(sh);
+      u = make_uint4(qmma::half2_bits(f[0] * up, f[1] * up), qmma::half2_bits(f[2] * up, f[3] * up),
+                     qmma::half2_bits(f[4] * up, f[5] * up), qmma::half2_bits(f[6] * up, f[7] * up));
+      if (ok && (c & 7) == 0) gback[c >> 3] = qmma::pow2(-sh);
+    } else {
+      u = qmma::perm4(u);
+    }
     if (ok && (c & 7) == 0) gsum[c >> 3] = s;
-    u = bits == 4 ? qmma::perm4(u) : perm8h(u);
   }
   if (ok) reinterpret_cast<uint4*>(vec)[c] = u;
 }
@@ -570,7 +691,7 @@ __device__ void norm_into(const MegaArgs& a, const void* w, Bf16* vec, float* gs
 #pragma unroll
       for (int i = 0; i < 4; ++i) h[i] = qmma::pack_bf16x2(y[2 * i], y[2 * i + 1]);
     }
-    put_chunk(a.bits, ok, c, make_uint4(h[0], h[1], h[2], h[3]), vec, gsum);
+    put_chunk(a.bits, ok, c, make_uint4(h[0], h[1], h[2], h[3]), vec, gsum, gback_of(a, gsum));
   }
   consumer_sync();  // vec complete; sc.red free
 }
@@ -582,7 +703,7 @@ __device__ void load_vec(const MegaArgs& a, const void* src, int n, Bf16* vec, f
     const int c = base + static_cast<int>(threadIdx.x);
     const bool ok = c < n8;
     const uint4 u = ok ? __ldcg(reinterpret_cast<const uint4*>(src) + c) : make_uint4(0, 0, 0, 0);
-    put_chunk(a.bits, ok, c, u, vec, gsum);
+    put_chunk(a.bits, ok, c, u, vec, gsum, gback_of(a, gsum));
   }
   consumer_sync();
 }
@@ -593,41 +714,16 @@ __device__ __forceinline__ Bf16 ldcg_bf16(const Bf16* p) {
 }
 
 // Element i of the rotated (or plain) bf16 head row src[hd], rounded to bf16: the first rotary_dim dims
-// rotate as rotate_half pairs (rope_math.cuh), the rest pass.
-__device__ __forceinline__ Bf16 rope_elem(const MegaArgs& a, const Bf16* src, int i, int pos, bool rope) {
+// rotate as rotate_half pairs (rope_math.cuh) by the step's table, the rest pass.
+__device__ __forceinline__ Bf16 rope_elem(const MegaArgs& a, const Scratch& sc, const Bf16* src, int i,
+                                          bool rope) {
   const int half = a.rotary_dim / 2;
   if (!rope || i >= 2 * half) return ldcg_bf16(src + i);
   const int j = i < half ? i : i - half;
-  float sn, c;
-  sincosf(static_cast<float>(pos) * a.inv_freq[j], &sn, &c);
-  c *= a.rope_scaling;
-  sn *= a.rope_scaling;
   const float2 y =
-      rotate_values(__bfloat162float(ldcg_bf16(src + j)), __bfloat162float(ldcg_bf16(src + j + half)), c, sn);
+      rotate_values(__bfloat162float(ldcg_bf16(src + j)), __bfloat162float(ldcg_bf16(src + j + half)),
+                    sc.rope_cs[j], sc.rope_cs[kMegaMaxRotary / 2 + j]);
   return __float2bfloat16_rn(i < half ? y.x : y.y);
-}
-
-// kDpl head dims per lane: head_dim / 32, or 1 with the lanes past head_dim idle (head_dim 16).
-template <int kDpl>
-__device__ __forceinline__ void load_dims(const Bf16* p, float (&f)[kDpl]) {
-  if constexpr (kDpl == 1) {
-    f[0] = __bfloat162float(*p);
-  } else if constexpr (kDpl == 2) {
-    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
-    f[0] = __uint_as_float(u << 16);
-    f[1] = __uint_as_float(u & 0xffff0000u);
-  } else if constexpr (kDpl == 4) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    f[0] = __uint_as_float(u.x << 16);
-    f[1] = __uint_as_float(u.x & 0xffff0000u);
-    f[2] = __uint_as_float(u.y << 16);
-    f[3] = __uint_as_float(u.y & 0xffff0000u);
-  } else {
-    float g[8];
-    unpack8(*reinterpret_cast<const uint4*>(p), g);
-#pragma unroll
-    for (int e = 0; e < kDpl; ++e) f[e] = g[e];
-  }
 }
 
 // The q heads [h0, h0 + n) merge their slices into bf16 attn (each slice's max and sum loaded once): run by
@@ -659,117 +755,156 @@ __device__ void merge_heads(const MegaArgs& a, int h0, int n, int n_splits) {
   }
 }
 
-// Phase B: the (kv head, key slice) tasks. Keys [j0, j1) of positions 0..pos; the slice holding pos uses
-// the new key and value (rotated here) and writes them into the cache. Each warp takes keys j0 + warp + 8 i,
-// kBatch of them loaded before any is used; per q head an online softmax per warp, the warps merged in
-// shared memory in warp order, then the slice's (max, sum, unnormalised acc) per q head into `partials`.
-template <int kDpl>
-__device__ void attention(const MegaArgs& a, const MegaLayer& L, unsigned* done, int n_splits, char* smem,
-                          Scratch& sc) {
-  constexpr int kBatch = kDpl >= 8 ? 2 : kDpl >= 4 ? 4 : 8;  // keys in flight per warp (registers)
-  const int hd = a.head_dim, grp = a.n_heads / a.n_kv, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int pos = a.positions[0], T = pos + 1, per = (T + n_splits - 1) / n_splits;
+// Phase B: the (kv head, key slice) tasks (slice_of) on the tensor cores, FlashAttention-style with the
+// block's q heads of the kv head as the MMA rows (rows >= grp zero): warp w takes the task's stages w, w + 8,
+// ... (kAttnKeys old keys each, landed during the q/k/v phase), S = q K^T (K rows through ldmatrix), an
+// online softmax per row, P rounded to bf16 (its row sum taken of the rounded values) times V
+// (ldmatrix.trans). The slice holding pos rotates the new key, writes it and its value into the cache, and
+// one warp adds it to its state in f32. The warps' states merge in shared memory in warp order, then the
+// slice's (max, sum, unnormalised acc) per q head goes to `partials`; the block finishing a kv head's last
+// slice merges them.
+template <int kHd>
+__device__ void attention(const MegaArgs& a, const MegaLayer& L, const Ring& ring, unsigned& item,
+                          unsigned* done, int n_splits, char* smem, Scratch& sc) {
+  constexpr int kK = kHd / 16, kN = kHd / 8;
+  const int grp = a.n_heads / a.n_kv, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+            t4 = lane & 3;
+  const int pos = a.positions[0], row = attn_row_bytes(kHd);
   const int64_t slot = a.slot_mapping[0];
   const bool rope = L.rope != 0;
   float* qs = reinterpret_cast<float*>(smem);  // [grp][hd]
-  float* kn = qs + grp * hd;                   // [hd]
-  float* vn = kn + hd;                         // [hd]
-  float* ws = vn + hd;                         // [warps][grp][hd + 2]
+  float* kn = qs + grp * kHd;                  // [hd]
+  float* vn = kn + kHd;                        // [hd]
+  float* ws = vn + kHd;                        // [warps][grp][hd + 2]
   const Bf16* qb = static_cast<const Bf16*>(a.q);
   const Bf16* kb = static_cast<const Bf16*>(a.k);
   const Bf16* vb = static_cast<const Bf16*>(a.v);
   Bf16* kcache = static_cast<Bf16*>(L.k_cache);
   Bf16* vcache = static_cast<Bf16*>(L.v_cache);
-  const int64_t row_elems = static_cast<int64_t>(a.n_kv) * hd;
-  const bool lane_on = lane * kDpl < hd;
+  const int64_t row_elems = static_cast<int64_t>(a.n_kv) * kHd;
+  // ldmatrix addresses: lane l names row l % 8 of matrix l / 8. K (B of q K^T, k = dims, n = keys): matrices
+  // (keys 0-7, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 0-7), (keys 8-15, dims 8-15); V (.trans, B
+  // of P V, k = keys, n = dims): (keys 0-7, dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, 8-15), (8-15, 8-15).
+  const int mi = lane >> 3, rr = lane & 7;
+  const int k_off = (rr + 8 * (mi >> 1)) * row + (mi & 1) * 16;
+  const int v_off = (kAttnKeys + rr + 8 * (mi & 1)) * row + (mi >> 1) * 16;
   for (int t = blockIdx.x; t < a.n_kv * n_splits; t += gridDim.x) {
-    const int kvh = t / n_splits, sp = t % n_splits, j0 = sp * per, j1 = min(T, j0 + per);
-    const bool has_new = j0 <= pos && pos < j1;
-    for (int i = threadIdx.x; i < grp * hd; i += kConsumers)
+    const Slice s = slice_of(t, n_splits, pos);
+    const int kvh = s.kvh, ns = (s.n_old + kAttnKeys - 1) / kAttnKeys;
+    for (int i = threadIdx.x; i < grp * kHd; i += kConsumers)
       qs[i] = __bfloat162float(
-          rope_elem(a, qb + static_cast<int64_t>(kvh * grp + i / hd) * hd, i % hd, pos, rope));
-    if (has_new) {
-      for (int i = threadIdx.x; i < 2 * hd; i += kConsumers) {
-        const int dd = i % hd;
-        const int64_t off = static_cast<int64_t>(kvh) * hd;
-        const Bf16 b = i < hd ? rope_elem(a, kb + off, dd, pos, rope) : ldcg_bf16(vb + off + dd);
-        (i < hd ? kn : vn)[dd] = __bfloat162float(b);
-        if (slot >= 0) (i < hd ? kcache : vcache)[slot * row_elems + off + dd] = b;
+          rope_elem(a, sc, qb + static_cast<int64_t>(kvh * grp + i / kHd) * kHd, i % kHd, rope));
+    if (s.has_new) {
+      for (int i = threadIdx.x; i < 2 * kHd; i += kConsumers) {
+        const int dd = i % kHd;
+        const int64_t off = static_cast<int64_t>(kvh) * kHd;
+        const Bf16 b = i < kHd ? rope_elem(a, sc, kb + off, dd, rope) : ldcg_bf16(vb + off + dd);
+        (i < kHd ? kn : vn)[dd] = __bfloat162float(b);
+        if (slot >= 0) (i < kHd ? kcache : vcache)[slot * row_elems + off + dd] = b;
       }
     }
     consumer_sync();
-    float m[8], l[8], acc[8][kDpl];
+    uint32_t qa[kK][2];  // A fragments of q (row g: head g of the kv head's group)
 #pragma unroll
-    for (int h = 0; h < 8; ++h) {
-      m[h] = -INFINITY;
-      l[h] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kDpl; ++e) acc[h][e] = 0.0f;
+    for (int k = 0; k < kK; ++k) {
+      const float* q = qs + g * kHd + 16 * k + 2 * t4;
+      qa[k][0] = g < grp ? qmma::pack_bf16x2(q[0], q[1]) : 0u;
+      qa[k][1] = g < grp ? qmma::pack_bf16x2(q[8], q[9]) : 0u;
     }
-    for (int jb = j0 + warp; jb < j1; jb += kBatch * kConsumerWarps) {
-      float kf[kBatch][kDpl], vf[kBatch][kDpl];
+    float m = -INFINITY, l = 0.0f, acc[kN][4];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int j = jb + b * kConsumerWarps;
-        if (j < j1 && j != pos && lane_on) {
-          const int64_t sl =
-              static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
-          const int64_t o = sl * row_elems + static_cast<int64_t>(kvh) * hd + lane * kDpl;
-          load_dims<kDpl>(kcache + o, kf[b]);
-          load_dims<kDpl>(vcache + o, vf[b]);
-        } else {
+    for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    for (int si = warp; si < ns; si += kConsumerWarps) {
+      const unsigned it = item + static_cast<unsigned>(si);
+      const char* st = wait_item(ring, it);
+      const int count = min(kAttnKeys, s.n_old - si * kAttnKeys);
+      float sf[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-          for (int e = 0; e < kDpl; ++e) {
-            kf[b][e] = j == pos && lane_on ? kn[lane * kDpl + e] : 0.0f;
-            vf[b][e] = j == pos && lane_on ? vn[lane * kDpl + e] : 0.0f;
-          }
+      for (int k = 0; k < kK; ++k) {
+        uint32_t r[4];
+        ldsm_x4(r, st + k_off + k * 32);
+        qmma::mma_bf16(sf[0], qa[k][0], 0u, qa[k][1], 0u, r[0], r[1]);
+        qmma::mma_bf16(sf[1], qa[k][0], 0u, qa[k][1], 0u, r[2], r[3]);
+      }
+      // Row g's logits of keys 8 n + 2 t4 + e (n: the key tile) in sv[2 n + e]; masked past count.
+      float sv[4], mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = (i >> 1) * 8 + 2 * t4 + (i & 1);
+        sv[i] = key < count ? sf[i >> 1][i & 1] * a.scale : -INFINITY;
+        mx = fmaxf(mx, sv[i]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m, mx), corr = expf(m - m_new);
+      const uint32_t pa0 = qmma::pack_bf16x2(expf(sv[0] - m_new), expf(sv[1] - m_new));
+      const uint32_t pa2 = qmma::pack_bf16x2(expf(sv[2] - m_new), expf(sv[3] - m_new));
+      const float psum = __uint_as_float(pa0 << 16) + __uint_as_float(pa0 & 0xffff0000u) +
+                         __uint_as_float(pa2 << 16) + __uint_as_float(pa2 & 0xffff0000u);
+      l = fmaf(l, corr, psum);
+#pragma unroll
+      for (int n = 0; n < kN; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] *= corr;
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        uint32_t r[4];
+        ldsm_x4_trans(r, st + v_off + k * 32);
+        qmma::mma_bf16(acc[2 * k], pa0, 0u, pa2, 0u, r[0], r[1]);
+        qmma::mma_bf16(acc[2 * k + 1], pa0, 0u, pa2, 0u, r[2], r[3]);
+      }
+      m = m_new;
+      release_item(ring, it);
+    }
+    if (s.has_new && warp == ns % kConsumerWarps) {  // the new key, in f32
+      float s_new = -INFINITY;
+      for (int h = 0; h < grp; ++h) {
+        float d = 0.0f;
+        for (int i = lane; i < kHd; i += 32) d = fmaf(qs[h * kHd + i], kn[i], d);
+        d = warp_sum(d) * a.scale;
+        if (h == g) s_new = d;
+      }
+      if (g < grp) {
+        const float m_new = fmaxf(m, s_new), corr = expf(m - m_new), p = expf(s_new - m_new);
+        l = fmaf(l, corr, t4 == 0 ? p : 0.0f);
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+          acc[n][0] = fmaf(acc[n][0], corr, p * vn[n * 8 + 2 * t4]);
+          acc[n][1] = fmaf(acc[n][1], corr, p * vn[n * 8 + 2 * t4 + 1]);
         }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (jb + b * kConsumerWarps >= j1) break;
-#pragma unroll
-        for (int h = 0; h < 8; ++h) {
-          if (h >= grp) break;
-          float sc = 0.0f;
-#pragma unroll
-          for (int e = 0; e < kDpl; ++e) sc = lane_on ? fmaf(qs[h * hd + lane * kDpl + e], kf[b][e], sc) : sc;
-          sc = warp_sum(sc) * a.scale;
-          const float mn = fmaxf(m[h], sc), corr = expf(m[h] - mn), p = expf(sc - mn);
-          l[h] = fmaf(l[h], corr, p);
-#pragma unroll
-          for (int e = 0; e < kDpl; ++e) acc[h][e] = fmaf(acc[h][e], corr, p * vf[b][e]);
-          m[h] = mn;
-        }
+        m = m_new;
       }
     }
-#pragma unroll
-    for (int h = 0; h < 8; ++h) {
-      if (h >= grp) break;
-      float* w = ws + (warp * grp + h) * (hd + 2);
-      if (lane == 0) {
-        w[0] = m[h];
-        w[1] = l[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < grp) {
+      float* w = ws + (warp * grp + g) * (kHd + 2);
+      if (t4 == 0) {
+        w[0] = m;
+        w[1] = l;
       }
 #pragma unroll
-      for (int e = 0; e < kDpl; ++e)
-        if (lane_on) w[2 + lane * kDpl + e] = acc[h][e];
+      for (int n = 0; n < kN; ++n) {
+        w[2 + n * 8 + 2 * t4] = acc[n][0];
+        w[2 + n * 8 + 2 * t4 + 1] = acc[n][1];
+      }
     }
+    item += static_cast<unsigned>(ns);
     consumer_sync();
-    for (int i = threadIdx.x; i < grp * (hd + 2); i += kConsumers) {
-      const int h = i / (hd + 2), c = i % (hd + 2);
+    for (int i = threadIdx.x; i < grp * (kHd + 2); i += kConsumers) {
+      const int h = i / (kHd + 2), c = i % (kHd + 2);
       float mx = -INFINITY;
-      for (int w = 0; w < kConsumerWarps; ++w) mx = fmaxf(mx, ws[(w * grp + h) * (hd + 2)]);
+      for (int w = 0; w < kConsumerWarps; ++w) mx = fmaxf(mx, ws[(w * grp + h) * (kHd + 2)]);
       float v = 0.0f;
       if (c == 0) {
         v = mx;
       } else if (mx != -INFINITY) {
         for (int w = 0; w < kConsumerWarps; ++w) {
-          const float* r = ws + (w * grp + h) * (hd + 2);
+          const float* r = ws + (w * grp + h) * (kHd + 2);
           if (r[0] != -INFINITY) v = fmaf(expf(r[0] - mx), r[c], v);
         }
       }
-      a.partials[(static_cast<int64_t>(kvh * grp + h) * n_splits + sp) * (hd + 2) + c] = v;
+      a.partials[(static_cast<int64_t>(kvh * grp + h) * n_splits + s.sp) * (kHd + 2) + c] = v;
     }
     consumer_sync();  // this block's partials written; qs / ws free
     if (threadIdx.x == 0) {
@@ -781,13 +916,13 @@ __device__ void attention(const MegaArgs& a, const MegaLayer& L, unsigned* done,
   }
 }
 
-template <int kDpl, bool kTiming>
+template <int kHd, bool kTiming>
 __global__ void __launch_bounds__(kThreads, 1)
     decode_mega_kernel(const __grid_constant__ MegaArgs a, int n_stages, int n_splits, int vec_bytes) {
   extern __shared__ __align__(128) char smem[];
   Ring ring{smem, nullptr, nullptr, nullptr, n_stages};
   Bf16* vec = reinterpret_cast<Bf16*>(smem + static_cast<size_t>(n_stages) * kStageBytes);
-  float* gsum = reinterpret_cast<float*>(vec + vec_elems(a));  // 4-bit: the group sums of vec
+  float* gsum = reinterpret_cast<float*>(vec + vec_elems(a));  // quantized: the group sums of vec (gback_of)
   Scratch& sc = *reinterpret_cast<Scratch*>(smem + static_cast<size_t>(n_stages) * kStageBytes + vec_bytes);
   ring.full = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&sc) + sizeof(Scratch));
   ring.empty = ring.full + n_stages;
@@ -799,10 +934,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       ring.seq[s] = ~0u;
     }
     for (unsigned& n : sc.tile_parts) n = 0;
+    sc.produced = 0;
+  }
+  if (threadIdx.x < a.rotary_dim / 2) {
+    float sn, c;
+    sincosf(static_cast<float>(a.positions[0]) * a.inv_freq[threadIdx.x], &sn, &c);
+    sc.rope_cs[threadIdx.x] = c * a.rope_scaling;
+    sc.rope_cs[kMegaMaxRotary / 2 + threadIdx.x] = sn * a.rope_scaling;
   }
   __syncthreads();
+  if (threadIdx.x >= kConsumers + 32) {
+    if (a.l2_ahead > 0) produce<kTiming, true>(a, ring, sc, n_splits);
+    return;
+  }
   if (threadIdx.x >= kConsumers) {
-    produce<kTiming>(a, ring);
+    produce<kTiming, false>(a, ring, sc, n_splits);
     return;
   }
   unsigned* sync = counters_of(a);
@@ -835,7 +981,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     });
     barrier(l, kQkvDone);
     if (!(a.debug & 1)) {
-      attention<kDpl>(a, L, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
+      attention<kHd>(a, L, ring, item, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
       barrier(l, kAttnDone);
     }
     load_vec(a, a.attn, qd, vec, gsum);
@@ -871,7 +1017,7 @@ int vec_bytes_of(const MegaArgs& a) {
   const int n = vec_elems(a);
   const int grp = a.n_heads / a.n_kv;
   const int attn = (grp * a.head_dim + 2 * a.head_dim + kConsumerWarps * grp * (a.head_dim + 2)) * 4;
-  return (std::max(n * 2 + (n / 64 + 1) * 4, attn) + 127) / 128 * 128;
+  return (std::max(n * 2 + 2 * (n / 64 + 1) * 4, attn) + 127) / 128 * 128;
 }
 
 int splits_of(const MegaArgs& a) {
@@ -882,17 +1028,17 @@ using Kernel = void (*)(MegaArgs, int, int, int);
 
 template <bool kTiming>
 Kernel kernel_of(int head_dim) {
-  if (head_dim == 16) return decode_mega_kernel<1, kTiming>;
-  if (head_dim % 32 != 0) return nullptr;
-  switch (head_dim / 32) {
-    case 1:
-      return decode_mega_kernel<1, kTiming>;
-    case 2:
-      return decode_mega_kernel<2, kTiming>;
-    case 4:
-      return decode_mega_kernel<4, kTiming>;
-    case 8:
-      return decode_mega_kernel<8, kTiming>;
+  switch (head_dim) {
+    case 16:
+      return decode_mega_kernel<16, kTiming>;
+    case 32:
+      return decode_mega_kernel<32, kTiming>;
+    case 64:
+      return decode_mega_kernel<64, kTiming>;
+    case 128:
+      return decode_mega_kernel<128, kTiming>;
+    case 256:
+      return decode_mega_kernel<256, kTiming>;
     default:
       return nullptr;
   }

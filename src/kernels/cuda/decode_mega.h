@@ -53,6 +53,9 @@ struct MegaArgs {
   // Timing experiments only (BUNSEN_DECODE_FUSED_DEBUG, wrong results): bit 0 skips the attention phase,
   // bit 1 the grid-barrier waits.
   int debug = 0;
+  // Stages past the producer's next one that a second warp prefetches into L2 (BUNSEN_DECODE_FUSED_AHEAD; 0:
+  // none).
+  int l2_ahead = 0;
   // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
   // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
   unsigned long long* timing = nullptr;

@@ -23,41 +23,6 @@
 namespace bunsen::kernels::cuda::qmma {
 namespace {
 
-// c += A · B for one m16n8k16 f16 tile (A rows = weight rows, B columns = tokens), f32 accumulate.
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Bytes kB and kB + 1 of w (8-bit codes) as the f16x2 pair (1024 + q0, 1024 + q1): each byte under the
-// high byte 0x64 (f16's exponent of 1024). One PRMT.
-template <int kB>
-__device__ __forceinline__ uint32_t codes_1024(uint32_t w) {
-  return __byte_perm(w, 0x64u, kB == 0 ? 0x4140 : 0x4342);
-}
-
-// The shift s of a group whose largest finite |x| is mx: mx 2^s lies in [2^14, 2^15), s clamped to
-// [-113, 126] (2^s and 2^-s stay normal floats); 0 for a group of zeros, infinities or NaNs (those convert
-// to themselves).
-__device__ __forceinline__ int group_shift(float mx) {
-  if (!(mx > 0.0f)) return 0;
-  int e = 0;
-  frexpf(mx, &e);  // mx = f 2^e, f in [0.5, 1)
-  return min(max(15 - e, -113), 126);
-}
-
-__device__ __forceinline__ float pow2(int s) {  // s in [-126, 127]
-  return __uint_as_float(static_cast<uint32_t>(127 + s) << 23);
-}
-
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
 // Shared bytes of a launch: m rows of k / 8 + 1 16-byte words of f16 x (one word of padding spreads the
 // rows over the banks), then m x (k / group) group sums and as many scale-backs 2^-s.
 __host__ __device__ inline size_t h8_bytes(const QMmaArgs& a) {
