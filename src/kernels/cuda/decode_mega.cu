@@ -99,7 +99,7 @@ __host__ __device__ __forceinline__ unsigned* counters_of(const MegaArgs& a) {
 }
 
 // Shared-memory scratch besides the ring and the input vector.
-struct Scratch {
+struct alignas(16) Scratch {  // a multiple of 16 bytes: the ring's mbarriers follow it
   float red[kConsumerWarps];  // block reductions
   int last;                   // attention: this block finished a kv head's last slice
   int pad[kConsumerWarps - 1];
@@ -110,6 +110,7 @@ struct Scratch {
   float rope_cs[kMegaMaxRotary];
   unsigned produced;  // stages the producer has armed (read by the L2 prefetch warp)
 };
+static_assert(sizeof(Scratch) % 16 == 0, "the ring's mbarriers after Scratch stay aligned");
 
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumers) : "memory");
