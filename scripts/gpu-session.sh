@@ -15,7 +15,7 @@
 # trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
 # trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
 # 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
-# AB_T: seconds per A/B (default 200); SHARD_T: seconds per test shard (default 200);
+# AB_T: seconds per A/B (default 200); AB_REPS: reps per case (default 2); SHARD_T: seconds per test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
 # tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
@@ -83,7 +83,7 @@ tests() {
 ab() {  # out-name, bunsen benchmark args, case:ENV=..[,ENV=..] ...
   local name=$1 args=$2
   shift 2
-  timeout "${AB_T:-200}" python3 scripts/bench_ab.py --bunsen "$G/bunsen" --reps 2 --out "$R/$name" \
+  timeout "${AB_T:-200}" python3 scripts/bench_ab.py --bunsen "$G/bunsen" --reps "${AB_REPS:-2}" --out "$R/$name" \
     --args "--device cuda --prompt-len 1024 --prefill-lens 1024 --gen 128 --no-probe $args" "$@" \
     >"$R/$name.txt" 2>&1
   echo "== $name (rc $?)"
@@ -189,7 +189,7 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
-  for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
+  for m in "8b:--synthetic llama3.1-8b" "1b:--synthetic llama3.2-1b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
     "8b_q8:--synthetic llama3.1-8b --quant 8"; do
     fused_timing_one "$m"
     local extra=()  # FUSED_AHEAD=N: a third case with N stages prefetched into L2 (1B and 8B bf16 only)
