@@ -189,15 +189,19 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
+  for m in 1 2; do  # the other copy modes (BUNSEN_DECODE_FUSED_COPY) on the wider shapes
+    BUNSEN_DECODE_FUSED_COPY=$m timeout 60 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
+      >"$R/fused_tests_copy$m.txt" 2>&1
+    echo "copy mode $m: rc=$? $(grep -c '^\[       OK' "$R/fused_tests_copy$m.txt") ok"
+    grep -E '^\[  FAILED|^\[ fused' "$R/fused_tests_copy$m.txt" | head -8
+  done
   for m in "8b:--synthetic llama3.1-8b" "1b:--synthetic llama3.2-1b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
     "8b_q8:--synthetic llama3.1-8b --quant 8"; do
     fused_timing_one "$m"
-    local extra=()  # FUSED_AHEAD=N: a third case with N stages prefetched into L2 (1B and 8B bf16 only)
-    case "${FUSED_AHEAD:-}:${m%%:*}" in
-    [0-9]*:1b | [0-9]*:8b) extra=("ahead${FUSED_AHEAD}:BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_AHEAD=$FUSED_AHEAD") ;;
-    esac
+    # FUSED_EXTRA: more cases for every shape, e.g. "lsu:BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_COPY=1"
+    # shellcheck disable=SC2086
     AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
-      "${extra[@]}"
+      ${FUSED_EXTRA:-}
   done
 }
 fused_timing_one() {  # NAME:ARGS: where a layer's time goes in the fused step (scripts/fused_timing.py)

@@ -154,6 +154,8 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   a.debug = debug;
   static const int l2_ahead = env_int("BUNSEN_DECODE_FUSED_AHEAD", 0);  // an experiment (docs/PERFORMANCE.md)
   a.l2_ahead = l2_ahead;
+  static const int copy_mode = env_int("BUNSEN_DECODE_FUSED_COPY", 0);  // an experiment (docs/PERFORMANCE.md)
+  a.copy_mode = copy_mode;
   if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);

@@ -323,6 +323,7 @@ __device__ __forceinline__ char* arm_stage(const MegaArgs& a, const Ring& ring, 
     }
   }
   __syncwarp();
+  if constexpr (!kL2) fence_proxy_async_smem();  // the lanes' earlier cp.async writes before new bulk copies
   return kL2 ? nullptr : ring.base + static_cast<size_t>(stage) * kStageBytes;
 }
 
@@ -336,34 +337,73 @@ __device__ __forceinline__ void stage_copy(char* dst, const void* src, unsigned 
   }
 }
 
-// The attention stages of layer L for this block's tasks (slice_of), kAttnKeys old keys each: lane r < 16
-// copies key r's K row, lane 16 + r its V row, from the paged cache (written by earlier steps: the copies
+// Whether a row of `bytes` bytes reaches its stage by the TMA (one bulk copy onto the stage's transaction
+// count) or by the producer's lanes as 16-byte cp.async (the LSU), per MegaArgs::copy_mode: 0 rows under 256
+// bytes by the LSU (quantized scales and biases: the TMA takes ~80 ns per copy whatever its size, so 32 tiny
+// copies per stage capped the quantized streams near 1.2 TB/s on the H100), 1 every row by the LSU, 2 every
+// row by the TMA.
+__device__ __forceinline__ bool by_tma(const MegaArgs& a, unsigned bytes) {
+  return a.copy_mode == 2 || (a.copy_mode == 0 && bytes >= 256);
+}
+
+// Copies n rows of `bytes` (a multiple of 16) into a stage, row i from src(i) to dst + i * pitch (by_tma), or
+// (kL2) prefetches them into L2.
+template <bool kL2, typename Src>
+__device__ __forceinline__ void copy_rows(const MegaArgs& a, char* dst, int pitch, int n, unsigned bytes,
+                                          uint64_t* bar, Src&& src) {
+  const int lane = threadIdx.x & 31;
+  if (kL2 || by_tma(a, bytes)) {
+    for (int i = lane; i < n; i += 32) stage_copy<kL2>(dst + i * pitch, src(i), bytes, bar);
+  } else {
+    const int cpr = static_cast<int>(bytes / 16);
+    for (int c = lane; c < n * cpr; c += 32) {
+      const int i = c / cpr, j = c - i * cpr;
+      cp_async_16(dst + i * pitch + j * 16, static_cast<const char*>(src(i)) + j * 16);
+    }
+  }
+}
+
+// Every producer lane's arrival on the stage's full barrier once its cp.async copies have landed (the
+// barrier counts 1 + 32 arrivals: lane 0's expect_tx and these).
+__device__ __forceinline__ void arrive_copies(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// The attention stages of layer L for this block's tasks (slice_of), kAttnKeys old keys each: stage rows
+// 0-15 the keys' K rows, 16-31 their V rows, from the paged cache (written by earlier steps: the copies
 // depend on nothing this step computes, so they land while the q/k/v phase runs).
 template <bool kTiming, bool kL2>
 __device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& ring, Scratch& sc,
                              unsigned& item, int n_splits, long long& waited) {
-  const int lane = threadIdx.x & 31, hd = a.head_dim, pos = a.positions[0], row = attn_row_bytes(hd);
+  const int hd = a.head_dim, pos = a.positions[0], row = attn_row_bytes(hd);
   const int64_t row_elems = static_cast<int64_t>(a.n_kv) * hd;
-  const int r = lane & (kAttnKeys - 1);
   for (int t = blockIdx.x; t < a.n_kv * n_splits; t += gridDim.x) {
     const Slice s = slice_of(t, n_splits, pos);
     for (int k0 = 0; k0 < s.n_old; k0 += kAttnKeys, ++item) {
+      const unsigned bytes = static_cast<unsigned>(hd * 2);
       char* dst =
-          arm_stage<kTiming, kL2>(a, ring, sc, item, 2u * kAttnKeys * static_cast<unsigned>(hd) * 2u, waited);
-      const int j = s.j0 + min(k0 + r, s.n_old - 1);
-      const int64_t sl =
-          static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
-      const Bf16* src =
-          static_cast<const Bf16*>(lane < kAttnKeys ? L.k_cache : L.v_cache) + sl * row_elems + s.kvh * hd;
-      stage_copy<kL2>(dst + (lane < kAttnKeys ? r : kAttnKeys + r) * row, src, static_cast<unsigned>(hd * 2),
-                      &ring.full[item % static_cast<unsigned>(ring.n)]);
+          arm_stage<kTiming, kL2>(a, ring, sc, item, by_tma(a, bytes) ? 2u * kAttnKeys * bytes : 0u, waited);
+      uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
+      copy_rows<kL2>(a, dst, row, 2 * kAttnKeys, bytes, full, [&](int i) {
+        const int j = s.j0 + min(k0 + (i & (kAttnKeys - 1)), s.n_old - 1);
+        const int64_t sl =
+            static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
+        return static_cast<const void*>(static_cast<const Bf16*>(i < kAttnKeys ? L.k_cache : L.v_cache) +
+                                        sl * row_elems + s.kvh * hd);
+      });
+      if constexpr (!kL2) arrive_copies(full);
     }
   }
 }
 
 // The producer warp: every stage of every projection this block consumes, in consumption order (the layer's
 // attention keys after its q/k/v rows). Lane 0 waits for the stage's slot and arms its barrier, then the
-// lanes issue the stage's copies: the 16 tile rows' part (4-bit: codes, scales and biases). Rows past the
+// lanes issue the stage's copies (copy_rows): the 16 tile rows' part (quantized: codes, scales and biases)
+// and arrive once their cp.async copies land. Rows past the
 // matrix re-read its last row (their outputs are dropped). kL2: the L2 prefetch warp walks the same stages
 // up to MegaArgs::l2_ahead ahead of the producer, prefetching their bytes into L2 (a deeper ring in L2: the
 // producer stalls on a full ring while the consumers wait at attention and barriers).
@@ -381,32 +421,35 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_
         const int r0 = tile_row0(g, i);
         for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
-          const unsigned bytes =
-              16u * static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 + 2 * (len / 32) : len * 2);
-          char* dst = arm_stage<kTiming, kL2>(a, ring, sc, item, bytes, waited);
+          // Rows of codes (bf16: of weights), then (quantized) 16 rows of scales and 16 of biases.
+          const unsigned row_bytes = static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 : len * 2);
+          const unsigned sb_bytes = static_cast<unsigned>(len / 32);
+          const unsigned tx = (by_tma(a, row_bytes) ? 16u * row_bytes : 0u) +
+                              (a.bits < 16 && by_tma(a, sb_bytes) ? 32u * sb_bytes : 0u);
+          char* dst = arm_stage<kTiming, kL2>(a, ring, sc, item, tx, waited);
           uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
           const int64_t k0 = static_cast<int64_t>(p) * g.kc;
-          const int qrow = q_row_bytes(a.bits), qsb = q_sb_bytes(a.bits);
-          for (int c = lane; c < (a.bits < 16 ? 48 : 16); c += 32) {
-            const int r = c & 15, kind = c >> 4;  // quantized: 0 codes, 1 scales, 2 biases
-            const int m = g.M == 2 ? r >> 3 : 0;
+          const int qrow = a.bits == 16 ? kBfRow : q_row_bytes(a.bits), qsb = q_sb_bytes(a.bits);
+          // Tile row r's matrix (w) and its row in it.
+          auto row_of = [&](int r, int& w) {
             int row = min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);
-            const int w = matrix_of(a, ph, m, row);
-            if (a.bits == 16)
-              stage_copy<kL2>(dst + r * kBfRow,
-                              static_cast<const Bf16*>(L.w[w]) + static_cast<int64_t>(row) * g.K + k0,
-                              static_cast<unsigned>(len * 2), full);
-            else if (kind == 0)
-              stage_copy<kL2>(dst + r * qrow,
-                              static_cast<const unsigned char*>(L.w[w]) +
-                                  (static_cast<int64_t>(row) * g.K + k0) * a.bits / 8,
-                              static_cast<unsigned>(len * a.bits / 8), full);
-            else
-              stage_copy<kL2>(dst + 16 * qrow + (kind - 1) * 16 * qsb + r * qsb,
-                              static_cast<const Bf16*>(kind == 1 ? L.sc[w] : L.bi[w]) +
-                                  static_cast<int64_t>(row) * (g.K / 64) + k0 / 64,
-                              static_cast<unsigned>(len / 32), full);
-          }
+            w = matrix_of(a, ph, g.M == 2 ? r >> 3 : 0, row);
+            return static_cast<int64_t>(row);
+          };
+          copy_rows<kL2>(a, dst, qrow, 16, row_bytes, full, [&](int r) {
+            int w;
+            const int64_t row = row_of(r, w);
+            return static_cast<const void*>(static_cast<const unsigned char*>(L.w[w]) +
+                                            (row * g.K + k0) * a.bits / 8);
+          });
+          if (a.bits < 16)
+            copy_rows<kL2>(a, dst + 16 * qrow, qsb, 32, sb_bytes, full, [&](int i) {
+              int w;
+              const int64_t row = row_of(i & 15, w);
+              return static_cast<const void*>(static_cast<const Bf16*>(i < 16 ? L.sc[w] : L.bi[w]) +
+                                              row * (g.K / 64) + k0 / 64);
+            });
+          if constexpr (!kL2) arrive_copies(full);
         }
       }
       if (ph == kQkv && !(a.debug & 1)) produce_keys<kTiming, kL2>(a, L, ring, sc, item, n_splits, waited);
@@ -930,7 +973,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   ring.seq = reinterpret_cast<unsigned*>(ring.empty + n_stages);
   if (threadIdx.x == 0) {
     for (int s = 0; s < n_stages; ++s) {
-      mbar_init(&ring.full[s], 1);
+      mbar_init(&ring.full[s], 33);  // the producer's lane 0 (expect_tx), then each lane's arrive_copies
       mbar_init(&ring.empty[s], 1);  // the consuming warp
       ring.seq[s] = ~0u;
     }

@@ -56,6 +56,9 @@ struct MegaArgs {
   // Stages past the producer's next one that a second warp prefetches into L2 (BUNSEN_DECODE_FUSED_AHEAD; 0:
   // none).
   int l2_ahead = 0;
+  // How stage rows are copied (decode_mega.cu's by_tma; BUNSEN_DECODE_FUSED_COPY): 0 rows under 256 bytes by
+  // cp.async and the rest by the TMA, 1 all by cp.async, 2 all by the TMA.
+  int copy_mode = 0;
   // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
   // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
   unsigned long long* timing = nullptr;
