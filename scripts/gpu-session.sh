@@ -189,11 +189,13 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   snap
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
-  for m in 1 2; do  # the other copy modes (BUNSEN_DECODE_FUSED_COPY) on the wider shapes
-    BUNSEN_DECODE_FUSED_COPY=$m timeout 60 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
-      >"$R/fused_tests_copy$m.txt" 2>&1
-    echo "copy mode $m: rc=$? $(grep -c '^\[       OK' "$R/fused_tests_copy$m.txt") ok"
-    grep -E '^\[  FAILED|^\[ fused' "$R/fused_tests_copy$m.txt" | head -8
+  local i=0
+  for m in BUNSEN_DECODE_FUSED_COPY=1 BUNSEN_DECODE_FUSED_COPY=2 BUNSEN_DECODE_FUSED_WIDE=1; do  # the other forms
+    i=$((i + 1))
+    env "$m" timeout 60 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
+      >"$R/fused_tests_form$i.txt" 2>&1
+    echo "$m: rc=$? $(grep -c '^\[       OK' "$R/fused_tests_form$i.txt") ok"
+    grep -E '^\[  FAILED|^\[ fused' "$R/fused_tests_form$i.txt" | head -8
   done
   for m in "8b:--synthetic llama3.1-8b" "1b:--synthetic llama3.2-1b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
     "8b_q8:--synthetic llama3.1-8b --quant 8"; do

@@ -156,6 +156,10 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   a.l2_ahead = l2_ahead;
   static const int copy_mode = env_int("BUNSEN_DECODE_FUSED_COPY", 0);  // an experiment (docs/PERFORMANCE.md)
   a.copy_mode = copy_mode;
+  static const bool wide =
+      env_flag("BUNSEN_DECODE_FUSED_WIDE", false);  // an experiment (docs/PERFORMANCE.md)
+  a.wide =
+      wide && a.bits == 16 && a.d % 1024 == 0 && (a.n_heads * a.head_dim) % 1024 == 0 && a.d_ff % 1024 == 0;
   if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);

@@ -78,6 +78,11 @@ __host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
 constexpr int kBfCols = 512;
 constexpr int kBfRow = kBfCols * 2 + 16;
 static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
+// Wide bf16 stages (MegaArgs::wide): 8 tile rows x 2 kBfCols columns, one 2 KB copy per row instead of two of
+// 1 KB; the row's two column halves are MMA rows g and g + 8 (A), fed x's matching half through separate B
+// columns (0-3: the first half, 4-7: the second), so C[g][0] and C[g + 8][4] are the row's two half dots.
+constexpr int kBfRowW = 2 * kBfCols * 2 + 16;
+static_assert(8 * kBfRowW <= kStageBytes, "a wide bf16 stage fits");
 // Attention stages: kAttnKeys old keys of one (kv head, key slice) task, their K rows then their V rows (head
 // dims contiguous), each row padded by 16 bytes (ldmatrix's 8 rows hit different banks); a short last stage
 // repeats its last key (finite values under the masked logits).
@@ -172,9 +177,9 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   g.M = ph == kGateUp ? 2 : 1;
   g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
   g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
-  g.kc = min(g.K, a.bits == 4 ? kQ4Codes : a.bits == 8 ? kQ8Codes : kBfCols);
+  g.kc = min(g.K, a.bits == 4 ? kQ4Codes : a.bits == 8 ? kQ8Codes : a.wide ? 2 * kBfCols : kBfCols);
   g.P = (g.K + g.kc - 1) / g.kc;
-  g.nr = g.M == 2 ? 8 : 16;
+  g.nr = (g.M == 2 ? 8 : 16) >> (a.wide ? 1 : 0);
   g.ntiles = (g.rows + g.nr - 1) / g.nr;
   return g;
 }
@@ -424,19 +429,21 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_
           // Rows of codes (bf16: of weights), then (quantized) 16 rows of scales and 16 of biases.
           const unsigned row_bytes = static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 : len * 2);
           const unsigned sb_bytes = static_cast<unsigned>(len / 32);
-          const unsigned tx = (by_tma(a, row_bytes) ? 16u * row_bytes : 0u) +
+          const unsigned tx = (by_tma(a, row_bytes) ? (a.wide ? 8u : 16u) * row_bytes : 0u) +
                               (a.bits < 16 && by_tma(a, sb_bytes) ? 32u * sb_bytes : 0u);
           char* dst = arm_stage<kTiming, kL2>(a, ring, sc, item, tx, waited);
           uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
           const int64_t k0 = static_cast<int64_t>(p) * g.kc;
-          const int qrow = a.bits == 16 ? kBfRow : q_row_bytes(a.bits), qsb = q_sb_bytes(a.bits);
-          // Tile row r's matrix (w) and its row in it.
+          const int qrow = a.bits == 16 ? (a.wide ? kBfRowW : kBfRow) : q_row_bytes(a.bits),
+                    qsb = q_sb_bytes(a.bits);
+          // Tile row r's matrix (w) and its row in it (gated: nr gate rows, then the same nr up rows).
           auto row_of = [&](int r, int& w) {
-            int row = min(r0 + (g.M == 2 ? (r & 7) : r), g.rows - 1);
-            w = matrix_of(a, ph, g.M == 2 ? r >> 3 : 0, row);
+            const int m = g.M == 2 ? r / g.nr : 0;
+            int row = min(r0 + r - m * g.nr, g.rows - 1);
+            w = matrix_of(a, ph, m, row);
             return static_cast<int64_t>(row);
           };
-          copy_rows<kL2>(a, dst, qrow, 16, row_bytes, full, [&](int r) {
+          copy_rows<kL2>(a, dst, qrow, a.wide ? 8 : 16, row_bytes, full, [&](int r) {
             int w;
             const int64_t row = row_of(r, w);
             return static_cast<const void*>(static_cast<const unsigned char*>(L.w[w]) +
@@ -490,6 +497,30 @@ __device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, 
   if (k < len) step(k, c);
   c0 = c[0] + d[0];
   c2 = c[2] + d[2];
+}
+
+// One wide bf16 stage (8 tile rows x len = 2 kBfCols columns from column k0): A rows g and g + 8 are row g's
+// first and second kBfCols columns, lane (g, t) feeds B column g with x's half g / 4, so C[g][0] (lane t 0's
+// c0) and C[g + 8][4] (lane t 2's c2) are row g's half dots; lanes with t == 0 return row g's dot in c0.
+__device__ __forceinline__ void stage_dot_bf16_wide(const char* st, const Bf16* vec, int k0, float& c0,
+                                                    float& c2) {
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  const char* ap = st + (lane & 7) * kBfRowW + ((lane >> 3) & 1) * kBfCols * 2 + (lane >> 4) * 16;
+  const Bf16* xp = vec + k0 + ((lane >> 2) >= 4 ? kBfCols : 0) + 2 * t;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int k = 0; k < kBfCols; k += 32) {
+    uint32_t r[4];
+    ldsm_x4(r, ap + k * 2);
+    qmma::mma_bf16(c, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k),
+                   *reinterpret_cast<const uint32_t*>(xp + k + 8));
+    ldsm_x4(r, ap + (k + 16) * 2);
+    qmma::mma_bf16(d, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k + 16),
+                   *reinterpret_cast<const uint32_t*>(xp + k + 24));
+  }
+  const float second = __shfl_down_sync(0xffffffffu, c[2] + d[2], 2);
+  c0 = c[0] + d[0] + second;
+  c2 = 0.0f;
 }
 
 // Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
@@ -644,10 +675,18 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
     else if (a.bits == 4)
       stage_dot_q4(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
                    len, c0, c2);
+    else if (a.wide)
+      stage_dot_bf16_wide(st, vec, k0, c0, c2);
     else
       stage_dot_bf16(st, vec, k0, len, c0, c2);
     release_item(ring, it);
     if (g.P > 1 && !tile_add(sc, i, p, g.P, c0, c2)) continue;
+    if (a.wide) {  // rows g < nr in lanes t == 0 (gated: gate row g, its up row in lane + 4 nr)
+      const float up = __shfl_down_sync(0xffffffffu, c0, 4 * g.nr);
+      const int r = tile_row0(g, i) + gq;
+      if ((lane & 3) == 0 && gq < g.nr && r < g.rows) emit(r, c0, up);
+      continue;
+    }
     if ((lane & 3) == 0) {
       const int r0 = tile_row0(g, i);
       if (g.M == 2) {
