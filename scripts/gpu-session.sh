@@ -199,7 +199,9 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   done
   for m in "8b:--synthetic llama3.1-8b" "1b:--synthetic llama3.2-1b" "8b_q4:--synthetic llama3.1-8b --quant 4" \
     "8b_q8:--synthetic llama3.1-8b --quant 8"; do
-    fused_timing_one "$m"
+    # FUSED_SHAPES: the shapes to time and A/B (default all: 8b 1b 8b_q4 8b_q8); FUSED_TIMING=0: no timing record
+    case " ${FUSED_SHAPES:-8b 1b 8b_q4 8b_q8} " in *" ${m%%:*} "*) ;; *) continue ;; esac
+    [ "${FUSED_TIMING:-1}" = 0 ] || fused_timing_one "$m"
     # FUSED_EXTRA: more cases for every shape, e.g. "lsu:BUNSEN_DECODE_FUSED=1,BUNSEN_DECODE_FUSED_COPY=1"
     # shellcheck disable=SC2086
     AB_T=${AB_T:-150} ab "ab_${m%%:*}_fused" "${m#*:}" base:BUNSEN_DECODE_FUSED=0 fused:BUNSEN_DECODE_FUSED=1 \
