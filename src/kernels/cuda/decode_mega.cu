@@ -707,24 +707,11 @@ __device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& i
 __device__ __forceinline__ void put_chunk(int bits, bool ok, int c, uint4 u, Bf16* vec, float* gsum,
                                           float* gback) {
   if (bits < 16) {
-    float f[8];
-    unpack8(u, f);
-    float s = 0.0f, mx = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      s += f[e];
-      mx = fmaxf(mx, isfinite(f[e]) ? fabsf(f[e]) : 0.0f);
-    }
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-      s += __shfl_xor_sync(0xffffffffu, s, o);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    }
+    float f[8], s, mx;
+    qmma::bf16x8_group_stats<8>(u, f, s, mx);
     if (bits == 8) {
       const int sh = qmma::group_shift(mx);
-      const float up = qmma::pow2(sh);
-      u = make_uint4(qmma::half2_bits(f[0] * up, f[1] * up), qmma::half2_bits(f[2] * up, f[3] * up),
-                     qmma::half2_bits(f[4] * up, f[5] * up), qmma::half2_bits(f[6] * up, f[7] * up));
+      u = qmma::half8_scaled(f, qmma::pow2(sh));
       if (ok && (c & 7) == 0) gback[c >> 3] = qmma::pow2(-sh);
     } else {
       u = qmma::perm4(u);

@@ -56,31 +56,13 @@ __device__ __forceinline__ void stage_x_h8(const QMmaArgs& a, uint4* xs, float* 
     for (int b = 0; b < kBatch; ++b) {
       const int c = base + b * kThreads + static_cast<int>(threadIdx.x);
       if (base + b * kThreads >= total) break;  // uniform over the block: whole warps shuffle below
-      const uint32_t w[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
-      float f[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-      }
-      float sum = 0.0f, mx = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        sum += f[e];
-        mx = fmaxf(mx, isfinite(f[e]) ? fabsf(f[e]) : 0.0f);
-      }
-#pragma unroll
-      for (int o = 1; o < kG8; o <<= 1) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      }
+      float f[8], sum, mx;
+      bf16x8_group_stats<kG8>(v[b], f, sum, mx);
       if (c < total) {
         const int s = group_shift(mx);
         const float up = pow2(s);
         const int r = c / k8, col = c - r * k8;
-        xs[r * row_chunks + col] =
-            make_uint4(half2_bits(f[0] * up, f[1] * up), half2_bits(f[2] * up, f[3] * up),
-                       half2_bits(f[4] * up, f[5] * up), half2_bits(f[6] * up, f[7] * up));
+        xs[r * row_chunks + col] = half8_scaled(f, up);
         if ((threadIdx.x & (kG8 - 1)) == 0) {
           gsum[r * ng + col / kG8] = sum;
           gback[r * ng + col / kG8] = pow2(-s);

@@ -412,6 +412,36 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// 8 bf16 activations (u) as floats, with their group's sum and largest finite |x| over the kLanes consecutive
+// lanes holding the group (a fixed xor tree: every lane of the group gets the same values).
+template <int kLanes>
+__device__ __forceinline__ void bf16x8_group_stats(uint4 u, float (&f)[8], float& sum, float& mx) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+  sum = 0.0f;
+  mx = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    sum += f[e];
+    mx = fmaxf(mx, isfinite(f[e]) ? fabsf(f[e]) : 0.0f);
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  }
+}
+
+// 8 activations times up (a power of two) as 4 f16x2 words.
+__device__ __forceinline__ uint4 half8_scaled(const float (&f)[8], float up) {
+  return make_uint4(half2_bits(f[0] * up, f[1] * up), half2_bits(f[2] * up, f[3] * up),
+                    half2_bits(f[4] * up, f[5] * up), half2_bits(f[6] * up, f[7] * up));
+}
+
 // The 8-bit layout of 8 activations: for codes (b0..b3) of a word, whose nibbles pair as (lo0, lo2),
 // (hi0, hi2), (lo1, lo3), (hi1, hi3): (x0, x2), 16 (x0, x2), (x1, x3), 16 (x1, x3); then x4..x7 alike.
 __device__ __forceinline__ void perm8(uint4 v, uint4& u0, uint4& u1) {
