@@ -153,18 +153,10 @@ __device__ __forceinline__ float bf(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-__device__ __forceinline__ void unpack8(const uint4 u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
 // The geometry of one projection phase (the producer and the consumers derive the same one): tiles of 16
 // MMA rows (gated: 8 gate rows, then the same 8 up rows: nr = 8 output rows) over K, in P parts of kc columns
-// (bf16) or codes (4-bit); one stage per (tile, part), tile-major.
+// (bf16) or codes (quantized); one stage per (tile, part), tile-major. Wide bf16 stages (MegaArgs::wide) hold
+// 8 rows (gated: 4 + 4) of 2 kBfCols columns: nr halves, kc doubles.
 struct Geo {
   int M, rows, K, nr, P, kc, ntiles;
 };
