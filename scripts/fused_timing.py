@@ -3,7 +3,8 @@
 and prints where a layer's time goes: per segment of a layer (a phase's work, or the wait at the grid barrier
 that ends it) the median over blocks and the slowest block, averaged over the layers past the first; then per
 projection phase the consumers' wait for staged weights and the producer's wait for a free stage (both from
-warp 0 / the producer lane of each block, SM clocks converted at the device's clock rate).
+warp 0 / the producer lane of each block, SM clocks converted at the device's clock rate), and warp 0's wait
+for the attention phase's staged keys.
 
   python3 scripts/fused_timing.py FILE [--json]
 
@@ -20,7 +21,7 @@ import sys
 # decode_mega.cu's Slot, in order.
 EVENTS = ["start", "norm1", "qkv_done", "qkv_pass", "attn_done", "attn_pass", "o_loaded", "o_done", "o_pass",
           "norm2", "gu_done", "gu_pass", "act_loaded", "down_done", "down_pass"]
-WAIT_DATA, WAIT_FREE, ISSUED = 15, 19, 23
+WAIT_DATA, WAIT_FREE, ISSUED, WAIT_KEYS = 15, 19, 23, 27
 PHASES = ["qkv", "o", "gate_up", "down"]
 # (segment, from event, to event): a layer's consecutive spans on consumer thread 0's clock.
 SEGMENTS = [("norm1", "start", "norm1"), ("qkv", "norm1", "qkv_done"), ("bar_qkv", "qkv_done", "qkv_pass"),
@@ -62,6 +63,9 @@ def summarize(grid, layers, slots, khz, words):
         free = [statistics.median([at(blk, l, WAIT_FREE + p) * us_per_clock for blk in range(grid)]) for l in use]
         out["phases"][name] = {"consumer_wait_data_us": statistics.fmean(data),
                                "producer_wait_free_us": statistics.fmean(free)}
+    # The attention phase's staged keys (issued within the q/k/v phase: no producer wait of their own).
+    keys = [statistics.median([at(blk, l, WAIT_KEYS) * us_per_clock for blk in range(grid)]) for l in use]
+    out["phases"]["attention"] = {"consumer_wait_data_us": statistics.fmean(keys), "producer_wait_free_us": None}
     return out
 
 
@@ -82,7 +86,8 @@ def main():
         print("%-10s %9.2f %9.2f" % (name, med, mx))
     print("%-10s %14s %16s" % ("phase", "wait data us", "producer wait us"))
     for name, p in s["phases"].items():
-        print("%-10s %14.2f %16.2f" % (name, p["consumer_wait_data_us"], p["producer_wait_free_us"]))
+        free = p["producer_wait_free_us"]
+        print("%-10s %14.2f %16s" % (name, p["consumer_wait_data_us"], "-" if free is None else "%.2f" % free))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ KHZ = 2_000_000  # 2 GHz: 2,000 clocks per microsecond
 def record(grid, layers, slow_block_attention_us):
     """Every layer: each event 1 us after the one before (ns on the timer), except that block 0's attention
     takes slow_block_attention_us; the layer's 15 events then the next layer starts 1 us after the last;
-    consumer waits 2,000 clocks x (phase + 1), producer waits 4,000 x (phase + 1)."""
+    consumer waits 2,000 clocks x (phase + 1), producer waits 4,000 x (phase + 1), the attention keys' wait
+10,000 clocks."""
     words = [0] * (grid * layers * SLOTS)
     for b in range(grid):
         t = 0
@@ -39,6 +40,7 @@ def record(grid, layers, slow_block_attention_us):
             for p in range(4):
                 words[base + ft.WAIT_DATA + p] = 2000 * (p + 1)
                 words[base + ft.WAIT_FREE + p] = 4000 * (p + 1)
+            words[base + ft.WAIT_KEYS] = 2000 * 5
     return struct.pack("<4q", grid, layers, SLOTS, KHZ) + struct.pack("<%dQ" % len(words), *words)
 
 
@@ -55,6 +57,8 @@ class FusedTiming(unittest.TestCase):
         self.assertAlmostEqual(s["phases"]["qkv"]["consumer_wait_data_us"], 1.0)
         self.assertAlmostEqual(s["phases"]["down"]["consumer_wait_data_us"], 4.0)
         self.assertAlmostEqual(s["phases"]["o"]["producer_wait_free_us"], 4.0)
+        self.assertAlmostEqual(s["phases"]["attention"]["consumer_wait_data_us"], 5.0)
+        self.assertIsNone(s["phases"]["attention"]["producer_wait_free_us"])
 
     def test_command_line_prints_the_table(self):
         with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:

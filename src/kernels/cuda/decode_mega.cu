@@ -253,7 +253,8 @@ __device__ __forceinline__ void release_item(const Ring& ring, unsigned item) {
 // Phase ends of consumer thread 0 on %globaltimer (ns; comparable across blocks): the block's consumers done
 // (*Done: after their block sync) and the grid barrier passed (*Pass); then warp 0's SM clocks waiting for
 // staged data per projection phase (kWaitData + phase), the producer's SM clocks waiting for a free stage
-// (kWaitFree + phase) and the %globaltimer when it issued the phase's last stage (kIssued + phase).
+// (kWaitFree + phase), the %globaltimer when it issued the phase's last stage (kIssued + phase), and warp 0's
+// SM clocks waiting for the attention phase's staged keys (kWaitKeys).
 enum Slot {
   kStart,
   kNorm1,
@@ -273,7 +274,8 @@ enum Slot {
   kWaitData,
   kWaitFree = kWaitData + 4,
   kIssued = kWaitFree + 4,
-  kSlotsUsed = kIssued + 4
+  kWaitKeys = kIssued + 4,  // warp 0's SM clocks waiting for the attention phase's staged keys
+  kSlotsUsed
 };
 static_assert(kSlotsUsed <= kMegaTimingSlots, "timing slots");
 
@@ -827,7 +829,7 @@ __device__ void merge_heads(const MegaArgs& a, int h0, int n, int n_splits) {
 // slice merges them.
 template <int kHd>
 __device__ void attention(const MegaArgs& a, const MegaLayer& L, const Ring& ring, unsigned& item,
-                          unsigned* done, int n_splits, char* smem, Scratch& sc) {
+                          unsigned* done, int n_splits, char* smem, Scratch& sc, long long* waited) {
   constexpr int kK = kHd / 16, kN = kHd / 8;
   const int grp = a.n_heads / a.n_kv, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
             t4 = lane & 3;
@@ -878,7 +880,9 @@ __device__ void attention(const MegaArgs& a, const MegaLayer& L, const Ring& rin
     for (int n = 0; n < kN; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     for (int si = warp; si < ns; si += kConsumerWarps) {
       const unsigned it = item + static_cast<unsigned>(si);
+      const long long t0 = waited != nullptr ? clock64() : 0;
       const char* st = wait_item(ring, it);
+      if (waited != nullptr) *waited += clock64() - t0;
       const int count = min(kAttnKeys, s.n_old - si * kAttnKeys);
       float sf[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
@@ -1026,7 +1030,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     grid_wait(sync, arrivals * gridDim.x);
     if (t0) record(a, l, slot_done + 1, global_ns());
   };
-  long long waited[4] = {0, 0, 0, 0};
+  long long waited[5] = {0, 0, 0, 0, 0};  // the projection phases, then the attention keys
   auto wait_acc = [&](int ph) -> long long* { return kTiming && threadIdx.x < 32 ? &waited[ph] : nullptr; };
   unsigned item = 0;
   const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
@@ -1043,7 +1047,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     });
     barrier(l, kQkvDone);
     if (!(a.debug & 1)) {
-      attention<kHd>(a, L, ring, item, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc);
+      attention<kHd>(a, L, ring, item, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc,
+                     wait_acc(4));
       barrier(l, kAttnDone);
     }
     load_vec(a, a.attn, qd, vec, gsum);
@@ -1066,9 +1071,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (t0) {
       record(a, l, kDownDone, global_ns());
     }
-    if (t0)
+    if (t0) {
       for (int ph = 0; ph < 4; ++ph)
         record(a, l, kWaitData + ph, static_cast<unsigned long long>(waited[ph]));
+      record(a, l, kWaitKeys, static_cast<unsigned long long>(waited[4]));
+    }
     if constexpr (kTiming)
       for (long long& w : waited) w = 0;
   }
