@@ -6,7 +6,10 @@ projection phase the consumers' wait for staged weights and the producer's wait 
 warp 0 / the producer lane of each block, SM clocks converted at the device's clock rate), and warp 0's wait
 for the attention phase's staged keys.
 
-  python3 scripts/fused_timing.py FILE [--json]
+  python3 scripts/fused_timing.py FILE [--json] [--slowest SEGMENT]
+
+--slowest SEGMENT (e.g. attention) lists the blocks that spend longest in that segment (averaged over the same
+layers, or in one with --layer N), which tells a block doing extra work (a kv head's merge) from an even spread.
 
 Why: the fused step is slower than the per-op step on the 1B (H100, 2026-12-05); whether the consumers wait
 for weights (the stream is the limit) or the producer waits for free stages (the dependent chain of norm,
@@ -69,13 +72,38 @@ def summarize(grid, layers, slots, khz, words):
     return out
 
 
+def slowest(grid, layers, slots, khz, words, segment, n=12, layer=None):
+    """The n blocks with the longest mean time in `segment` over the summarized layers (or in one layer):
+    [(block, us)]."""
+    def at(b, l, s):
+        return words[(b * layers + l) * slots + s]
+    ev = {name: i for i, name in enumerate(EVENTS)}
+    spans = {name: (a, b) for name, a, b in SEGMENTS}
+    if segment not in spans:
+        raise SystemExit("unknown segment %r (one of %s)" % (segment, ", ".join(spans)))
+    a, b = spans[segment]
+    use = list(range(1, layers - 1)) if layers >= 3 else list(range(layers))
+    if layer is not None:
+        use = [layer]
+    per_block = [(blk, statistics.fmean([(at(blk, l, ev[b]) - at(blk, l, ev[a])) / 1e3 for l in use]))
+                 for blk in range(grid)]
+    return sorted(per_block, key=lambda x: (-x[1], x[0]))[:n]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("file")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--slowest", metavar="SEGMENT")
+    ap.add_argument("--layer", type=int, help="with --slowest: one layer instead of the mean")
     args = ap.parse_args()
     with open(args.file, "rb") as f:
-        s = summarize(*parse(f.read()))
+        rec = parse(f.read())
+    if args.slowest:
+        for blk, us in slowest(*rec, args.slowest, layer=args.layer):
+            print("block %4d %9.2f us" % (blk, us))
+        return
+    s = summarize(*rec)
     if args.json:
         json.dump(s, sys.stdout, indent=1)
         print()

@@ -214,6 +214,8 @@ fused_timing_one() {  # NAME:ARGS: where a layer's time goes in the fused step (
     --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/timing_${m%%:*}.txt" 2>&1
   echo "== timing ${m%%:*} (rc $?): $(grep -m1 '^decode ' "$R/timing_${m%%:*}.txt")"
   python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" 2>&1 | tee -a "$R/timing_${m%%:*}.txt"
+  echo "slowest attention blocks, layer 1:" >>"$R/timing_${m%%:*}.txt"
+  python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" --slowest attention --layer 1 >>"$R/timing_${m%%:*}.txt" 2>&1
   snap
 }
 fused_timing() {  # the timing records alone, 1B, 8B, 8B 4-bit

@@ -60,6 +60,15 @@ class FusedTiming(unittest.TestCase):
         self.assertAlmostEqual(s["phases"]["attention"]["consumer_wait_data_us"], 5.0)
         self.assertIsNone(s["phases"]["attention"]["producer_wait_free_us"])
 
+    def test_slowest_blocks_of_a_segment(self):
+        rows = ft.slowest(*ft.parse(record(3, 4, 5)), "attention")
+        self.assertEqual([b for b, _ in rows], [0, 1, 2])  # block 0 is slow, then ties by block index
+        self.assertAlmostEqual(rows[0][1], 5.0)
+        self.assertAlmostEqual(rows[1][1], 1.0)
+        self.assertAlmostEqual(ft.slowest(*ft.parse(record(3, 4, 5)), "attention", layer=0)[0][1], 5.0)
+        with self.assertRaises(SystemExit):
+            ft.slowest(*ft.parse(record(3, 4, 5)), "no_such_segment")
+
     def test_command_line_prints_the_table(self):
         with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
             f.write(record(2, 3, 1))
