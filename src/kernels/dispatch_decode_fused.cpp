@@ -152,8 +152,6 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   static const int debug =
       env_int("BUNSEN_DECODE_FUSED_DEBUG", 0);  // timing experiments (docs/PERFORMANCE.md)
   a.debug = debug;
-  static const int l2_ahead = env_int("BUNSEN_DECODE_FUSED_AHEAD", 0);  // an experiment (docs/PERFORMANCE.md)
-  a.l2_ahead = l2_ahead;
   static const int copy_mode = env_int("BUNSEN_DECODE_FUSED_COPY", 0);  // an experiment (docs/PERFORMANCE.md)
   a.copy_mode = copy_mode;
   static const bool wide =

@@ -4,9 +4,8 @@
 // weights, ~all of the bytes, depend on nothing. Here a producer warp per block copies the block's weight
 // rows of every projection of every layer, and each layer's cached keys and values for the block's attention
 // tasks, in the order the block consumes them, into a ring of 19 KB stages (cp.async.bulk onto a per-stage
-// mbarrier), and only stops when the ring is full (optionally a second warp prefetches the stages past the
-// ring into L2); the 8 consumer warps wait for the grid-wide barrier of each phase (q/k/v -> attention -> o
-// -> gate/up -> down) and find the next phase's weights already landed.
+// mbarrier), and only stops when the ring is full; the 8 consumer warps wait for the grid-wide barrier of
+// each phase (q/k/v -> attention -> o -> gate/up -> down) and find the next phase's weights already landed.
 // Phases of a layer (tasks dealt round-robin over the blocks, blockIdx.x first):
 //   A q/k/v: h = bf16(rms_norm(x) * in_norm) computed by every block into shared memory; rows of [q; k; v]
 //     -> bf16 q/k/v buffers.
@@ -43,54 +42,18 @@
 #include "core/status.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/decode_mega.h"
+#include "kernels/cuda/decode_mega_stages.cuh"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
+using namespace mega;  // the stage layouts and their dot products (decode_mega_stages.cuh)
 
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
-constexpr int kThreads = kConsumers + 64;  // + the producer warp and the L2 prefetch warp
-constexpr int kStageBytes = 19456;         // a 4-bit stage (below) with room
-// 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
-// codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
-constexpr int kQ4Codes = 2048;
-constexpr int kQ4Row = kQ4Codes / 2 + 16;  // bytes per tile row of codes
-constexpr int kQ4Sb = kQ4Codes / 32 + 16;  // bytes per tile row of scales (and of biases)
-static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
-// 8-bit stages alike: 16 tile rows x up to kQ8Codes codes; rows padded by 64 bytes (a quarter warp's 16-byte
-// loads of two rows fall in different banks).
-constexpr int kQ8Codes = 1024;
-constexpr int kQ8Row = kQ8Codes + 64;
-constexpr int kQ8Sb = kQ8Codes / 32 + 16;
-static_assert(16 * kQ8Row + 32 * kQ8Sb <= kStageBytes, "an 8-bit stage fits");
-// Bytes per tile row of codes / of scales for `bits`.
-__host__ __device__ __forceinline__ int q_row_bytes(int bits) {
-  return bits == 8 ? kQ8Row : kQ4Row;
-}
-__host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
-  return bits == 8 ? kQ8Sb : kQ4Sb;
-}
-// bf16 stages: 16 tile rows x up to kBfCols columns, each row padded by 16 bytes (ldmatrix's 8 rows hit
-// different banks).
-constexpr int kBfCols = 512;
-constexpr int kBfRow = kBfCols * 2 + 16;
-static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
-// Wide bf16 stages (MegaArgs::wide): 8 tile rows x 2 kBfCols columns, one 2 KB copy per row instead of two of
-// 1 KB; the row's two column halves are MMA rows g and g + 8 (A), fed x's matching half through separate B
-// columns (0-3: the first half, 4-7: the second), so C[g][0] and C[g + 8][4] are the row's two half dots.
-constexpr int kBfRowW = 2 * kBfCols * 2 + 16;
-static_assert(8 * kBfRowW <= kStageBytes, "a wide bf16 stage fits");
-// Attention stages: kAttnKeys old keys of one (kv head, key slice) task, their K rows then their V rows (head
-// dims contiguous), each row padded by 16 bytes (ldmatrix's 8 rows hit different banks); a short last stage
-// repeats its last key (finite values under the masked logits).
-constexpr int kAttnKeys = 16;
-__host__ __device__ __forceinline__ int attn_row_bytes(int head_dim) {
-  return 2 * head_dim + 16;
-}
-static_assert(2 * kAttnKeys * (2 * 256 + 16) <= kStageBytes, "an attention stage fits");
+constexpr int kThreads = kConsumers + 32;  // + the producer warp
 constexpr int kMaxStages = 16;
 // Tiles of several parts sum their parts in shared memory, in part order, in one of kTileSlots slots (tile %
 // kTileSlots): the tiles open at once all touch the ring's window of <= kMaxStages items plus the 8 warps'.
@@ -113,7 +76,6 @@ struct alignas(16) Scratch {  // a multiple of 16 bytes: the ring's mbarriers fo
   // RoPE at this step's position (the same for every layer): cos of pair j at [j], sin at [kMegaMaxRotary / 2
   // + j], both times rope_scaling.
   float rope_cs[kMegaMaxRotary];
-  unsigned produced;  // stages the producer has armed (read by the L2 prefetch warp)
 };
 static_assert(sizeof(Scratch) % 16 == 0, "the ring's mbarriers after Scratch stay aligned");
 
@@ -300,40 +262,22 @@ __device__ __forceinline__ int tile_row0(const Geo& g, int i) {
 
 // The producer's lane 0 waits for the ring's slot of `item` to be free (SM clocks added to waited) and arms
 // its barrier for `bytes`; returns the stage once the warp's lanes may issue their copies onto
-// ring.full[item % n]. The L2 prefetch warp (kL2) instead waits until `item` is fewer than MegaArgs::l2_ahead
-// stages past the producer's next one, and returns null.
-template <bool kTiming, bool kL2>
-__device__ __forceinline__ char* arm_stage(const MegaArgs& a, const Ring& ring, Scratch& sc, unsigned item,
-                                           unsigned bytes, long long& waited) {
+// ring.full[item % n].
+template <bool kTiming>
+__device__ __forceinline__ char* arm_stage(const Ring& ring, unsigned item, unsigned bytes,
+                                           long long& waited) {
   const unsigned n = static_cast<unsigned>(ring.n), stage = item % n;
   if ((threadIdx.x & 31) == 0) {
-    if constexpr (kL2) {
-      while (item >=
-             *reinterpret_cast<volatile const unsigned*>(&sc.produced) + static_cast<unsigned>(a.l2_ahead))
-        __nanosleep(64);
-    } else {
-      long long t0 = 0;
-      if constexpr (kTiming) t0 = clock64();
-      mbar_wait(&ring.empty[stage], ((item / n) & 1u) ^ 1u);
-      if constexpr (kTiming) waited += clock64() - t0;
-      mbar_arrive_expect_tx(&ring.full[stage], bytes);
-      *reinterpret_cast<volatile unsigned*>(ring.seq + stage) = item;
-      *reinterpret_cast<volatile unsigned*>(&sc.produced) = item + 1;
-    }
+    long long t0 = 0;
+    if constexpr (kTiming) t0 = clock64();
+    mbar_wait(&ring.empty[stage], ((item / n) & 1u) ^ 1u);
+    if constexpr (kTiming) waited += clock64() - t0;
+    mbar_arrive_expect_tx(&ring.full[stage], bytes);
+    *reinterpret_cast<volatile unsigned*>(ring.seq + stage) = item;
   }
   __syncwarp();
-  if constexpr (!kL2) fence_proxy_async_smem();  // the lanes' earlier cp.async writes before new bulk copies
-  return kL2 ? nullptr : ring.base + static_cast<size_t>(stage) * kStageBytes;
-}
-
-// One copy of a stage: global -> shared onto the stage's barrier, or (kL2) a prefetch of the bytes into L2.
-template <bool kL2>
-__device__ __forceinline__ void stage_copy(char* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  if constexpr (kL2) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-  } else {
-    bulk_copy_g2s(dst, src, bytes, bar);
-  }
+  fence_proxy_async_smem();  // the lanes' earlier cp.async writes before new bulk copies
+  return ring.base + static_cast<size_t>(stage) * kStageBytes;
 }
 
 // Whether a row of `bytes` bytes reaches its stage by the TMA (one bulk copy onto the stage's transaction
@@ -345,14 +289,13 @@ __device__ __forceinline__ bool by_tma(const MegaArgs& a, unsigned bytes) {
   return a.copy_mode == 2 || (a.copy_mode == 0 && bytes >= 256);
 }
 
-// Copies n rows of `bytes` (a multiple of 16) into a stage, row i from src(i) to dst + i * pitch (by_tma), or
-// (kL2) prefetches them into L2.
-template <bool kL2, typename Src>
+// Copies n rows of `bytes` (a multiple of 16) into a stage, row i from src(i) to dst + i * pitch (by_tma).
+template <typename Src>
 __device__ __forceinline__ void copy_rows(const MegaArgs& a, char* dst, int pitch, int n, unsigned bytes,
                                           uint64_t* bar, Src&& src) {
   const int lane = threadIdx.x & 31;
-  if (kL2 || by_tma(a, bytes)) {
-    for (int i = lane; i < n; i += 32) stage_copy<kL2>(dst + i * pitch, src(i), bytes, bar);
+  if (by_tma(a, bytes)) {
+    for (int i = lane; i < n; i += 32) bulk_copy_g2s(dst + i * pitch, src(i), bytes, bar);
   } else {
     const int cpr = static_cast<int>(bytes / 16);
     for (int c = lane; c < n * cpr; c += 32) {
@@ -375,26 +318,25 @@ __device__ __forceinline__ void arrive_copies(uint64_t* bar) {
 // The attention stages of layer L for this block's tasks (slice_of), kAttnKeys old keys each: stage rows
 // 0-15 the keys' K rows, 16-31 their V rows, from the paged cache (written by earlier steps: the copies
 // depend on nothing this step computes, so they land while the q/k/v phase runs).
-template <bool kTiming, bool kL2>
-__device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& ring, Scratch& sc,
-                             unsigned& item, int n_splits, long long& waited) {
+template <bool kTiming>
+__device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& ring, unsigned& item,
+                             int n_splits, long long& waited) {
   const int hd = a.head_dim, pos = a.positions[0], row = attn_row_bytes(hd);
   const int64_t row_elems = static_cast<int64_t>(a.n_kv) * hd;
   for (int t = blockIdx.x; t < a.n_kv * n_splits; t += gridDim.x) {
     const Slice s = slice_of(t, n_splits, pos);
     for (int k0 = 0; k0 < s.n_old; k0 += kAttnKeys, ++item) {
       const unsigned bytes = static_cast<unsigned>(hd * 2);
-      char* dst =
-          arm_stage<kTiming, kL2>(a, ring, sc, item, by_tma(a, bytes) ? 2u * kAttnKeys * bytes : 0u, waited);
+      char* dst = arm_stage<kTiming>(ring, item, by_tma(a, bytes) ? 2u * kAttnKeys * bytes : 0u, waited);
       uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
-      copy_rows<kL2>(a, dst, row, 2 * kAttnKeys, bytes, full, [&](int i) {
+      copy_rows(a, dst, row, 2 * kAttnKeys, bytes, full, [&](int i) {
         const int j = s.j0 + min(k0 + (i & (kAttnKeys - 1)), s.n_old - 1);
         const int64_t sl =
             static_cast<int64_t>(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
         return static_cast<const void*>(static_cast<const Bf16*>(i < kAttnKeys ? L.k_cache : L.v_cache) +
                                         sl * row_elems + s.kvh * hd);
       });
-      if constexpr (!kL2) arrive_copies(full);
+      arrive_copies(full);
     }
   }
 }
@@ -403,11 +345,9 @@ __device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& 
 // attention keys after its q/k/v rows). Lane 0 waits for the stage's slot and arms its barrier, then the
 // lanes issue the stage's copies (copy_rows): the 16 tile rows' part (quantized: codes, scales and biases)
 // and arrive once their cp.async copies land. Rows past the
-// matrix re-read its last row (their outputs are dropped). kL2: the L2 prefetch warp walks the same stages
-// up to MegaArgs::l2_ahead ahead of the producer, prefetching their bytes into L2 (a deeper ring in L2: the
-// producer stalls on a full ring while the consumers wait at attention and barriers).
-template <bool kTiming, bool kL2>
-__device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_splits) {
+// matrix re-read its last row (their outputs are dropped).
+template <bool kTiming>
+__device__ void produce(const MegaArgs& a, const Ring& ring, int n_splits) {
   const int lane = threadIdx.x & 31;
   unsigned item = 0;
   for (int l = 0; l < a.n_layers; ++l) {
@@ -425,7 +365,7 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_
           const unsigned sb_bytes = static_cast<unsigned>(len / 32);
           const unsigned tx = (by_tma(a, row_bytes) ? (a.wide ? 8u : 16u) * row_bytes : 0u) +
                               (a.bits < 16 && by_tma(a, sb_bytes) ? 32u * sb_bytes : 0u);
-          char* dst = arm_stage<kTiming, kL2>(a, ring, sc, item, tx, waited);
+          char* dst = arm_stage<kTiming>(ring, item, tx, waited);
           uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
           const int64_t k0 = static_cast<int64_t>(p) * g.kc;
           const int qrow = a.bits == 16 ? (a.wide ? kBfRowW : kBfRow) : q_row_bytes(a.bits),
@@ -437,24 +377,24 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_
             w = matrix_of(a, ph, m, row);
             return static_cast<int64_t>(row);
           };
-          copy_rows<kL2>(a, dst, qrow, a.wide ? 8 : 16, row_bytes, full, [&](int r) {
+          copy_rows(a, dst, qrow, a.wide ? 8 : 16, row_bytes, full, [&](int r) {
             int w;
             const int64_t row = row_of(r, w);
             return static_cast<const void*>(static_cast<const unsigned char*>(L.w[w]) +
                                             (row * g.K + k0) * a.bits / 8);
           });
           if (a.bits < 16)
-            copy_rows<kL2>(a, dst + 16 * qrow, qsb, 32, sb_bytes, full, [&](int i) {
+            copy_rows(a, dst + 16 * qrow, qsb, 32, sb_bytes, full, [&](int i) {
               int w;
               const int64_t row = row_of(i & 15, w);
               return static_cast<const void*>(static_cast<const Bf16*>(i < 16 ? L.sc[w] : L.bi[w]) +
                                               row * (g.K / 64) + k0 / 64);
             });
-          if constexpr (!kL2) arrive_copies(full);
+          arrive_copies(full);
         }
       }
-      if (ph == kQkv && !(a.debug & 1)) produce_keys<kTiming, kL2>(a, L, ring, sc, item, n_splits, waited);
-      if constexpr (kTiming && !kL2) {
+      if (ph == kQkv && !(a.debug & 1)) produce_keys<kTiming>(a, L, ring, item, n_splits, waited);
+      if constexpr (kTiming) {
         if (lane == 0) {
           record(a, l, kWaitFree + ph, static_cast<unsigned long long>(waited));
           record(a, l, kIssued + ph, global_ns());
@@ -462,145 +402,6 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, Scratch& sc, int n_
       }
     }
   }
-}
-
-// One bf16 stage (16 tile rows x len columns from column k0 of the input vector) through mma.m16n8k16: the
-// rows as A (ldmatrix from the padded rows), x as every column of B, so each output column holds the same
-// dots; lanes with t == 0 return rows g (c0) and g + 8 (c2).
-__device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, int k0, int len, float& c0,
-                                               float& c2) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
-  // ldmatrix.x4: lane l addresses row l % 8 of matrix l / 8 (0: rows 0-7, k 0-7; 1: rows 8-15; 2, 3: k 8-15)
-  const char* ap = st + ((lane >> 3) & 1) * 8 * kBfRow + (lane & 7) * kBfRow + (lane >> 4) * 16;
-  const Bf16* xp = vec + k0 + 2 * t;
-  // Two accumulators (even and odd 16-column steps; len % 32 == 16 leaves the odd one a step short): two
-  // dependent MMA chains in flight instead of one.
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  auto step = [&](int k, float(&acc)[4]) {
-    uint32_t r[4];
-    ldsm_x4(r, ap + k * 2);
-    const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xp + k);
-    const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xp + k + 8);
-    qmma::mma_bf16(acc, r[0], r[1], r[2], r[3], b0, b1);
-  };
-  int k = 0;
-  for (; k + 32 <= len; k += 32) {
-    step(k, c);
-    step(k + 16, d);
-  }
-  if (k < len) step(k, c);
-  c0 = c[0] + d[0];
-  c2 = c[2] + d[2];
-}
-
-// One wide bf16 stage (8 tile rows x len = 2 kBfCols columns from column k0): A rows g and g + 8 are row g's
-// first and second kBfCols columns, lane (g, t) feeds B column g with x's half g / 4, so C[g][0] (lane t 0's
-// c0) and C[g + 8][4] (lane t 2's c2) are row g's half dots; lanes with t == 0 return row g's dot in c0.
-__device__ __forceinline__ void stage_dot_bf16_wide(const char* st, const Bf16* vec, int k0, float& c0,
-                                                    float& c2) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
-  const char* ap = st + (lane & 7) * kBfRowW + ((lane >> 3) & 1) * kBfCols * 2 + (lane >> 4) * 16;
-  const Bf16* xp = vec + k0 + ((lane >> 2) >= 4 ? kBfCols : 0) + 2 * t;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int k = 0; k < kBfCols; k += 32) {
-    uint32_t r[4];
-    ldsm_x4(r, ap + k * 2);
-    qmma::mma_bf16(c, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k),
-                   *reinterpret_cast<const uint32_t*>(xp + k + 8));
-    ldsm_x4(r, ap + (k + 16) * 2);
-    qmma::mma_bf16(d, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k + 16),
-                   *reinterpret_cast<const uint32_t*>(xp + k + 24));
-  }
-  const float second = __shfl_down_sync(0xffffffffu, c[2] + d[2], 2);
-  c0 = c[0] + d[0] + second;
-  c2 = 0.0f;
-}
-
-// Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
-// (bias - offset * scale) * sum(x), offset being what the biased codes added per x (4-bit 128, 8-bit f16
-// 1024). sb: the tile's bf16 scales (16 rows of sb_row bytes), then its biases alike.
-__device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, int gq, int u, const float (&cq)[4],
-                                           float gsum, float offset, float& acc0, float& acc2) {
-  const auto* sc = reinterpret_cast<const unsigned short*>(sb);
-  const auto* bi = reinterpret_cast<const unsigned short*>(sb + 16 * sb_row);
-  const int r0 = gq * (sb_row / 2) + u, r1 = (gq + 8) * (sb_row / 2) + u;
-  const float s0 = __uint_as_float(static_cast<uint32_t>(sc[r0]) << 16);
-  const float s1 = __uint_as_float(static_cast<uint32_t>(sc[r1]) << 16);
-  const float b0 = __uint_as_float(static_cast<uint32_t>(bi[r0]) << 16);
-  const float b1 = __uint_as_float(static_cast<uint32_t>(bi[r1]) << 16);
-  acc0 = fmaf(s0, cq[0], fmaf(fmaf(-offset, s0, b0), gsum, acc0));
-  acc2 = fmaf(s1, cq[2], fmaf(fmaf(-offset, s1, b1), gsum, acc2));
-}
-
-// One 4-bit stage (16 tile rows x len codes from code k0) through mma.m16n8k16 as the tile GEMV computes it
-// (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
-// times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
-// feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 return rows g (c0) and g + 8
-// (c2). Groups unrolled by four: a group's MMAs are one dependent chain, four groups four chains in flight.
-__device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint4* xq, const float* gsum,
-                                             int k0, int len, float& c0, float& c2) {
-  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const unsigned char* ca = st + gq * kQ4Row + t * 8;
-  const unsigned char* cb = ca + 8 * kQ4Row;
-  const int ng = len / 64, g0 = k0 / 64;
-  float acc0 = 0.0f, acc2 = 0.0f;
-#pragma unroll 4
-  for (int u = 0; u < ng; ++u) {
-    const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
-                wb = *reinterpret_cast<const uint2*>(cb + u * 32);
-    const uint4* x = xq + (g0 + u) * 8 + 2 * t;
-    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint4 x0 = x[0], x1 = x[1];
-    using qmma::pair4_biased;
-    qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
-                   pair4_biased(wb.x >> 4), x0.x, x0.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
-                   pair4_biased(wb.x >> 12), x0.z, x0.w);
-    qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
-                   pair4_biased(wb.y >> 4), x1.x, x1.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
-                   pair4_biased(wb.y >> 12), x1.z, x1.w);
-    fold_group(st + 16 * kQ4Row, kQ4Sb, gq, u, cq, gsum[g0 + u], 128.0f, acc0, acc2);
-  }
-  c0 = acc0;
-  c2 = acc2;
-}
-
-// One 8-bit stage (16 tile rows x len codes from code k0) as the per-op f16 kernel computes it
-// (gemv_qmma_h8.cu): each pair of codes one PRMT into f16 (1024 + q0, 1024 + q1), x staged as f16 scaled by
-// its group's 2^s in natural order (lane t's 16 codes of a group meet x[16 t .. 16 t + 15]), the group's
-// sum scaled back by 2^-s (gback) before its scale, bias' = bias - 1024 scale. Groups unrolled by four.
-__device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint4* xh, const float* gsum,
-                                             const float* gback, int k0, int len, float& c0, float& c2) {
-  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const unsigned char* ca = st + gq * kQ8Row + t * 16;
-  const unsigned char* cb = ca + 8 * kQ8Row;
-  const int ng = len / 64, g0 = k0 / 64;
-  float acc0 = 0.0f, acc2 = 0.0f;
-  using qmma::codes_1024;
-#pragma unroll 4
-  for (int u = 0; u < ng; ++u) {
-    const uint4 wa = *reinterpret_cast<const uint4*>(ca + u * 64),
-                wb = *reinterpret_cast<const uint4*>(cb + u * 64);
-    const uint4* x = xh + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
-    const uint4 x0 = x[0], x1 = x[1];
-    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x),
-                  x0.x, x0.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y),
-                  x0.z, x0.w);
-    qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z),
-                  x1.x, x1.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w),
-                  x1.z, x1.w);
-    const float back = gback[g0 + u];
-    cq[0] *= back;  // exact: back to x's own scale first
-    cq[2] *= back;
-    fold_group(st + 16 * kQ8Row, kQ8Sb, gq, u, cq, gsum[g0 + u], 1024.0f, acc0, acc2);
-  }
-  c0 = acc0;
-  c2 = acc2;
 }
 
 __device__ __forceinline__ float warp_sum(float s) {
@@ -1000,7 +801,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       ring.seq[s] = ~0u;
     }
     for (unsigned& n : sc.tile_parts) n = 0;
-    sc.produced = 0;
   }
   if (threadIdx.x < a.rotary_dim / 2) {
     float sn, c;
@@ -1009,12 +809,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     sc.rope_cs[kMegaMaxRotary / 2 + threadIdx.x] = sn * a.rope_scaling;
   }
   __syncthreads();
-  if (threadIdx.x >= kConsumers + 32) {
-    if (a.l2_ahead > 0) produce<kTiming, true>(a, ring, sc, n_splits);
-    return;
-  }
   if (threadIdx.x >= kConsumers) {
-    produce<kTiming, false>(a, ring, sc, n_splits);
+    produce<kTiming>(a, ring, n_splits);
     return;
   }
   unsigned* sync = counters_of(a);

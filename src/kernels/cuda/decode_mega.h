@@ -53,9 +53,6 @@ struct MegaArgs {
   // Timing experiments only (BUNSEN_DECODE_FUSED_DEBUG, wrong results): bit 0 skips the attention phase,
   // bit 1 the grid-barrier waits.
   int debug = 0;
-  // Stages past the producer's next one that a second warp prefetches into L2 (BUNSEN_DECODE_FUSED_AHEAD; 0:
-  // none).
-  int l2_ahead = 0;
   // How stage rows are copied (decode_mega.cu's by_tma; BUNSEN_DECODE_FUSED_COPY): 0 rows under 256 bytes by
   // cp.async and the rest by the TMA, 1 all by cp.async, 2 all by the TMA.
   int copy_mode = 0;
