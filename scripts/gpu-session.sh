@@ -190,9 +190,10 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
   local i=0
-  for m in BUNSEN_DECODE_FUSED_COPY=1 BUNSEN_DECODE_FUSED_COPY=2 BUNSEN_DECODE_FUSED_WIDE=1; do  # the other forms
+  for m in BUNSEN_DECODE_FUSED_COPY=1 BUNSEN_DECODE_FUSED_COPY=2 BUNSEN_DECODE_FUSED_SEGS=1 \
+    BUNSEN_DECODE_FUSED_SEGS=2 BUNSEN_DECODE_FUSED_SEGS=4; do  # the other forms
     i=$((i + 1))
-    env "$m" timeout 60 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
+    env "$m" timeout 90 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
       >"$R/fused_tests_form$i.txt" 2>&1
     echo "$m: rc=$? $(grep -c '^\[       OK' "$R/fused_tests_form$i.txt") ok"
     grep -E '^\[  FAILED|^\[ fused' "$R/fused_tests_form$i.txt" | head -8
@@ -223,6 +224,22 @@ fused_timing() {  # the timing records alone, 1B, 8B, 8B 4-bit
   for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
     fused_timing_one "$m"
   done
+}
+fused_ncu() {  # Nsight Compute on one fused step: sections and per-SASS-line stall samples (FUSED_NCU_ARGS: model)
+  local args=${FUSED_NCU_ARGS:---synthetic llama3.1-8b --quant 4}
+  # shellcheck disable=SC2086
+  BUNSEN_DECODE_FUSED=1 timeout 300 ncu --clock-control none --kernel-name regex:decode_mega_kernel \
+    --launch-skip 3 --launch-count 1 --set full --import-source no -f -o "$R/fused_ncu" "$G/bunsen" benchmark \
+    --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 8 --no-probe $args >"$R/fused_ncu_run.txt" 2>&1
+  echo "ncu rc=$?"
+  tail -5 "$R/fused_ncu_run.txt"
+  ncu -i "$R/fused_ncu.ncu-rep" --page details >"$R/fused_ncu_details.txt" 2>&1
+  grep -E "Duration|Throughput|Warp Cycles|Issued|Stall|No Eligible|Active Warps" "$R/fused_ncu_details.txt" | head -40
+  ncu -i "$R/fused_ncu.ncu-rep" --page source --print-source sass --csv 2>"$R/fused_ncu_sass.err" |
+    xz >"$R/fused_ncu_sass.csv.xz"
+  cuobjdump -sass "$G/bunsen" 2>/dev/null | awk '/Function : /{f = ($0 ~ /decode_mega_kernelILi128ELb0/)} f' |
+    xz >"$R/fused_sass.txt.xz"
+  rm -f "$R/fused_ncu.ncu-rep"
 }
 fused_sanitize() {  # memcheck + racecheck of the persistent decode step
   SANITIZE_ONLY=decode_fused_step SANITIZE_BUDGET=${SANITIZE_BUDGET:-150} bash scripts/sanitize.sh "$G" "$R/sanitize" \
@@ -379,7 +396,7 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 for stage in "$@"; do
   case $stage in
     new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_sanitize | trace | \
+      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_ncu | fused_sanitize | trace | \
       trace8)
       $stage
       ;;

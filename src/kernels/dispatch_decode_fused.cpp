@@ -154,10 +154,11 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   a.debug = debug;
   static const int copy_mode = env_int("BUNSEN_DECODE_FUSED_COPY", 0);  // an experiment (docs/PERFORMANCE.md)
   a.copy_mode = copy_mode;
-  static const bool wide =
-      env_flag("BUNSEN_DECODE_FUSED_WIDE", false);  // an experiment (docs/PERFORMANCE.md)
-  a.wide =
-      wide && a.bits == 16 && a.d % 1024 == 0 && (a.n_heads * a.head_dim) % 1024 == 0 && a.d_ff % 1024 == 0;
+  // The most segments per stage row (decode_mega.h): by default 8 for bf16 weights and 1 (unsegmented) for
+  // quantized ones, the faster of each on the H100 (docs/PERFORMANCE.md); BUNSEN_DECODE_FUSED_SEGS sets both.
+  static const int segs_env = env_int("BUNSEN_DECODE_FUSED_SEGS", 0);
+  const int segs = segs_env > 0 ? segs_env : a.bits == 16 ? 8 : 1;
+  a.segs = segs >= 8 ? 8 : segs >= 4 ? 4 : segs >= 2 ? 2 : 1;
   if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);

@@ -20,9 +20,10 @@
 //   D gate/up: h = bf16(rms_norm(x) * post_norm); act = bf16(silu(gate . h) * (up . h)).
 //   E down: x[row] += bf16(down . act) * residual.
 // Work split: a projection is cut into tiles of 16 rows (gate/up: 8 gate rows and the same 8 up rows) over
-// K in parts of kBfCols columns (bf16) or kQ4Codes codes (4-bit), one ring stage per (tile, part), and both
-// forms run on the tensor cores (mma.m16n8k16, x broadcast into every column). Warp w of a block takes the
-// block's stages w, w + 8, ..., so consecutive stages are read by different warps at once; a tile's parts
+// K in parts of kBfCols columns (bf16) or kQ4Codes / kQ8Codes codes, one ring stage per (tile, part); or,
+// where K allows (seg_plan, MegaArgs::segs), tiles of 16 / S rows whose parts are S segments of one row, so
+// each row is one longer copy; every form runs on the tensor cores (mma.m16n8k16). Warp w of a block takes
+// the block's stages w, w + 8, ..., so consecutive stages are read by different warps at once; a tile's parts
 // meet in shared memory in part order (tile_add), and the warp adding the last part emits the rows. No stage
 // needs a block synchronisation. Every output's summation order depends on the shapes and the grid size only,
 // not on timing (not bit-identical to the per-op kernels: different orders). Invariants: grid = SM count, one
@@ -115,12 +116,12 @@ __device__ __forceinline__ float bf(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
 }
 
-// The geometry of one projection phase (the producer and the consumers derive the same one): tiles of 16
-// MMA rows (gated: 8 gate rows, then the same 8 up rows: nr = 8 output rows) over K, in P parts of kc columns
-// (bf16) or codes (quantized); one stage per (tile, part), tile-major. Wide bf16 stages (MegaArgs::wide) hold
-// 8 rows (gated: 4 + 4) of 2 kBfCols columns: nr halves, kc doubles.
+// The geometry of one projection phase (the producer and the consumers derive the same one): tiles of R
+// stage rows (gated: R / 2 gate rows, then the same R / 2 up rows: nr output rows) over K, in P parts of kc
+// columns (bf16) or codes (quantized); one stage per (tile, part), tile-major. R = 16 / S for S segments per
+// stage row (seg_plan: S = 1 is 16 rows of one kBfCols / kQ4Codes / kQ8Codes part; S > 1 the segmented form).
 struct Geo {
-  int M, rows, K, nr, P, kc, ntiles;
+  int M, rows, K, nr, P, kc, ntiles, S, sl, R, pitch, sbp;
 };
 
 enum Phase { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
@@ -131,10 +132,13 @@ __device__ __forceinline__ Geo geo(const MegaArgs& a, int ph) {
   g.M = ph == kGateUp ? 2 : 1;
   g.rows = ph == kQkv ? qd + 2 * kvd : ph == kGateUp ? a.d_ff : a.d;
   g.K = ph == kQkv || ph == kGateUp ? a.d : ph == kO ? qd : a.d_ff;
-  g.kc = min(g.K, a.bits == 4 ? kQ4Codes : a.bits == 8 ? kQ8Codes : a.wide ? 2 * kBfCols : kBfCols);
-  g.P = (g.K + g.kc - 1) / g.kc;
-  g.nr = (g.M == 2 ? 8 : 16) >> (a.wide ? 1 : 0);
+  seg_plan(g.K, a.bits, a.segs, g.S, g.sl, g.P);
+  g.kc = g.S * g.sl;
+  g.R = 16 / g.S;
+  g.nr = g.M == 2 ? g.R / 2 : g.R;
   g.ntiles = (g.rows + g.nr - 1) / g.nr;
+  g.pitch = seg_pitch(a.bits, g.S, g.sl);
+  g.sbp = seg_sb_pitch(a.bits, g.S, g.sl);
   return g;
 }
 
@@ -343,9 +347,15 @@ __device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& 
 
 // The producer warp: every stage of every projection this block consumes, in consumption order (the layer's
 // attention keys after its q/k/v rows). Lane 0 waits for the stage's slot and arms its barrier, then the
-// lanes issue the stage's copies (copy_rows): the 16 tile rows' part (quantized: codes, scales and biases)
-// and arrive once their cp.async copies land. Rows past the
-// matrix re-read its last row (their outputs are dropped).
+// lanes issue the stage's copies: the R tile rows' part (quantized: codes, scales and biases) and arrive
+// once their cp.async copies land. Rows past the matrix re-read its last row (their outputs are dropped).
+// The usual stage (a full part, rows by the TMA) takes a fixed share per lane: code row `lane` (lane < R),
+// then scale / bias row `lane` (lane < 2R, by the TMA) or up to kSbChunks 16-byte chunks of them (cp.async);
+// the shares are set once per phase and their source rows once per tile, so a stage costs each lane a few
+// instructions (per-chunk divisions and row lookups had capped the quantized streams near 1.4 TB/s: the
+// consumers spun waiting for stages the producer had not yet armed). Other stages (a short last part,
+// copy_mode 1) take copy_rows.
+constexpr int kSbChunks = 4;  // 2R rows x sl / 512 chunks <= 32 x 4 (seg_plan: sl <= kQ4Codes)
 template <bool kTiming>
 __device__ void produce(const MegaArgs& a, const Ring& ring, int n_splits) {
   const int lane = threadIdx.x & 31;
@@ -356,40 +366,75 @@ __device__ void produce(const MegaArgs& a, const Ring& ring, int n_splits) {
       const Geo g = geo(a, ph);
       const int n_i = block_tiles(g);
       long long waited = 0;
+      const unsigned full_row = static_cast<unsigned>(a.bits < 16 ? g.kc * a.bits / 8 : g.kc * 2);
+      const unsigned full_sb = static_cast<unsigned>(g.kc / 32);
+      const bool sb_tma = by_tma(a, full_sb), rows_tma = by_tma(a, full_row);
+      // This lane's scale / bias chunks (cp.async): chunk c = lane + 32 q is row c / cpr, bytes 16 (c % cpr).
+      const int cpr = static_cast<int>(full_sb / 16);
+      int ch_row[kSbChunks], ch_off[kSbChunks];
+#pragma unroll
+      for (int q = 0; q < kSbChunks; ++q) {
+        const int c = lane + 32 * q;
+        ch_row[q] = a.bits < 16 && !sb_tma && c < 2 * g.R * cpr ? c / cpr : -1;
+        ch_off[q] = ch_row[q] >= 0 ? (c - ch_row[q] * cpr) * 16 : 0;
+      }
       for (int i = 0; i < n_i; ++i) {
         const int r0 = tile_row0(g, i);
+        // Tile row r's matrix (w) and its row in it (gated: nr gate rows, then the same nr up rows).
+        auto row_of = [&](int r, int& w) {
+          const int m = g.M == 2 ? r / g.nr : 0;
+          int row = min(r0 + r - m * g.nr, g.rows - 1);
+          w = matrix_of(a, ph, m, row);
+          return static_cast<int64_t>(row);
+        };
+        // Scale (i < R) or bias row i's first group of the tile's rows.
+        auto sb_row = [&](int i) {
+          int w;
+          const int64_t row = row_of(i & (g.R - 1), w);
+          return reinterpret_cast<const char*>(static_cast<const Bf16*>(i < g.R ? L.sc[w] : L.bi[w]) +
+                                               row * (g.K / 64));
+        };
+        const char* my_row = nullptr;  // code row `lane`, from column 0
+        const char* my_sb = nullptr;   // (TMA) scale / bias row `lane`
+        const char* my_ch[kSbChunks];  // (cp.async) the chunks' rows
+        if (lane < g.R) {
+          int w;
+          const int64_t row = row_of(lane, w);
+          my_row = static_cast<const char*>(L.w[w]) + row * g.K * a.bits / 8;
+        }
+        if (a.bits < 16 && sb_tma && lane < 2 * g.R) my_sb = sb_row(lane);
+#pragma unroll
+        for (int q = 0; q < kSbChunks; ++q)
+          my_ch[q] = ch_row[q] >= 0 ? sb_row(ch_row[q]) + ch_off[q] : nullptr;
         for (int p = 0; p < g.P; ++p, ++item) {
           const int len = min(g.kc, g.K - p * g.kc);
-          // Rows of codes (bf16: of weights), then (quantized) 16 rows of scales and 16 of biases.
+          const int64_t k0 = static_cast<int64_t>(p) * g.kc;
+          // Rows of codes (bf16: of weights), then (quantized) R rows of scales and R of biases.
           const unsigned row_bytes = static_cast<unsigned>(a.bits < 16 ? len * a.bits / 8 : len * 2);
           const unsigned sb_bytes = static_cast<unsigned>(len / 32);
-          const unsigned tx = (by_tma(a, row_bytes) ? (a.wide ? 8u : 16u) * row_bytes : 0u) +
-                              (a.bits < 16 && by_tma(a, sb_bytes) ? 32u * sb_bytes : 0u);
+          const unsigned tx = (by_tma(a, row_bytes) ? static_cast<unsigned>(g.R) * row_bytes : 0u) +
+                              (a.bits < 16 && by_tma(a, sb_bytes) ? 2u * g.R * sb_bytes : 0u);
           char* dst = arm_stage<kTiming>(ring, item, tx, waited);
           uint64_t* full = &ring.full[item % static_cast<unsigned>(ring.n)];
-          const int64_t k0 = static_cast<int64_t>(p) * g.kc;
-          const int qrow = a.bits == 16 ? (a.wide ? kBfRowW : kBfRow) : q_row_bytes(a.bits),
-                    qsb = q_sb_bytes(a.bits);
-          // Tile row r's matrix (w) and its row in it (gated: nr gate rows, then the same nr up rows).
-          auto row_of = [&](int r, int& w) {
-            const int m = g.M == 2 ? r / g.nr : 0;
-            int row = min(r0 + r - m * g.nr, g.rows - 1);
-            w = matrix_of(a, ph, m, row);
-            return static_cast<int64_t>(row);
-          };
-          copy_rows(a, dst, qrow, a.wide ? 8 : 16, row_bytes, full, [&](int r) {
-            int w;
-            const int64_t row = row_of(r, w);
-            return static_cast<const void*>(static_cast<const unsigned char*>(L.w[w]) +
-                                            (row * g.K + k0) * a.bits / 8);
-          });
-          if (a.bits < 16)
-            copy_rows(a, dst + 16 * qrow, qsb, 32, sb_bytes, full, [&](int i) {
+          char* dst_sb = dst + g.R * g.pitch;
+          if (len == g.kc && rows_tma) {
+            if (lane < g.R) bulk_copy_g2s(dst + lane * g.pitch, my_row + k0 * a.bits / 8, row_bytes, full);
+            if (my_sb != nullptr) bulk_copy_g2s(dst_sb + lane * g.sbp, my_sb + k0 / 32, sb_bytes, full);
+#pragma unroll
+            for (int q = 0; q < kSbChunks; ++q)
+              if (my_ch[q] != nullptr)
+                cp_async_16(dst_sb + ch_row[q] * g.sbp + ch_off[q], my_ch[q] + k0 / 32);
+          } else {
+            copy_rows(a, dst, g.pitch, g.R, row_bytes, full, [&](int r) {
               int w;
-              const int64_t row = row_of(i & 15, w);
-              return static_cast<const void*>(static_cast<const Bf16*>(i < 16 ? L.sc[w] : L.bi[w]) +
-                                              row * (g.K / 64) + k0 / 64);
+              const int64_t row = row_of(r, w);
+              return static_cast<const void*>(static_cast<const unsigned char*>(L.w[w]) +
+                                              (row * g.K + k0) * a.bits / 8);
             });
+            if (a.bits < 16)
+              copy_rows(a, dst_sb, g.sbp, 2 * g.R, sb_bytes, full,
+                        [&](int i) { return static_cast<const void*>(sb_row(i) + k0 / 32); });
+          }
           arrive_copies(full);
         }
       }
@@ -445,54 +490,106 @@ __device__ __forceinline__ bool tile_add(Scratch& sc, int tile, int p, int P, fl
   return p + 1 == P;
 }
 
+// One stage's dots in the form form = S * 32 + bits (Geo): lanes t == 0 return rows g (x) and g + 8 (y) of
+// the tile (gated: gate row g, its up row).
+__device__ __forceinline__ float2 stage_dot(int form, const char* st, int pitch, int sbp, const Bf16* vec,
+                                            const float* gsum, const float* gback, int k0, int len) {
+  const auto* sq = reinterpret_cast<const unsigned char*>(st);
+  const auto* xv = reinterpret_cast<const uint4*>(vec);
+  float c0, c2;
+  switch (form) {
+    case 32 + 8:
+      stage_dot_q8(sq, xv, gsum, gback, k0, len, c0, c2);
+      break;
+    case 32 + 4:
+      stage_dot_q4(sq, xv, gsum, k0, len, c0, c2);
+      break;
+    case 32 + 16:
+      stage_dot_bf16(st, vec, k0, len, c0, c2);
+      break;
+    case 64 + 8:
+      stage_dot_q8_seg<2>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      break;
+    case 128 + 8:
+      stage_dot_q8_seg<4>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      break;
+    case 256 + 8:
+      stage_dot_q8_seg<8>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      break;
+    case 64 + 4:
+      stage_dot_q4_seg<2>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      break;
+    case 128 + 4:
+      stage_dot_q4_seg<4>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      break;
+    case 256 + 4:
+      stage_dot_q4_seg<8>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      break;
+    case 64 + 16:
+      stage_dot_bf16_seg<2>(st, pitch, vec, k0, len, c0, c2);
+      break;
+    case 128 + 16:
+      stage_dot_bf16_seg<4>(st, pitch, vec, k0, len, c0, c2);
+      break;
+    default:
+      stage_dot_bf16_seg<8>(st, pitch, vec, k0, len, c0, c2);
+      break;
+  }
+  return make_float2(c0, c2);
+}
+
 // Consumes this block's stages of one projection phase: warp w takes the block's items w, w + 8, ... (item =
 // tile x P + part; consecutive items go to different warps, so the ring's stages are read in parallel), sums
-// a tile's parts in order (tile_add) and, for the tile's last part, calls emit(row, dot of matrix 0, dot of
-// matrix 1) from the lanes holding the rows. `item` counts the block's stages through the step, as the
-// producer does. waited: the timing instance's warp 0 adds its SM clocks waiting for staged data (else
-// nullptr).
-template <typename Emit>
-__device__ void consume(const MegaArgs& a, int ph, const Ring& ring, unsigned& item, const Bf16* vec,
-                        const float* gsum, Scratch& sc, long long* waited, Emit&& emit) {
+// a tile's parts in order (tile_add) and, for the tile's last part, writes the rows from the lanes holding
+// them (q/k/v: bf16 q, k, v; o and down: the residual add into x; gate/up: act = silu(gate) * up). `item`:
+// the block's first stage of the phase (stages count through the step, as the producer counts them);
+// returns the phase's stage count. waited: the timing instance's warp 0 adds its SM clocks waiting for
+// staged data (else nullptr). One copy of the twelve stage forms for every phase per kernel
+// instance: the kernel calls it from one site (inlined per phase, the twelve forms grew the binaries by ~9 MB
+// compressed; not inlined, generic pointers to shared memory cost 6-20 % of the step).
+__device__ __forceinline__ unsigned consume(const MegaArgs& a, int ph, const Ring& ring, unsigned item,
+                                            const Bf16* vec, const float* gsum, Scratch& sc,
+                                            long long* waited) {
   const Geo g = geo(a, ph);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2;
+  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
   const int n_items = block_tiles(g) * g.P;
+  auto emit = [&](int r, float v, float u) {
+    if (ph == kQkv) {
+      Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
+                  : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
+                                 : static_cast<Bf16*>(a.v) + (r - qd - kvd);
+      *dst = __float2bfloat16_rn(v);
+    } else if (ph == kGateUp) {
+      static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(v / (1.0f + expf(-v)) * u);
+    } else {
+      a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r));
+    }
+  };
   for (int j = warp; j < n_items; j += kConsumerWarps) {
     const int i = j / g.P, p = j - i * g.P, k0 = p * g.kc, len = min(g.kc, g.K - k0);
     const unsigned it = item + static_cast<unsigned>(j);
     const long long t0 = waited != nullptr ? clock64() : 0;
     const char* st = wait_item(ring, it);
     if (waited != nullptr) *waited += clock64() - t0;
-    float c0, c2;
-    if (a.bits == 8)
-      stage_dot_q8(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum,
-                   gback_of(a, gsum), k0, len, c0, c2);
-    else if (a.bits == 4)
-      stage_dot_q4(reinterpret_cast<const unsigned char*>(st), reinterpret_cast<const uint4*>(vec), gsum, k0,
-                   len, c0, c2);
-    else if (a.wide)
-      stage_dot_bf16_wide(st, vec, k0, c0, c2);
-    else
-      stage_dot_bf16(st, vec, k0, len, c0, c2);
+    const float2 c = stage_dot(g.S * 32 + a.bits, st, g.pitch, g.sbp, vec, gsum, gback_of(a, gsum), k0,
+                               g.S == 1 ? len : g.sl);
+    float c0 = c.x, c2 = c.y;
     release_item(ring, it);
     if (g.P > 1 && !tile_add(sc, i, p, g.P, c0, c2)) continue;
-    if (a.wide) {  // rows g < nr in lanes t == 0 (gated: gate row g, its up row in lane + 4 nr)
-      const float up = __shfl_down_sync(0xffffffffu, c0, 4 * g.nr);
-      const int r = tile_row0(g, i) + gq;
-      if ((lane & 3) == 0 && gq < g.nr && r < g.rows) emit(r, c0, up);
-      continue;
-    }
-    if ((lane & 3) == 0) {
+    // Lanes t == 0 hold rows gq (c0) and gq + 8 (c2) of the tile (gated: gate row gq in c0, its up row in
+    // c2).
+    if ((lane & 3) == 0 && gq < g.nr) {
       const int r0 = tile_row0(g, i);
       if (g.M == 2) {
         if (r0 + gq < g.rows) emit(r0 + gq, c0, c2);
       } else {
         if (r0 + gq < g.rows) emit(r0 + gq, c0, 0.0f);
-        if (r0 + 8 + gq < g.rows) emit(r0 + 8 + gq, c2, 0.0f);
+        if (gq + 8 < g.nr && r0 + 8 + gq < g.rows) emit(r0 + 8 + gq, c2, 0.0f);
       }
     }
   }
-  item += static_cast<unsigned>(n_items);
+  return static_cast<unsigned>(n_items);
 }
 
 // Stores chunk c (8 consecutive values, already bf16) of the input vector: as they are (bits 16), in the
@@ -829,43 +926,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   long long waited[5] = {0, 0, 0, 0, 0};  // the projection phases, then the attention keys
   auto wait_acc = [&](int ph) -> long long* { return kTiming && threadIdx.x < 32 ? &waited[ph] : nullptr; };
   unsigned item = 0;
-  const int qd = a.n_heads * a.head_dim, kvd = a.n_kv * a.head_dim;
+  const int qd = a.n_heads * a.head_dim;
   for (int l = 0; l < a.n_layers; ++l) {
     const MegaLayer& L = a.layers[l];
-    if (t0) record(a, l, kStart, global_ns());
-    norm_into(a, L.in_norm, vec, gsum, sc);
-    if (t0) record(a, l, kNorm1, global_ns());
-    consume(a, kQkv, ring, item, vec, gsum, sc, wait_acc(kQkv), [&](int r, float v, float) {
-      Bf16* dst = r < qd         ? static_cast<Bf16*>(a.q) + r
-                  : r < qd + kvd ? static_cast<Bf16*>(a.k) + (r - qd)
-                                 : static_cast<Bf16*>(a.v) + (r - qd - kvd);
-      *dst = __float2bfloat16_rn(v);
-    });
-    barrier(l, kQkvDone);
-    if (!(a.debug & 1)) {
-      attention<kHd>(a, L, ring, item, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec), sc,
-                     wait_acc(4));
-      barrier(l, kAttnDone);
-    }
-    load_vec(a, a.attn, qd, vec, gsum);
-    if (t0) record(a, l, kOLoaded, global_ns());
-    consume(a, kO, ring, item, vec, gsum, sc, wait_acc(kO),
-            [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
-    barrier(l, kODone);
-    norm_into(a, L.post_norm, vec, gsum, sc);
-    if (t0) record(a, l, kNorm2, global_ns());
-    consume(a, kGateUp, ring, item, vec, gsum, sc, wait_acc(kGateUp), [&](int r, float g, float u) {
-      static_cast<Bf16*>(a.act)[r] = __float2bfloat16_rn(g / (1.0f + expf(-g)) * u);
-    });
-    barrier(l, kGuDone);
-    load_vec(a, a.act, a.d_ff, vec, gsum);
-    if (t0) record(a, l, kActLoaded, global_ns());
-    consume(a, kDown, ring, item, vec, gsum, sc, wait_acc(kDown),
-            [&](int r, float v, float) { a.x[r] = fmaf(bf(v), a.residual, __ldcg(a.x + r)); });
-    if (l + 1 < a.n_layers) {
-      barrier(l, kDownDone);
-    } else if (t0) {
-      record(a, l, kDownDone, global_ns());
+    // The four projection phases through one consume call site (one inlined copy of the stage forms per
+    // kernel instance), each after its input: the normed x, the attention, the normed x, the activation.
+#pragma unroll 1
+    for (int ph = kQkv; ph <= kDown; ++ph) {
+      if (ph == kQkv) {
+        if (t0) record(a, l, kStart, global_ns());
+        norm_into(a, L.in_norm, vec, gsum, sc);
+        if (t0) record(a, l, kNorm1, global_ns());
+      } else if (ph == kO) {
+        if (!(a.debug & 1)) {
+          attention<kHd>(a, L, ring, item, sync + 64 + l * a.n_heads, n_splits, reinterpret_cast<char*>(vec),
+                         sc, wait_acc(4));
+          barrier(l, kAttnDone);
+        }
+        load_vec(a, a.attn, qd, vec, gsum);
+        if (t0) record(a, l, kOLoaded, global_ns());
+      } else if (ph == kGateUp) {
+        norm_into(a, L.post_norm, vec, gsum, sc);
+        if (t0) record(a, l, kNorm2, global_ns());
+      } else {
+        load_vec(a, a.act, a.d_ff, vec, gsum);
+        if (t0) record(a, l, kActLoaded, global_ns());
+      }
+      item += consume(a, ph, ring, item, vec, gsum, sc, wait_acc(ph));
+      const int done = ph == kQkv ? kQkvDone : ph == kO ? kODone : ph == kGateUp ? kGuDone : kDownDone;
+      if (ph != kDown || l + 1 < a.n_layers) {
+        barrier(l, done);
+      } else if (t0) {
+        record(a, l, kDownDone, global_ns());
+      }
     }
     if (t0) {
       for (int ph = 0; ph < 4; ++ph)

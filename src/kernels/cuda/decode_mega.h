@@ -56,9 +56,11 @@ struct MegaArgs {
   // How stage rows are copied (decode_mega.cu's by_tma; BUNSEN_DECODE_FUSED_COPY): 0 rows under 256 bytes by
   // cp.async and the rest by the TMA, 1 all by cp.async, 2 all by the TMA.
   int copy_mode = 0;
-  // bf16 stages of 8 rows x 1,024 columns (one 2 KB copy per row) instead of 16 x 512
-  // (BUNSEN_DECODE_FUSED_WIDE; bf16 only, every input width % 1024 == 0).
-  int wide = 0;
+  // The most segments per stage row (1, 2, 4 or 8; BUNSEN_DECODE_FUSED_SEGS; the dispatch's default: bf16 8,
+  // quantized 1): a projection whose input width allows it streams R = 16 / S rows of S segments per stage,
+  // one copy of S times the bytes per row (decode_mega_stages.cuh's seg_plan); 1: every stage 16 rows of one
+  // part.
+  int segs = 8;
   // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
   // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
   unsigned long long* timing = nullptr;

@@ -1,7 +1,7 @@
 // The persistent decode step's ring stages (decode_mega.cu): their shared-memory layouts per weight form
-// (bf16, wide bf16, MLX affine 4- and 8-bit, attention keys) and the dot products the consumer warps run on
-// them through mma.m16n8k16 (x broadcast into every B column, so each output column holds the same dots;
-// lanes with t == 0 return the tile's rows). Only decode_mega.cu includes it (sm_90a device code).
+// (bf16, MLX affine 4- and 8-bit, each also segmented; attention keys) and the dot products the consumer
+// warps run on them through mma.m16n8k16 (x broadcast into every B column, so each output column holds the
+// same dots; lanes with t == 0 return the tile's rows). Only decode_mega.cu includes it (sm_90a device code).
 #pragma once
 #include <cstdint>
 
@@ -35,11 +35,6 @@ __host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
 constexpr int kBfCols = 512;
 constexpr int kBfRow = kBfCols * 2 + 16;
 static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
-// Wide bf16 stages (MegaArgs::wide): 8 tile rows x 2 kBfCols columns, one 2 KB copy per row instead of two of
-// 1 KB; the row's two column halves are MMA rows g and g + 8 (A), fed x's matching half through separate B
-// columns (0-3: the first half, 4-7: the second), so C[g][0] and C[g + 8][4] are the row's two half dots.
-constexpr int kBfRowW = 2 * kBfCols * 2 + 16;
-static_assert(8 * kBfRowW <= kStageBytes, "a wide bf16 stage fits");
 // Attention stages: kAttnKeys old keys of one (kv head, key slice) task, their K rows then their V rows (head
 // dims contiguous), each row padded by 16 bytes (ldmatrix's 8 rows hit different banks); a short last stage
 // repeats its last key (finite values under the masked logits).
@@ -75,30 +70,6 @@ __device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, 
   if (k < len) step(k, c);
   c0 = c[0] + d[0];
   c2 = c[2] + d[2];
-}
-
-// One wide bf16 stage (8 tile rows x len = 2 kBfCols columns from column k0): A rows g and g + 8 are row g's
-// first and second kBfCols columns, lane (g, t) feeds B column g with x's half g / 4, so C[g][0] (lane t 0's
-// c0) and C[g + 8][4] (lane t 2's c2) are row g's half dots; lanes with t == 0 return row g's dot in c0.
-__device__ __forceinline__ void stage_dot_bf16_wide(const char* st, const Bf16* vec, int k0, float& c0,
-                                                    float& c2) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
-  const char* ap = st + (lane & 7) * kBfRowW + ((lane >> 3) & 1) * kBfCols * 2 + (lane >> 4) * 16;
-  const Bf16* xp = vec + k0 + ((lane >> 2) >= 4 ? kBfCols : 0) + 2 * t;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int k = 0; k < kBfCols; k += 32) {
-    uint32_t r[4];
-    ldsm_x4(r, ap + k * 2);
-    qmma::mma_bf16(c, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k),
-                   *reinterpret_cast<const uint32_t*>(xp + k + 8));
-    ldsm_x4(r, ap + (k + 16) * 2);
-    qmma::mma_bf16(d, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + k + 16),
-                   *reinterpret_cast<const uint32_t*>(xp + k + 24));
-  }
-  const float second = __shfl_down_sync(0xffffffffu, c[2] + d[2], 2);
-  c0 = c[0] + d[0] + second;
-  c2 = 0.0f;
 }
 
 // Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
@@ -186,6 +157,172 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
   }
   c0 = acc0;
   c2 = acc2;
+}
+
+// Segmented stages (MegaArgs::segs): a tile row's part is S segments of sl values, S * sl contiguous, so each
+// row is one copy of S times the bytes of an unsegmented stage row (the TMA takes about the same time per
+// copy whatever its size). R = 16 / S rows at `pitch` bytes, then (quantized) R rows of scales and R of
+// biases at `sbp`. Lane group g's MMA rows g and g + 8 are segments 2 tau and 2 tau + 1 of row r = g / (S /
+// 2) (tau = g % (S / 2)); B column n carries x's segment n (lanes g >= S repeat segment g % S); so lane (g, t
+// == tau) holds the row's two segment dots in c[0] and c[3]. Segments 2 tau and 2 tau + 1 start reading at
+// their tau'th step (bf16: 128 / S columns; quantized: one group), wrapping, and x's segment alike, so the
+// rows of one shared-memory wavefront fall in different banks (with the pitches of seg_plan).
+// The plan for one input width K: S (1 = the unsegmented stages above), the segment length sl, the parts P.
+// S > 1 only where it gives longer row copies than S = 1, K = P * S * sl exactly and sl keeps the segments
+// 128-byte aligned (bf16 sl % 64, 4-bit % 256, 8-bit % 128) and the scale rows 16-byte multiples.
+__host__ __device__ __forceinline__ void seg_plan(int K, int bits, int segs, int& S, int& sl, int& P) {
+  const int cap = bits == 4 ? kQ4Codes : bits == 8 ? kQ8Codes : kBfCols;
+  const int gran = bits == 4 ? 256 : bits == 8 ? 128 : 64;
+  S = 1;
+  sl = K < cap ? K : cap;
+  P = (K + sl - 1) / sl;
+  int best = sl;
+  for (int s = 2; s <= segs && s <= 8; s *= 2) {
+    const int p = (K + s * cap - 1) / (s * cap);
+    if (K % (p * s) != 0) continue;
+    const int l = K / (p * s);
+    if (l % gran != 0 || (s * l) % 512 != 0 || s * l <= best) continue;
+    S = s;
+    sl = l;
+    P = p;
+    best = s * l;
+  }
+}
+// Bytes per stage row of values (codes) and of scales for a plan (S == 1: the fixed layouts above).
+__host__ __device__ __forceinline__ int seg_pitch(int bits, int S, int sl) {
+  if (S == 1) return bits == 16 ? kBfRow : q_row_bytes(bits);
+  return bits == 16 ? S * sl * 2 + 16 : bits == 4 ? S * sl / 2 + (16 * S) % 128 : S * sl + 64;
+}
+__host__ __device__ __forceinline__ int seg_sb_pitch(int bits, int S, int sl) {
+  return S == 1 ? q_sb_bytes(bits) : S * sl / 32 + 16;
+}
+
+// Gathers a segmented stage's row dots: v is lane (g, tau(g))'s two segment dots of row r, and row r's S / 2
+// lanes are 2 r S + 5 tau. Returns the rows as the unsegmented stages do: row r (r < R) in lane 4 r's c0,
+// row r + R / 2 (a gated tile's up row) in its c2.
+template <int S>
+__device__ __forceinline__ void seg_rows(float v, float& c0, float& c2) {
+#pragma unroll
+  for (int off = 5; off < 5 * (S / 2); off *= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  const int lane = threadIdx.x & 31;
+  c0 = __shfl_sync(0xffffffffu, v, ((S / 2) * lane) & 31);
+  c2 = __shfl_sync(0xffffffffu, v, ((S / 2) * lane + 16) & 31);
+}
+
+// One segmented bf16 stage (R rows x S segments of sl columns from column k0).
+template <int S>
+__device__ __forceinline__ void stage_dot_bf16_seg(const char* st, int pitch, const Bf16* vec, int k0, int sl,
+                                                   float& c0, float& c2) {
+  constexpr int kH = S / 2, kRot = 128 / S;
+  const int lane = threadIdx.x & 31, t = lane & 3;
+  // ldmatrix.x4: lane l addresses MMA row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) onwards
+  const int ga = lane & 7, ta = ga % kH;
+  const char* ap = st + (ga / kH) * pitch + (2 * ta + ((lane >> 3) & 1)) * sl * 2 + (lane >> 4) * 16;
+  const int sx = (lane >> 2) % S;
+  const Bf16* xp = vec + k0 + sx * sl + 2 * t;
+  const int ra = ta * kRot, rx = (sx / 2) * kRot;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  auto step = [&](int k, float(&acc)[4]) {
+    int ka = k + ra, kx = k + rx;
+    if (ka >= sl) ka -= sl;
+    if (kx >= sl) kx -= sl;
+    uint32_t r[4];
+    ldsm_x4(r, ap + ka * 2);
+    qmma::mma_bf16(acc, r[0], r[1], r[2], r[3], *reinterpret_cast<const uint32_t*>(xp + kx),
+                   *reinterpret_cast<const uint32_t*>(xp + kx + 8));
+  };
+#pragma unroll 2
+  for (int k = 0; k < sl; k += 32) {
+    step(k, c);
+    step(k + 16, d);
+  }
+  seg_rows<S>(c[0] + d[0] + c[3] + d[3], c0, c2);
+}
+
+// One segmented 4-bit stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q4.
+template <int S>
+__device__ __forceinline__ void stage_dot_q4_seg(const unsigned char* st, int pitch, int sbp, const uint4* xq,
+                                                 const float* gsum, int k0, int sl, float& c0, float& c2) {
+  constexpr int kH = S / 2, kR = 16 / S;
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const int r = gq / kH, tau = gq % kH, ng = sl / 64, segb = sl / 2;
+  const unsigned char* ca = st + r * pitch + 2 * tau * segb + t * 8;
+  const unsigned char* cb = ca + segb;
+  const int sx = gq % S, gx = k0 / 64 + sx * ng, ga = k0 / 64 + 2 * tau * ng;
+  const auto* sc = reinterpret_cast<const unsigned short*>(st + kR * pitch + r * sbp) + 2 * tau * ng;
+  const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
+  float acc0 = 0.0f, acc3 = 0.0f;
+  int ua = tau, ux = sx / 2;  // this lane's A group, its B column's x group (both rotated, wrapping)
+  using qmma::pair4_biased;
+#pragma unroll 4
+  for (int u = 0; u < ng; ++u) {
+    const uint2 wa = *reinterpret_cast<const uint2*>(ca + ua * 32),
+                wb = *reinterpret_cast<const uint2*>(cb + ua * 32);
+    const uint4* x = xq + (gx + ux) * 8 + 2 * t;
+    const uint4 x0 = x[0], x1 = x[1];
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
+                   pair4_biased(wb.x >> 4), x0.x, x0.y);
+    qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
+                   pair4_biased(wb.x >> 12), x0.z, x0.w);
+    qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
+                   pair4_biased(wb.y >> 4), x1.x, x1.y);
+    qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
+                   pair4_biased(wb.y >> 12), x1.z, x1.w);
+    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[ua]) << 16),
+                s1 = __uint_as_float(static_cast<uint32_t>(sc[ng + ua]) << 16);
+    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[ua]) << 16),
+                b1 = __uint_as_float(static_cast<uint32_t>(bi[ng + ua]) << 16);
+    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), gsum[ga + ua], acc0));
+    acc3 = fmaf(s1, cq[3], fmaf(fmaf(-128.0f, s1, b1), gsum[ga + ng + ua], acc3));
+    if (++ua == ng) ua = 0;
+    if (++ux == ng) ux = 0;
+  }
+  seg_rows<S>(acc0 + acc3, c0, c2);
+}
+
+// One segmented 8-bit stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q8.
+template <int S>
+__device__ __forceinline__ void stage_dot_q8_seg(const unsigned char* st, int pitch, int sbp, const uint4* xh,
+                                                 const float* gsum, const float* gback, int k0, int sl,
+                                                 float& c0, float& c2) {
+  constexpr int kH = S / 2, kR = 16 / S;
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  const int r = gq / kH, tau = gq % kH, ng = sl / 64;
+  const unsigned char* ca = st + r * pitch + 2 * tau * sl + t * 16;
+  const unsigned char* cb = ca + sl;
+  const int sx = gq % S, gx = k0 / 64 + sx * ng, ga = k0 / 64 + 2 * tau * ng;
+  const auto* sc = reinterpret_cast<const unsigned short*>(st + kR * pitch + r * sbp) + 2 * tau * ng;
+  const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
+  float acc0 = 0.0f, acc3 = 0.0f;
+  int ua = tau, ux = sx / 2;
+  using qmma::codes_1024;
+#pragma unroll 4
+  for (int u = 0; u < ng; ++u) {
+    const uint4 wa = *reinterpret_cast<const uint4*>(ca + ua * 64),
+                wb = *reinterpret_cast<const uint4*>(cb + ua * 64);
+    const uint4* x = xh + (gx + ux) * 8 + 2 * t;
+    const uint4 x0 = x[0], x1 = x[1];
+    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x),
+                  x0.x, x0.y);
+    qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y),
+                  x0.z, x0.w);
+    qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z),
+                  x1.x, x1.y);
+    qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w),
+                  x1.z, x1.w);
+    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[ua]) << 16),
+                s1 = __uint_as_float(static_cast<uint32_t>(sc[ng + ua]) << 16);
+    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[ua]) << 16),
+                b1 = __uint_as_float(static_cast<uint32_t>(bi[ng + ua]) << 16);
+    const float q0 = cq[0] * gback[ga + ua], q3 = cq[3] * gback[ga + ng + ua];  // exact: x's own scale
+    acc0 = fmaf(s0, q0, fmaf(fmaf(-1024.0f, s0, b0), gsum[ga + ua], acc0));
+    acc3 = fmaf(s1, q3, fmaf(fmaf(-1024.0f, s1, b1), gsum[ga + ng + ua], acc3));
+    if (++ua == ng) ua = 0;
+    if (++ux == ng) ux = 0;
+  }
+  seg_rows<S>(acc0 + acc3, c0, c2);
 }
 
 }  // namespace bunsen::kernels::cuda::mega
