@@ -72,6 +72,36 @@ __device__ __forceinline__ void stage_dot_bf16(const char* st, const Bf16* vec, 
   c2 = c[2] + d[2];
 }
 
+// One 64-code group's four MMAs into cq (A rows g and g + 8 from the lane's codes wa and wb, B from x's group
+// chunks x0, x1): 4-bit codes enter as bf16 128 + q in the pair order of qmma::perm4 (x staged alike), 8-bit
+// ones as f16 1024 + q, one PRMT per code pair (x as f16 scaled by the group's 2^s).
+__device__ __forceinline__ void group_mma_q4(float (&cq)[4], uint2 wa, uint2 wb, uint4 x0, uint4 x1) {
+  using qmma::pair4_biased;
+  qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4), pair4_biased(wb.x >> 4),
+                 x0.x, x0.y);
+  qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
+                 pair4_biased(wb.x >> 12), x0.z, x0.w);
+  qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4), pair4_biased(wb.y >> 4),
+                 x1.x, x1.y);
+  qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
+                 pair4_biased(wb.y >> 12), x1.z, x1.w);
+}
+__device__ __forceinline__ void group_mma_q8(float (&cq)[4], uint4 wa, uint4 wb, uint4 x0, uint4 x1) {
+  using qmma::codes_1024;
+  qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x), x0.x,
+                x0.y);
+  qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y), x0.z,
+                x0.w);
+  qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z), x1.x,
+                x1.y);
+  qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w), x1.z,
+                x1.w);
+}
+// A bf16 scale or bias (raw bits) as f32.
+__device__ __forceinline__ float bf16_bits(unsigned short v) {
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+
 // Folds group u's MMA sums (cq: rows g in [0], g + 8 in [2]) into the lane's two rows: acc += scale * cq +
 // (bias - offset * scale) * sum(x), offset being what the biased codes added per x (4-bit 128, 8-bit f16
 // 1024). sb: the tile's bf16 scales (16 rows of sb_row bytes), then its biases alike.
@@ -81,10 +111,8 @@ __device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, 
   const auto* sc = reinterpret_cast<const unsigned short*>(sb);
   const auto* bi = reinterpret_cast<const unsigned short*>(sb + 16 * sb_row);
   const int r0 = gq * (sb_row / 2) + u, r1 = (gq + 8) * (sb_row / 2) + u;
-  const float s0 = __uint_as_float(static_cast<uint32_t>(sc[r0]) << 16);
-  const float s1 = __uint_as_float(static_cast<uint32_t>(sc[r1]) << 16);
-  const float b0 = __uint_as_float(static_cast<uint32_t>(bi[r0]) << 16);
-  const float b1 = __uint_as_float(static_cast<uint32_t>(bi[r1]) << 16);
+  const float s0 = bf16_bits(sc[r0]), s1 = bf16_bits(sc[r1]);
+  const float b0 = bf16_bits(bi[r0]), b1 = bf16_bits(bi[r1]);
   acc0 = fmaf(s0, cq[0], fmaf(fmaf(-offset, s0, b0), gsum, acc0));
   acc2 = fmaf(s1, cq[2], fmaf(fmaf(-offset, s1, b1), gsum, acc2));
 }
@@ -108,15 +136,7 @@ __device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint
     const uint4* x = xq + (g0 + u) * 8 + 2 * t;
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const uint4 x0 = x[0], x1 = x[1];
-    using qmma::pair4_biased;
-    qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
-                   pair4_biased(wb.x >> 4), x0.x, x0.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
-                   pair4_biased(wb.x >> 12), x0.z, x0.w);
-    qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
-                   pair4_biased(wb.y >> 4), x1.x, x1.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
-                   pair4_biased(wb.y >> 12), x1.z, x1.w);
+    group_mma_q4(cq, wa, wb, x0, x1);
     fold_group(st + 16 * kQ4Row, kQ4Sb, gq, u, cq, gsum[g0 + u], 128.0f, acc0, acc2);
   }
   c0 = acc0;
@@ -134,7 +154,6 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
   const unsigned char* cb = ca + 8 * kQ8Row;
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
-  using qmma::codes_1024;
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint4 wa = *reinterpret_cast<const uint4*>(ca + u * 64),
@@ -142,14 +161,7 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
     const uint4* x = xh + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
     const uint4 x0 = x[0], x1 = x[1];
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x),
-                  x0.x, x0.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y),
-                  x0.z, x0.w);
-    qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z),
-                  x1.x, x1.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w),
-                  x1.z, x1.w);
+    group_mma_q8(cq, wa, wb, x0, x1);
     const float back = gback[g0 + u];
     cq[0] *= back;  // exact: back to x's own scale first
     cq[2] *= back;
@@ -253,7 +265,6 @@ __device__ __forceinline__ void stage_dot_q4_seg(const unsigned char* st, int pi
   const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
   float acc0 = 0.0f, acc3 = 0.0f;
   int ua = tau, ux = sx / 2;  // this lane's A group, its B column's x group (both rotated, wrapping)
-  using qmma::pair4_biased;
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint2 wa = *reinterpret_cast<const uint2*>(ca + ua * 32),
@@ -261,18 +272,9 @@ __device__ __forceinline__ void stage_dot_q4_seg(const unsigned char* st, int pi
     const uint4* x = xq + (gx + ux) * 8 + 2 * t;
     const uint4 x0 = x[0], x1 = x[1];
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    qmma::mma_bf16(cq, pair4_biased(wa.x), pair4_biased(wb.x), pair4_biased(wa.x >> 4),
-                   pair4_biased(wb.x >> 4), x0.x, x0.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.x >> 8), pair4_biased(wb.x >> 8), pair4_biased(wa.x >> 12),
-                   pair4_biased(wb.x >> 12), x0.z, x0.w);
-    qmma::mma_bf16(cq, pair4_biased(wa.y), pair4_biased(wb.y), pair4_biased(wa.y >> 4),
-                   pair4_biased(wb.y >> 4), x1.x, x1.y);
-    qmma::mma_bf16(cq, pair4_biased(wa.y >> 8), pair4_biased(wb.y >> 8), pair4_biased(wa.y >> 12),
-                   pair4_biased(wb.y >> 12), x1.z, x1.w);
-    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[ua]) << 16),
-                s1 = __uint_as_float(static_cast<uint32_t>(sc[ng + ua]) << 16);
-    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[ua]) << 16),
-                b1 = __uint_as_float(static_cast<uint32_t>(bi[ng + ua]) << 16);
+    group_mma_q4(cq, wa, wb, x0, x1);
+    const float s0 = bf16_bits(sc[ua]), s1 = bf16_bits(sc[ng + ua]);
+    const float b0 = bf16_bits(bi[ua]), b1 = bf16_bits(bi[ng + ua]);
     acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), gsum[ga + ua], acc0));
     acc3 = fmaf(s1, cq[3], fmaf(fmaf(-128.0f, s1, b1), gsum[ga + ng + ua], acc3));
     if (++ua == ng) ua = 0;
@@ -296,7 +298,6 @@ __device__ __forceinline__ void stage_dot_q8_seg(const unsigned char* st, int pi
   const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
   float acc0 = 0.0f, acc3 = 0.0f;
   int ua = tau, ux = sx / 2;
-  using qmma::codes_1024;
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint4 wa = *reinterpret_cast<const uint4*>(ca + ua * 64),
@@ -304,18 +305,9 @@ __device__ __forceinline__ void stage_dot_q8_seg(const unsigned char* st, int pi
     const uint4* x = xh + (gx + ux) * 8 + 2 * t;
     const uint4 x0 = x[0], x1 = x[1];
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    qmma::mma_f16(cq, codes_1024<0>(wa.x), codes_1024<0>(wb.x), codes_1024<2>(wa.x), codes_1024<2>(wb.x),
-                  x0.x, x0.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.y), codes_1024<0>(wb.y), codes_1024<2>(wa.y), codes_1024<2>(wb.y),
-                  x0.z, x0.w);
-    qmma::mma_f16(cq, codes_1024<0>(wa.z), codes_1024<0>(wb.z), codes_1024<2>(wa.z), codes_1024<2>(wb.z),
-                  x1.x, x1.y);
-    qmma::mma_f16(cq, codes_1024<0>(wa.w), codes_1024<0>(wb.w), codes_1024<2>(wa.w), codes_1024<2>(wb.w),
-                  x1.z, x1.w);
-    const float s0 = __uint_as_float(static_cast<uint32_t>(sc[ua]) << 16),
-                s1 = __uint_as_float(static_cast<uint32_t>(sc[ng + ua]) << 16);
-    const float b0 = __uint_as_float(static_cast<uint32_t>(bi[ua]) << 16),
-                b1 = __uint_as_float(static_cast<uint32_t>(bi[ng + ua]) << 16);
+    group_mma_q8(cq, wa, wb, x0, x1);
+    const float s0 = bf16_bits(sc[ua]), s1 = bf16_bits(sc[ng + ua]);
+    const float b0 = bf16_bits(bi[ua]), b1 = bf16_bits(bi[ng + ua]);
     const float q0 = cq[0] * gback[ga + ua], q3 = cq[3] * gback[ga + ng + ua];  // exact: x's own scale
     acc0 = fmaf(s0, q0, fmaf(fmaf(-1024.0f, s0, b0), gsum[ga + ua], acc0));
     acc3 = fmaf(s1, q3, fmaf(fmaf(-1024.0f, s1, b1), gsum[ga + ng + ua], acc3));
