@@ -508,22 +508,22 @@ __device__ __forceinline__ float2 stage_dot(int form, const char* st, int pitch,
       stage_dot_bf16(st, vec, k0, len, c0, c2);
       break;
     case 64 + 8:
-      stage_dot_q8_seg<2>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      stage_dot_q_seg<2, 8>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 128 + 8:
-      stage_dot_q8_seg<4>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      stage_dot_q_seg<4, 8>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 256 + 8:
-      stage_dot_q8_seg<8>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
+      stage_dot_q_seg<8, 8>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 64 + 4:
-      stage_dot_q4_seg<2>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      stage_dot_q_seg<2, 4>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 128 + 4:
-      stage_dot_q4_seg<4>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      stage_dot_q_seg<4, 4>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 256 + 4:
-      stage_dot_q4_seg<8>(sq, pitch, sbp, xv, gsum, k0, len, c0, c2);
+      stage_dot_q_seg<8, 4>(sq, pitch, sbp, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 64 + 16:
       stage_dot_bf16_seg<2>(st, pitch, vec, k0, len, c0, c2);

@@ -251,14 +251,17 @@ __device__ __forceinline__ void stage_dot_bf16_seg(const char* st, int pitch, co
   seg_rows<S>(c[0] + d[0] + c[3] + d[3], c0, c2);
 }
 
-// One segmented 4-bit stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q4.
-template <int S>
-__device__ __forceinline__ void stage_dot_q4_seg(const unsigned char* st, int pitch, int sbp, const uint4* xq,
-                                                 const float* gsum, int k0, int sl, float& c0, float& c2) {
-  constexpr int kH = S / 2, kR = 16 / S;
+// One segmented quantized stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q4
+// (kBits 4) or stage_dot_q8 (kBits 8; gback: x's per-group 2^-s).
+template <int S, int kBits>
+__device__ __forceinline__ void stage_dot_q_seg(const unsigned char* st, int pitch, int sbp, const uint4* xv,
+                                                const float* gsum, const float* gback, int k0, int sl,
+                                                float& c0, float& c2) {
+  constexpr int kH = S / 2, kR = 16 / S, kGroupBytes = 8 * kBits;  // a row's bytes per group of 64 codes
+  constexpr float kOffset = kBits == 4 ? 128.0f : 1024.0f;        // what the biased codes add per x
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const int r = gq / kH, tau = gq % kH, ng = sl / 64, segb = sl / 2;
-  const unsigned char* ca = st + r * pitch + 2 * tau * segb + t * 8;
+  const int r = gq / kH, tau = gq % kH, ng = sl / 64, segb = sl * kBits / 8;
+  const unsigned char* ca = st + r * pitch + 2 * tau * segb + t * (kGroupBytes / 4);
   const unsigned char* cb = ca + segb;
   const int sx = gq % S, gx = k0 / 64 + sx * ng, ga = k0 / 64 + 2 * tau * ng;
   const auto* sc = reinterpret_cast<const unsigned short*>(st + kR * pitch + r * sbp) + 2 * tau * ng;
@@ -267,50 +270,22 @@ __device__ __forceinline__ void stage_dot_q4_seg(const unsigned char* st, int pi
   int ua = tau, ux = sx / 2;  // this lane's A group, its B column's x group (both rotated, wrapping)
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
-    const uint2 wa = *reinterpret_cast<const uint2*>(ca + ua * 32),
-                wb = *reinterpret_cast<const uint2*>(cb + ua * 32);
-    const uint4* x = xq + (gx + ux) * 8 + 2 * t;
+    const uint4* x = xv + (gx + ux) * 8 + 2 * t;
     const uint4 x0 = x[0], x1 = x[1];
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    group_mma_q4(cq, wa, wb, x0, x1);
+    if constexpr (kBits == 4) {
+      group_mma_q4(cq, *reinterpret_cast<const uint2*>(ca + ua * kGroupBytes),
+                   *reinterpret_cast<const uint2*>(cb + ua * kGroupBytes), x0, x1);
+    } else {
+      group_mma_q8(cq, *reinterpret_cast<const uint4*>(ca + ua * kGroupBytes),
+                   *reinterpret_cast<const uint4*>(cb + ua * kGroupBytes), x0, x1);
+      cq[0] *= gback[ga + ua];  // exact: back to x's own scale first
+      cq[3] *= gback[ga + ng + ua];
+    }
     const float s0 = bf16_bits(sc[ua]), s1 = bf16_bits(sc[ng + ua]);
     const float b0 = bf16_bits(bi[ua]), b1 = bf16_bits(bi[ng + ua]);
-    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-128.0f, s0, b0), gsum[ga + ua], acc0));
-    acc3 = fmaf(s1, cq[3], fmaf(fmaf(-128.0f, s1, b1), gsum[ga + ng + ua], acc3));
-    if (++ua == ng) ua = 0;
-    if (++ux == ng) ux = 0;
-  }
-  seg_rows<S>(acc0 + acc3, c0, c2);
-}
-
-// One segmented 8-bit stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q8.
-template <int S>
-__device__ __forceinline__ void stage_dot_q8_seg(const unsigned char* st, int pitch, int sbp, const uint4* xh,
-                                                 const float* gsum, const float* gback, int k0, int sl,
-                                                 float& c0, float& c2) {
-  constexpr int kH = S / 2, kR = 16 / S;
-  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const int r = gq / kH, tau = gq % kH, ng = sl / 64;
-  const unsigned char* ca = st + r * pitch + 2 * tau * sl + t * 16;
-  const unsigned char* cb = ca + sl;
-  const int sx = gq % S, gx = k0 / 64 + sx * ng, ga = k0 / 64 + 2 * tau * ng;
-  const auto* sc = reinterpret_cast<const unsigned short*>(st + kR * pitch + r * sbp) + 2 * tau * ng;
-  const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
-  float acc0 = 0.0f, acc3 = 0.0f;
-  int ua = tau, ux = sx / 2;
-#pragma unroll 4
-  for (int u = 0; u < ng; ++u) {
-    const uint4 wa = *reinterpret_cast<const uint4*>(ca + ua * 64),
-                wb = *reinterpret_cast<const uint4*>(cb + ua * 64);
-    const uint4* x = xh + (gx + ux) * 8 + 2 * t;
-    const uint4 x0 = x[0], x1 = x[1];
-    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    group_mma_q8(cq, wa, wb, x0, x1);
-    const float s0 = bf16_bits(sc[ua]), s1 = bf16_bits(sc[ng + ua]);
-    const float b0 = bf16_bits(bi[ua]), b1 = bf16_bits(bi[ng + ua]);
-    const float q0 = cq[0] * gback[ga + ua], q3 = cq[3] * gback[ga + ng + ua];  // exact: x's own scale
-    acc0 = fmaf(s0, q0, fmaf(fmaf(-1024.0f, s0, b0), gsum[ga + ua], acc0));
-    acc3 = fmaf(s1, q3, fmaf(fmaf(-1024.0f, s1, b1), gsum[ga + ng + ua], acc3));
+    acc0 = fmaf(s0, cq[0], fmaf(fmaf(-kOffset, s0, b0), gsum[ga + ua], acc0));
+    acc3 = fmaf(s1, cq[3], fmaf(fmaf(-kOffset, s1, b1), gsum[ga + ng + ua], acc3));
     if (++ua == ng) ua = 0;
     if (++ux == ng) ux = 0;
   }
