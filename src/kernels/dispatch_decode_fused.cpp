@@ -159,6 +159,8 @@ bool decode_layers_fused(Context& ctx, const FusedDecodeStep& s) {
   static const int segs_env = env_int("BUNSEN_DECODE_FUSED_SEGS", 0);
   const int segs = segs_env > 0 ? segs_env : a.bits == 16 ? 8 : 1;
   a.segs = segs >= 8 ? 8 : segs >= 4 ? 4 : segs >= 2 ? 2 : 1;
+  static const int vec_batch = env_int("BUNSEN_DECODE_FUSED_VEC_BATCH", 8);  // an A/B switch (decode_mega.h)
+  a.vec_batch = vec_batch;
   if (!cuda::mega_supported(a)) return false;
   static const std::string timing_path(env_str("BUNSEN_DECODE_FUSED_TIMING"));  // a diagnostic record
   if (!timing_path.empty()) a.timing = cuda::mega_timing_buffer(a, timing_path);

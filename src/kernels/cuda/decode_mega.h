@@ -61,6 +61,9 @@ struct MegaArgs {
   // one copy of S times the bytes per row (decode_mega_stages.cuh's seg_plan); 1: every stage 16 rows of one
   // part.
   int segs = 8;
+  // Chunks of an input vector each thread loads from L2 before storing any (BUNSEN_DECODE_FUSED_VEC_BATCH; 1:
+  // one at a time, the form before 2026-12-06's twenty-third session; any other value: 8).
+  int vec_batch = 8;
   // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
   // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
   unsigned long long* timing = nullptr;
