@@ -490,8 +490,8 @@ __device__ __forceinline__ bool tile_add(Scratch& sc, int tile, int p, int P, fl
   return p + 1 == P;
 }
 
-// One stage's dots in the form form = S * 32 + bits (Geo): lanes t == 0 return rows g (x) and g + 8 (y) of
-// the tile (gated: gate row g, its up row).
+// One stage's dots in the phase's form (form = S * 32 + bits; Geo): lanes t == 0 return rows g (x) and g + 8
+// (y) of the tile (gated: gate row g, its up row).
 __device__ __forceinline__ float2 stage_dot(int form, const char* st, int pitch, int sbp, const Bf16* vec,
                                             const float* gsum, const float* gback, int k0, int len) {
   const auto* sq = reinterpret_cast<const unsigned char*>(st);
@@ -544,9 +544,9 @@ __device__ __forceinline__ float2 stage_dot(int form, const char* st, int pitch,
 // them (q/k/v: bf16 q, k, v; o and down: the residual add into x; gate/up: act = silu(gate) * up). `item`:
 // the block's first stage of the phase (stages count through the step, as the producer counts them);
 // returns the phase's stage count. waited: the timing instance's warp 0 adds its SM clocks waiting for
-// staged data (else nullptr). One copy of the twelve stage forms for every phase per kernel
-// instance: the kernel calls it from one site (inlined per phase, the twelve forms grew the binaries by ~9 MB
-// compressed; not inlined, generic pointers to shared memory cost 6-20 % of the step).
+// staged data (else nullptr). The kernel calls it from one site, so each kernel instance holds one inlined
+// copy of the twelve stage forms (inlined per phase they grew the binaries by ~9 MB compressed; a non-inlined
+// consume, its shared-memory pointers generic, measured 6-20 % slower).
 __device__ __forceinline__ unsigned consume(const MegaArgs& a, int ph, const Ring& ring, unsigned item,
                                             const Bf16* vec, const float* gsum, Scratch& sc,
                                             long long* waited) {
