@@ -1,48 +1,16 @@
-// The persistent decode step's ring stages (decode_mega.cu): their shared-memory layouts per weight form
-// (bf16, MLX affine 4- and 8-bit, each also segmented; attention keys) and the dot products the consumer
-// warps run on them through mma.m16n8k16 (x broadcast into every B column, so each output column holds the
-// same dots; lanes with t == 0 return the tile's rows). Only decode_mega.cu includes it (sm_90a device code).
+// The persistent decode step's ring stages (decode_mega.cu): the dot products the consumer warps run on them
+// through mma.m16n8k16 (x broadcast into every B column, so each output column holds the same dots; lanes
+// with t == 0 return the tile's rows), per layout of decode_mega_layout.h (bf16, MLX affine 4- and 8-bit,
+// each also segmented). Only decode_mega.cu includes it (sm_90a device code).
 #pragma once
 #include <cstdint>
 
+#include "kernels/cuda/decode_mega_layout.h"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 
 namespace bunsen::kernels::cuda::mega {
 
-constexpr int kStageBytes = 19456;  // a 4-bit stage (below) with room
-// 4-bit stages: 16 tile rows (gated: 8 gate rows, then the same 8 up rows) x up to kQ4Codes codes, each row's
-// codes, scales and biases padded by 16 bytes (the 8 rows of an MMA fragment read hit different banks).
-constexpr int kQ4Codes = 2048;
-constexpr int kQ4Row = kQ4Codes / 2 + 16;  // bytes per tile row of codes
-constexpr int kQ4Sb = kQ4Codes / 32 + 16;  // bytes per tile row of scales (and of biases)
-static_assert(16 * kQ4Row + 32 * kQ4Sb <= kStageBytes, "a 4-bit stage fits");
-// 8-bit stages alike: 16 tile rows x up to kQ8Codes codes; rows padded by 64 bytes (a quarter warp's 16-byte
-// loads of two rows fall in different banks).
-constexpr int kQ8Codes = 1024;
-constexpr int kQ8Row = kQ8Codes + 64;
-constexpr int kQ8Sb = kQ8Codes / 32 + 16;
-static_assert(16 * kQ8Row + 32 * kQ8Sb <= kStageBytes, "an 8-bit stage fits");
-// Bytes per tile row of codes / of scales for `bits`.
-__host__ __device__ __forceinline__ int q_row_bytes(int bits) {
-  return bits == 8 ? kQ8Row : kQ4Row;
-}
-__host__ __device__ __forceinline__ int q_sb_bytes(int bits) {
-  return bits == 8 ? kQ8Sb : kQ4Sb;
-}
-// bf16 stages: 16 tile rows x up to kBfCols columns, each row padded by 16 bytes (ldmatrix's 8 rows hit
-// different banks).
-constexpr int kBfCols = 512;
-constexpr int kBfRow = kBfCols * 2 + 16;
-static_assert(16 * kBfRow <= kStageBytes, "a bf16 stage fits");
-// Attention stages: kAttnKeys old keys of one (kv head, key slice) task, their K rows then their V rows (head
-// dims contiguous), each row padded by 16 bytes (ldmatrix's 8 rows hit different banks); a short last stage
-// repeats its last key (finite values under the masked logits).
-constexpr int kAttnKeys = 16;
-__host__ __device__ __forceinline__ int attn_row_bytes(int head_dim) {
-  return 2 * head_dim + 16;
-}
-static_assert(2 * kAttnKeys * (2 * 256 + 16) <= kStageBytes, "an attention stage fits");
 // One bf16 stage (16 tile rows x len columns from column k0 of the input vector) through mma.m16n8k16: the
 // rows as A (ldmatrix from the padded rows), x as every column of B, so each output column holds the same
 // dots; lanes with t == 0 return rows g (c0) and g + 8 (c2).
@@ -171,44 +139,6 @@ __device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint
   c2 = acc2;
 }
 
-// Segmented stages (MegaArgs::segs): a tile row's part is S segments of sl values, S * sl contiguous, so each
-// row is one copy of S times the bytes of an unsegmented stage row (the TMA takes about the same time per
-// copy whatever its size). R = 16 / S rows at `pitch` bytes, then (quantized) R rows of scales and R of
-// biases at `sbp`. Lane group g's MMA rows g and g + 8 are segments 2 tau and 2 tau + 1 of row r = g / (S /
-// 2) (tau = g % (S / 2)); B column n carries x's segment n (lanes g >= S repeat segment g % S); so lane (g, t
-// == tau) holds the row's two segment dots in c[0] and c[3]. Segments 2 tau and 2 tau + 1 start reading at
-// their tau'th step (bf16: 128 / S columns; quantized: one group), wrapping, and x's segment alike, so the
-// rows of one shared-memory wavefront fall in different banks (with the pitches of seg_plan).
-// The plan for one input width K: S (1 = the unsegmented stages above), the segment length sl, the parts P.
-// S > 1 only where it gives longer row copies than S = 1, K = P * S * sl exactly and sl keeps the segments
-// 128-byte aligned (bf16 sl % 64, 4-bit % 256, 8-bit % 128) and the scale rows 16-byte multiples.
-__host__ __device__ __forceinline__ void seg_plan(int K, int bits, int segs, int& S, int& sl, int& P) {
-  const int cap = bits == 4 ? kQ4Codes : bits == 8 ? kQ8Codes : kBfCols;
-  const int gran = bits == 4 ? 256 : bits == 8 ? 128 : 64;
-  S = 1;
-  sl = K < cap ? K : cap;
-  P = (K + sl - 1) / sl;
-  int best = sl;
-  for (int s = 2; s <= segs && s <= 8; s *= 2) {
-    const int p = (K + s * cap - 1) / (s * cap);
-    if (K % (p * s) != 0) continue;
-    const int l = K / (p * s);
-    if (l % gran != 0 || (s * l) % 512 != 0 || s * l <= best) continue;
-    S = s;
-    sl = l;
-    P = p;
-    best = s * l;
-  }
-}
-// Bytes per stage row of values (codes) and of scales for a plan (S == 1: the fixed layouts above).
-__host__ __device__ __forceinline__ int seg_pitch(int bits, int S, int sl) {
-  if (S == 1) return bits == 16 ? kBfRow : q_row_bytes(bits);
-  return bits == 16 ? S * sl * 2 + 16 : bits == 4 ? S * sl / 2 + (16 * S) % 128 : S * sl + 64;
-}
-__host__ __device__ __forceinline__ int seg_sb_pitch(int bits, int S, int sl) {
-  return S == 1 ? q_sb_bytes(bits) : S * sl / 32 + 16;
-}
-
 // Gathers a segmented stage's row dots: v is lane (g, tau(g))'s two segment dots of row r, and row r's S / 2
 // lanes are 2 r S + 5 tau. Returns the rows as the unsegmented stages do: row r (r < R) in lane 4 r's c0,
 // row r + R / 2 (a gated tile's up row) in its c2.
@@ -225,14 +155,14 @@ __device__ __forceinline__ void seg_rows(float v, float& c0, float& c2) {
 template <int S>
 __device__ __forceinline__ void stage_dot_bf16_seg(const char* st, int pitch, const Bf16* vec, int k0, int sl,
                                                    float& c0, float& c2) {
-  constexpr int kH = S / 2, kRot = 128 / S;
+  constexpr int kH = S / 2;
   const int lane = threadIdx.x & 31, t = lane & 3;
   // ldmatrix.x4: lane l addresses MMA row (l & 7) + 8 ((l >> 3) & 1), columns 8 (l >> 4) onwards
   const int ga = lane & 7, ta = ga % kH;
   const char* ap = st + (ga / kH) * pitch + (2 * ta + ((lane >> 3) & 1)) * sl * 2 + (lane >> 4) * 16;
   const int sx = (lane >> 2) % S;
   const Bf16* xp = vec + k0 + sx * sl + 2 * t;
-  const int ra = ta * kRot, rx = (sx / 2) * kRot;
+  const int ra = seg_rot(16, S, ta), rx = seg_rot(16, S, sx / 2);
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   auto step = [&](int k, float(&acc)[4]) {
     int ka = k + ra, kx = k + rx;
@@ -267,7 +197,8 @@ __device__ __forceinline__ void stage_dot_q_seg(const unsigned char* st, int pit
   const auto* sc = reinterpret_cast<const unsigned short*>(st + kR * pitch + r * sbp) + 2 * tau * ng;
   const auto* bi = reinterpret_cast<const unsigned short*>(st + kR * pitch + (kR + r) * sbp) + 2 * tau * ng;
   float acc0 = 0.0f, acc3 = 0.0f;
-  int ua = tau, ux = sx / 2;  // this lane's A group, its B column's x group (both rotated, wrapping)
+  // this lane's A group, its B column's x group (both rotated, wrapping)
+  int ua = seg_rot(kBits, S, tau), ux = seg_rot(kBits, S, sx / 2);
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
     const uint4* x = xv + (gx + ux) * 8 + 2 * t;
