@@ -4,7 +4,7 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing,
+# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, trace, trace8
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
 # table serve.
