@@ -161,11 +161,11 @@ void write_checkpoint(const std::string& dir, const std::string& config) {
 }
 
 // head_dim 128 and 64 shapes, bf16 and MLX 4- and 8-bit (group 64): d_ff and every input width % 512 == 0,
-// d_ff 5632 = 11 bf16 parts / 2.75 4-bit parts / 5.5 8-bit parts (a short last part). At the default
-// BUNSEN_DECODE_FUSED_SEGS=8 (and 2 and 4: gpu-session's forms) the widths that allow it take segmented
-// stages (at most 8 / 4 / 2 segments; 1: none): a's 2,048 (bf16 4 segments, 8-bit 2), b's 1,024 (bf16 2) and
-// 3,072 (bf16 8 of 384 columns, 4-bit 2, 8-bit 4), c's 16,384 (bf16 8 x 4 parts, 4-bit 8 / 4 x 2 parts / 2 x
-// 4 parts, 8-bit 8 x 2 parts); 5,632 stays unsegmented.
+// d_ff 5632 = 11 bf16 parts / 2.75 4-bit parts / 5.5 8-bit parts (a short last part). With at most 8
+// segments (the bf16 default; BUNSEN_DECODE_FUSED_SEGS=8, 4, 2 limit it, 1 is none and the quantized default;
+// gpu-session's forms run 1, 2 and 4) the widths that allow it take segmented stages: a's 2,048 (bf16 4
+// segments, 8-bit 2), b's 1,024 (bf16 2) and 3,072 (bf16 8 of 384 columns, 4-bit 2, 8-bit 4), c's 16,384
+// (bf16 8 x 4 parts, 4-bit 8 / 4 x 2 parts / 2 x 4 parts, 8-bit 8 x 2 parts); 5,632 stays unsegmented.
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
   const ResetFusedDecode reset;
   const std::string q4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
