@@ -355,7 +355,7 @@ __device__ void produce_keys(const MegaArgs& a, const MegaLayer& L, const Ring& 
 // instructions (per-chunk divisions and row lookups had capped the quantized streams near 1.4 TB/s: the
 // consumers spun waiting for stages the producer had not yet armed). Other stages (a short last part,
 // copy_mode 1) take copy_rows.
-constexpr int kSbChunks = 4;  // 2R rows x sl / 512 chunks <= 32 x 4 (seg_plan: sl <= kQ4Codes)
+constexpr int kSbChunks = 4;  // 2R rows x S sl / 512 chunks = sl / 16 <= 32 x 4 (seg_plan: sl <= kQ4Codes)
 template <bool kTiming>
 __device__ void produce(const MegaArgs& a, const Ring& ring, int n_splits) {
   const int lane = threadIdx.x & 31;
