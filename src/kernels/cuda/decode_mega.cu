@@ -499,10 +499,10 @@ __device__ __forceinline__ float2 stage_dot(int form, const char* st, int pitch,
   float c0, c2;
   switch (form) {
     case 32 + 8:
-      stage_dot_q8(sq, xv, gsum, gback, k0, len, c0, c2);
+      stage_dot_q<8>(sq, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 32 + 4:
-      stage_dot_q4(sq, xv, gsum, k0, len, c0, c2);
+      stage_dot_q<4>(sq, xv, gsum, gback, k0, len, c0, c2);
       break;
     case 32 + 16:
       stage_dot_bf16(st, vec, k0, len, c0, c2);

@@ -85,55 +85,40 @@ __device__ __forceinline__ void fold_group(const unsigned char* sb, int sb_row, 
   acc2 = fmaf(s1, cq[2], fmaf(fmaf(-offset, s1, b1), gsum, acc2));
 }
 
-// One 4-bit stage (16 tile rows x len codes from code k0) through mma.m16n8k16 as the tile GEMV computes it
-// (gemv_qmma_tiles.cuh: codes enter as bf16 128 + q, the group's sum(q x) scaled, bias' = bias - 128 scale
-// times the group's sum of x), x staged in the codes' pair order (perm4) with its group sums. Every lane
-// feeds token 0's x, so each MMA column holds the same dot; lanes with t == 0 return rows g (c0) and g + 8
-// (c2). Groups unrolled by four: a group's MMAs are one dependent chain, four groups four chains in flight.
-__device__ __forceinline__ void stage_dot_q4(const unsigned char* st, const uint4* xq, const float* gsum,
-                                             int k0, int len, float& c0, float& c2) {
+// One quantized stage (16 tile rows x len codes from code k0) through mma.m16n8k16 as the per-op kernels
+// compute it. 4-bit (the tile GEMV, gemv_qmma_tiles.cuh): codes enter as bf16 128 + q, x staged in the codes'
+// pair order (perm4). 8-bit (the f16 GEMV, gemv_qmma_h8.cu): each pair of codes one PRMT into f16 (1024 + q0,
+// 1024 + q1), x staged as f16 scaled by its group's 2^s in natural order (lane t's 16 codes of a group meet
+// x[16 t .. 16 t + 15]), the group's sum scaled back by 2^-s (gback) before its scale. Then bias' = bias -
+// offset scale times the group's sum of x. Every lane feeds token 0's x, so each MMA column holds the same
+// dot; lanes with t == 0 return rows g (c0) and g + 8 (c2). Groups unrolled by four: a group's MMAs are one
+// dependent chain, four groups four chains in flight.
+template <int kBits>
+__device__ __forceinline__ void stage_dot_q(const unsigned char* st, const uint4* xv, const float* gsum,
+                                            const float* gback, int k0, int len, float& c0, float& c2) {
+  constexpr int kRow = kBits == 4 ? kQ4Row : kQ8Row, kGroupBytes = 8 * kBits;
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const unsigned char* ca = st + gq * kQ4Row + t * 8;
-  const unsigned char* cb = ca + 8 * kQ4Row;
+  const unsigned char* ca = st + gq * kRow + t * (kGroupBytes / 4);
+  const unsigned char* cb = ca + 8 * kRow;
   const int ng = len / 64, g0 = k0 / 64;
   float acc0 = 0.0f, acc2 = 0.0f;
 #pragma unroll 4
   for (int u = 0; u < ng; ++u) {
-    const uint2 wa = *reinterpret_cast<const uint2*>(ca + u * 32),
-                wb = *reinterpret_cast<const uint2*>(cb + u * 32);
-    const uint4* x = xq + (g0 + u) * 8 + 2 * t;
-    float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint4 x0 = x[0], x1 = x[1];
-    group_mma_q4(cq, wa, wb, x0, x1);
-    fold_group(st + 16 * kQ4Row, kQ4Sb, gq, u, cq, gsum[g0 + u], 128.0f, acc0, acc2);
-  }
-  c0 = acc0;
-  c2 = acc2;
-}
-
-// One 8-bit stage (16 tile rows x len codes from code k0) as the per-op f16 kernel computes it
-// (gemv_qmma_h8.cu): each pair of codes one PRMT into f16 (1024 + q0, 1024 + q1), x staged as f16 scaled by
-// its group's 2^s in natural order (lane t's 16 codes of a group meet x[16 t .. 16 t + 15]), the group's
-// sum scaled back by 2^-s (gback) before its scale, bias' = bias - 1024 scale. Groups unrolled by four.
-__device__ __forceinline__ void stage_dot_q8(const unsigned char* st, const uint4* xh, const float* gsum,
-                                             const float* gback, int k0, int len, float& c0, float& c2) {
-  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
-  const unsigned char* ca = st + gq * kQ8Row + t * 16;
-  const unsigned char* cb = ca + 8 * kQ8Row;
-  const int ng = len / 64, g0 = k0 / 64;
-  float acc0 = 0.0f, acc2 = 0.0f;
-#pragma unroll 4
-  for (int u = 0; u < ng; ++u) {
-    const uint4 wa = *reinterpret_cast<const uint4*>(ca + u * 64),
-                wb = *reinterpret_cast<const uint4*>(cb + u * 64);
-    const uint4* x = xh + (g0 + u) * 8 + 2 * t;  // the lane's 16 codes: chunks 2t, 2t + 1 of the group
+    const uint4* x = xv + (g0 + u) * 8 + 2 * t;
     const uint4 x0 = x[0], x1 = x[1];
     float cq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    group_mma_q8(cq, wa, wb, x0, x1);
-    const float back = gback[g0 + u];
-    cq[0] *= back;  // exact: back to x's own scale first
-    cq[2] *= back;
-    fold_group(st + 16 * kQ8Row, kQ8Sb, gq, u, cq, gsum[g0 + u], 1024.0f, acc0, acc2);
+    if constexpr (kBits == 4) {
+      group_mma_q4(cq, *reinterpret_cast<const uint2*>(ca + u * kGroupBytes),
+                   *reinterpret_cast<const uint2*>(cb + u * kGroupBytes), x0, x1);
+    } else {
+      group_mma_q8(cq, *reinterpret_cast<const uint4*>(ca + u * kGroupBytes),
+                   *reinterpret_cast<const uint4*>(cb + u * kGroupBytes), x0, x1);
+      const float back = gback[g0 + u];
+      cq[0] *= back;  // exact: back to x's own scale first
+      cq[2] *= back;
+    }
+    fold_group(st + 16 * kRow, q_sb_bytes(kBits), gq, u, cq, gsum[g0 + u], kBits == 4 ? 128.0f : 1024.0f, acc0,
+               acc2);
   }
   c0 = acc0;
   c2 = acc2;
@@ -181,8 +166,8 @@ __device__ __forceinline__ void stage_dot_bf16_seg(const char* st, int pitch, co
   seg_rows<S>(c[0] + d[0] + c[3] + d[3], c0, c2);
 }
 
-// One segmented quantized stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q4
-// (kBits 4) or stage_dot_q8 (kBits 8; gback: x's per-group 2^-s).
+// One segmented quantized stage (R rows x S segments of sl codes from code k0), per group as stage_dot_q
+// (gback, kBits 8: x's per-group 2^-s).
 template <int S, int kBits>
 __device__ __forceinline__ void stage_dot_q_seg(const unsigned char* st, int pitch, int sbp, const uint4* xv,
                                                 const float* gsum, const float* gback, int k0, int sl,
