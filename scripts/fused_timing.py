@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads the persistent decode step's timing record (BUNSEN_DECODE_FUSED_TIMING=FILE, decode_mega.cu's Slot)
+"""Reads the persistent decode step's timing record (BUNSEN_DECODE_FUSED_TIMING=FILE, decode_mega_common.cuh's Slot)
 and prints where a layer's time goes: per segment of a layer (a phase's work, or the wait at the grid barrier
 that ends it) the median over blocks and the slowest block, averaged over the layers past the first; then per
 projection phase the consumers' wait for staged weights and the producer's wait for a free stage (both from
@@ -21,7 +21,7 @@ import statistics
 import struct
 import sys
 
-# decode_mega.cu's Slot, in order.
+# decode_mega_common.cuh's Slot, in order.
 EVENTS = ["start", "norm1", "qkv_done", "qkv_pass", "attn_done", "attn_pass", "o_loaded", "o_done", "o_pass",
           "norm2", "gu_done", "gu_pass", "act_loaded", "down_done", "down_pass"]
 WAIT_DATA, WAIT_FREE, ISSUED, WAIT_KEYS = 15, 19, 23, 27

@@ -53,7 +53,7 @@ struct MegaArgs {
   // Timing experiments only (BUNSEN_DECODE_FUSED_DEBUG, wrong results): bit 0 skips the attention phase,
   // bit 1 the grid-barrier waits.
   int debug = 0;
-  // How stage rows are copied (decode_mega.cu's by_tma; BUNSEN_DECODE_FUSED_COPY): 0 rows under 256 bytes by
+  // How stage rows are copied (decode_mega_produce.cuh's by_tma; BUNSEN_DECODE_FUSED_COPY): 0 rows under 256 bytes by
   // cp.async and the rest by the TMA, 1 all by cp.async, 2 all by the TMA.
   int copy_mode = 0;
   // The most segments per stage row (1, 2, 4 or 8; BUNSEN_DECODE_FUSED_SEGS; the dispatch's default: bf16 8,
@@ -65,7 +65,7 @@ struct MegaArgs {
   // one at a time, the form before 2026-12-06's twenty-third session; any other value: 8).
   int vec_batch = 8;
   // When set (BUNSEN_DECODE_FUSED_TIMING): the timing instance runs and records, per block and layer,
-  // kMegaTimingSlots 64-bit values (decode_mega.cu's Slot: phase ends on %globaltimer, waits in SM clocks).
+  // kMegaTimingSlots 64-bit values (decode_mega_common.cuh's Slot: phase ends on %globaltimer, waits in SM clocks).
   unsigned long long* timing = nullptr;
   float* partials = nullptr;  // mega_scratch_floats(n_heads, head_dim) f32, then the counters (mega_counters)
 };
