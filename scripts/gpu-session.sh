@@ -3,23 +3,23 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
-# fused_sanitize, trace, trace8
+# fused_sanitize, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
 # table serve.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
-# trace/trace8 ~0.5 each: split them over calls of < 10 minutes. The trace stages need .gpu/lib's libcupti and
-# trace library: leave test_cuda.xz out of that call (the test stages then report rc 127). A machine start costs
-# 3-5 minutes of device time: plan calls back to back on a warm machine (it is given back after 30 s idle).
+# trace/trace8/trace_shapes ~0.5-1.5: split them over calls of < 10 minutes. The trace stages need .gpu/lib's
+# libcupti and trace library. A machine start costs 1-5 minutes of device time: plan calls back to back on a
+# warm machine (it is given back after 30 s idle).
 # AB_T: seconds per A/B (default 200); AB_REPS: reps per case (default 2); SHARD_T: seconds per test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
-# The carry limit (64 MiB on disk, tracked files included) is exceeded by ~2.5 MiB: move
-# tests/unit/text/data (the tokenizer corpora, not read by test_cuda) aside for the call, then back, and
-# leave .gpu/lib's libcupti and trace library out except for the trace call.
+# The carry limit is 64 MiB on disk, tracked files included: pack a build configured for the device (sm_90a
+# code only, uncompressed fatbins: scripts/gpu-check.sh pack says how), ~29 MB with the trace library, ~47 MiB
+# with the tracked files. (A default build's compressed fatbins pack to ~57 MB: too much with the tracked files.)
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
 #   1. the tests of the unvalidated paths (NEW_TESTS), then the rest of test_cuda in four parallel shards;
@@ -159,6 +159,13 @@ attn() {  # the decode attention path by shape: the cluster default (<= 2 rows x
   ab ab_26b_attn "--synthetic gemma4-26b-a4b --quant 4" default: split:BUNSEN_DECODE_ATTN=split
 }
 
+attn_llama() {  # batch-1 decode attention on 8 kv heads: the split path (slices, then a combine launch) vs cluster
+  ab ab_1b_attn "--synthetic llama3.2-1b" split:BUNSEN_DECODE_ATTN=split cluster:BUNSEN_DECODE_ATTN=cluster
+  ab ab_8b_attn "--synthetic llama3.1-8b" split:BUNSEN_DECODE_ATTN=split cluster:BUNSEN_DECODE_ATTN=cluster
+  ab ab_8b_q4_attn "--synthetic llama3.1-8b --quant 4" split:BUNSEN_DECODE_ATTN=split \
+    cluster:BUNSEN_DECODE_ATTN=cluster
+}
+
 bulk() {  # the packed decode attention's bulk copies: tests (the bulk parameters 5 and 6), bench, sanitizer
   timeout "${BULK_T:-200}" "$G/test_cuda" --gtest_filter='Variants/CudaDecodeTest.*/5:Variants/CudaDecodeTest.*/6' \
     >"$R/bulk_tests.txt" 2>&1
@@ -190,10 +197,11 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   [ $rc = 124 ] && return 1  # a hang: no A/B
   local m
   local i=0
-  for m in BUNSEN_DECODE_FUSED_COPY=1 BUNSEN_DECODE_FUSED_COPY=2 BUNSEN_DECODE_FUSED_SEGS=1 \
-    BUNSEN_DECODE_FUSED_SEGS=2 BUNSEN_DECODE_FUSED_SEGS=4; do  # the other forms
+  # FUSED_FORMS: the other forms' settings (comma-separated ENV=V lists), each a run of the wider-shape test
+  for m in ${FUSED_FORMS:-BUNSEN_DECODE_FUSED_COPY=1 BUNSEN_DECODE_FUSED_COPY=2 BUNSEN_DECODE_FUSED_SEGS=1 \
+    BUNSEN_DECODE_FUSED_SEGS=2 BUNSEN_DECODE_FUSED_SEGS=4}; do
     i=$((i + 1))
-    env "$m" timeout 90 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
+    env ${m//,/ } timeout 90 "$G/test_cuda" --gtest_filter='*FusedDecodeStepMatchesThePerOpStepAtWiderShapes' \
       >"$R/fused_tests_form$i.txt" 2>&1
     echo "$m: rc=$? $(grep -c '^\[       OK' "$R/fused_tests_form$i.txt") ok"
     grep -E '^\[  FAILED|^\[ fused' "$R/fused_tests_form$i.txt" | head -8
@@ -210,18 +218,19 @@ fused() {  # the persistent decode step (BUNSEN_DECODE_FUSED): its tests, then p
   done
 }
 fused_timing_one() {  # NAME:ARGS: where a layer's time goes in the fused step (scripts/fused_timing.py)
-  local m=$1
-  BUNSEN_DECODE_FUSED=1 BUNSEN_DECODE_FUSED_TIMING="$R/timing_${m%%:*}.bin" timeout 120 "$G/bunsen" benchmark \
-    --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/timing_${m%%:*}.txt" 2>&1
-  echo "== timing ${m%%:*} (rc $?): $(grep -m1 '^decode ' "$R/timing_${m%%:*}.txt")"
-  python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" 2>&1 | tee -a "$R/timing_${m%%:*}.txt"
-  echo "slowest attention blocks, layer 1:" >>"$R/timing_${m%%:*}.txt"
-  python3 scripts/fused_timing.py "$R/timing_${m%%:*}.bin" --slowest attention --layer 1 >>"$R/timing_${m%%:*}.txt" 2>&1
+  local m=$1 t="timing_${1%%:*}${TIMING_TAG:-}"  # TIMING_TAG: a suffix for the files (another form's record)
+  BUNSEN_DECODE_FUSED=1 BUNSEN_DECODE_FUSED_TIMING="$R/$t.bin" timeout 120 "$G/bunsen" benchmark \
+    --device cuda --prompt-len 1024 --prefill-lens 1024 --gen 32 --no-probe ${m#*:} >"$R/$t.txt" 2>&1
+  echo "== $t (rc $?): $(grep -m1 '^decode ' "$R/$t.txt")"
+  python3 scripts/fused_timing.py "$R/$t.bin" 2>&1 | tee -a "$R/$t.txt"
+  echo "slowest attention blocks, layer 1:" >>"$R/$t.txt"
+  python3 scripts/fused_timing.py "$R/$t.bin" --slowest attention --layer 1 >>"$R/$t.txt" 2>&1
   snap
 }
-fused_timing() {  # the timing records alone, 1B, 8B, 8B 4-bit
+fused_timing() {  # the timing records alone, 1B, 8B, 8B 4-bit (FUSED_SHAPES as in fused)
   local m
   for m in "1b:--synthetic llama3.2-1b" "8b:--synthetic llama3.1-8b" "8b_q4:--synthetic llama3.1-8b --quant 4"; do
+    case " ${FUSED_SHAPES:-1b 8b 8b_q4} " in *" ${m%%:*} "*) ;; *) continue ;; esac
     fused_timing_one "$m"
   done
 }
@@ -380,6 +389,21 @@ trace() {  # where the 1B's step goes with the norms in the prologues
   snap
 }
 
+trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape" ..., default the 8B and 1B in bf16)
+  [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
+  local m
+  for m in ${TRACE_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b}; do
+    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_${m%%:*}.csv" \
+      timeout 90 "$G/bunsen" benchmark --device cuda --synthetic ${m#*:} --prompt-len 1024 --prefill-lens 1024 \
+      --gen 48 --no-probe --json >"$R/trace_${m%%:*}.json" 2>&1
+    python3 scripts/kernel_trace.py "$R/trace_${m%%:*}.csv" --by-shape >"$R/trace_${m%%:*}.txt" 2>&1
+    echo "== trace ${m%%:*}"
+    head -30 "$R/trace_${m%%:*}.txt"
+    xz -9 "$R/trace_${m%%:*}.csv"
+    snap
+  done
+}
+
 trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s)
   if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
     LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_8b_q4.csv" \
@@ -395,15 +419,15 @@ trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | moe | splits | attn | sanitize | decode | families | sampled | defaults | table | \
+    new | tests | q8 | xb | moe | splits | attn | attn_llama | sanitize | decode | families | sampled | defaults | table | \
       serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_ncu | fused_sanitize | trace | \
-      trace8)
+      trace8 | trace_shapes)
       $stage
       ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, sanitize, decode, families, sampled, defaults," \
+      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled, defaults," \
         "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_sanitize, trace," \
-        "trace8)" >&2
+        "trace8, trace_shapes)" >&2
       exit 2
       ;;
   esac
