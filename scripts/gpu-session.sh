@@ -34,7 +34,7 @@
 #      argmax split on gemma4-e4b;
 #   3. sampled decode: BUNSEN_SAMPLE_HIST peers|first, 8B and 1B, temperature 0.8 top-p 0.95;
 #   4. serving, 64 streams of the 8B, greedy and sampled, BUNSEN_DEVICE_SAMPLING 0|1 on the server;
-#   5. a kernel trace of the 1B step with the fused norm on (when the trace library was packed).
+#   5. a kernel trace of the 1B step (when the trace library was packed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 G=.gpu
@@ -377,43 +377,29 @@ d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'], d.get('p
   done
 }
 
-trace() {  # where the 1B's step goes with the norms in the prologues
-  if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
-    BUNSEN_FUSED_NORM=1 LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_1b.csv" \
-      timeout 60 "$G/bunsen" benchmark --device cuda --synthetic llama3.2-1b --prompt-len 1024 --prefill-lens 1024 \
-      --gen 64 --no-probe --json >"$R/trace_1b.json" 2>&1
-    python3 scripts/kernel_trace.py "$R/trace_1b.csv" --by-shape >"$R/trace_1b.txt" 2>&1
-    head -40 "$R/trace_1b.txt"
-    xz -9 "$R/trace_1b.csv"
-  fi
-  snap
-}
-
-trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape" ..., default the 8B and 1B in bf16)
-  [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
-  local m
-  for m in ${TRACE_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b}; do
-    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_${m%%:*}.csv" \
-      timeout 90 "$G/bunsen" benchmark --device cuda --synthetic ${m#*:} --prompt-len 1024 --prefill-lens 1024 \
-      --gen 48 --no-probe --json >"$R/trace_${m%%:*}.json" 2>&1
-    python3 scripts/kernel_trace.py "$R/trace_${m%%:*}.csv" --by-shape >"$R/trace_${m%%:*}.txt" 2>&1
-    echo "== trace ${m%%:*}"
-    head -30 "$R/trace_${m%%:*}.txt"
-    xz -9 "$R/trace_${m%%:*}.csv"
-    snap
-  done
+trace() {  # where the 1B's step goes (the norms in the prologues: the default for llama-like layers)
+  TRACE_SHAPES="1b:llama3.2-1b" trace_shapes
 }
 
 trace8() {  # where the 8B 4-bit step goes (the largest gap: issue 8's 700 tok/s)
-  if [ -f "$G/lib/libbunsen_kernel_trace.so" ]; then
-    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_8b_q4.csv" \
-      timeout 90 "$G/bunsen" benchmark --device cuda --synthetic llama3.1-8b --quant 4 --prompt-len 1024 \
-      --prefill-lens 1024 --gen 48 --no-probe --json >"$R/trace_8b_q4.json" 2>&1
-    python3 scripts/kernel_trace.py "$R/trace_8b_q4.csv" --by-shape >"$R/trace_8b_q4.txt" 2>&1
-    head -40 "$R/trace_8b_q4.txt"
-    xz -9 "$R/trace_8b_q4.csv"
-  fi
-  snap
+  TRACE_SHAPES="8b_q4:llama3.1-8b:4" trace_shapes
+}
+
+trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[:quant bits]" ..., default the
+  # 8B and 1B in bf16): trace_NAME.{json,txt,csv.xz} (scripts/kernel_trace.py --by-shape)
+  [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
+  local m name shape bits
+  for m in ${TRACE_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b}; do
+    IFS=: read -r name shape bits <<<"$m"
+    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_$name.csv" \
+      timeout 90 "$G/bunsen" benchmark --device cuda --synthetic "$shape" ${bits:+--quant "$bits"} --prompt-len 1024 \
+      --prefill-lens 1024 --gen 48 --no-probe --json >"$R/trace_$name.json" 2>&1
+    python3 scripts/kernel_trace.py "$R/trace_$name.csv" --by-shape >"$R/trace_$name.txt" 2>&1
+    echo "== trace $name"
+    head -30 "$R/trace_$name.txt"
+    xz -9 "$R/trace_$name.csv"
+    snap
+  done
 }
 
 [ $# -gt 0 ] || set -- tests table serve trace8
