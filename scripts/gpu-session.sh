@@ -159,11 +159,16 @@ attn() {  # the decode attention path by shape: the cluster default (<= 2 rows x
   ab ab_26b_attn "--synthetic gemma4-26b-a4b --quant 4" default: split:BUNSEN_DECODE_ATTN=split
 }
 
-attn_llama() {  # batch-1 decode attention on 8 kv heads: the split path (slices, then a combine launch) vs cluster
-  ab ab_1b_attn "--synthetic llama3.2-1b" split:BUNSEN_DECODE_ATTN=split cluster:BUNSEN_DECODE_ATTN=cluster
-  ab ab_8b_attn "--synthetic llama3.1-8b" split:BUNSEN_DECODE_ATTN=split cluster:BUNSEN_DECODE_ATTN=cluster
-  ab ab_8b_q4_attn "--synthetic llama3.1-8b --quant 4" split:BUNSEN_DECODE_ATTN=split \
-    cluster:BUNSEN_DECODE_ATTN=cluster
+attn_llama() {  # batch-1 decode attention on 8 kv heads: the split path (slices, then a combine launch) vs the
+  # cluster path and the fused combine (the last slice of a kv head merges); ATTN_LLAMA_CASES: other cases
+  local cases=${ATTN_LLAMA_CASES:-split:BUNSEN_DECODE_ATTN=split cluster:BUNSEN_DECODE_ATTN=cluster \
+    fcomb:BUNSEN_DECODE_ATTN=split,BUNSEN_DECODE_FUSED_COMBINE=1}
+  # shellcheck disable=SC2086
+  ab ab_1b_attn "--synthetic llama3.2-1b" $cases
+  # shellcheck disable=SC2086
+  ab ab_8b_attn "--synthetic llama3.1-8b" $cases
+  # shellcheck disable=SC2086
+  ab ab_8b_q4_attn "--synthetic llama3.1-8b --quant 4" $cases
 }
 
 bulk() {  # the packed decode attention's bulk copies: tests (the bulk parameters 5 and 6), bench, sanitizer
