@@ -9,7 +9,7 @@
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
 # table serve.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
-# attn ~2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
+# attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
 # trace/trace8/trace_shapes ~0.5-1.5: split them over calls of < 10 minutes. The trace stages need .gpu/lib's
@@ -18,7 +18,7 @@
 # AB_T: seconds per A/B (default 200); AB_REPS: reps per case (default 2); SHARD_T: seconds per test shard (default 200);
 # ONLY_8B=1: q8 and xb A/B the 8B alone.
 # The carry limit is 64 MiB on disk, tracked files included: pack a build configured for the device (sm_90a
-# code only, uncompressed fatbins: scripts/gpu-check.sh pack says how), ~29 MB with the trace library, ~47 MiB
+# code only, uncompressed fatbins: scripts/gpu-check.sh pack says how), ~29 MB with the trace library, ~44 MiB
 # with the tracked files. (A default build's compressed fatbins pack to ~57 MB: too much with the tracked files.)
 # Results land in $OUT/r and are snapshotted to $OUT/results.tgz after every stage, so a call cut by its
 # time limit still returns what finished. Stages (each bounded by `timeout`):
