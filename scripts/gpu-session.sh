@@ -3,7 +3,7 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, attn_llama, omerge, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
@@ -59,7 +59,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS=${NEW_TESTS:-'OMergeTest.*'}
+NEW_TESTS=${NEW_TESTS:-'CudaMoeTest.*'}  # (a call may name others)
 new() {  # only the tests of the unvalidated paths
   timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
@@ -169,22 +169,6 @@ attn_llama() {  # batch-1 decode attention on 8 kv heads: the split path (slices
   ab ab_8b_attn "--synthetic llama3.1-8b" $cases
   # shellcheck disable=SC2086
   ab ab_8b_q4_attn "--synthetic llama3.1-8b --quant 4" $cases
-}
-
-omerge() {  # the split-KV merge in the o-projection's launch (BUNSEN_DECODE_O_MERGE 0 | 1): the decode and
-  # fused-norm model tests (the model's attention now goes through paged_attention_linear), then batch-1 A/Bs
-  timeout "${OMERGE_T:-150}" "$G/test_cuda" \
-    --gtest_filter='OMergeTest.*:*FusedNormDecodes*:*ModelMatchesGoldens*:*GraphReplay*' >"$R/omerge_tests.txt" 2>&1
-  echo "omerge tests rc=$?: $(grep -c '^\[       OK' "$R/omerge_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/omerge_tests.txt") failed"
-  grep -h '^\[  FAILED' "$R/omerge_tests.txt" | sort -u | head -10
-  snap
-  local m name shape
-  local cases=${OMERGE_CASES:-off:BUNSEN_DECODE_O_MERGE=0 on:BUNSEN_DECODE_O_MERGE=1 on2:BUNSEN_DECODE_O_MERGE=2}
-  for m in ${OMERGE_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b}; do
-    IFS=: read -r name shape <<<"$m"
-    # shellcheck disable=SC2086
-    ab "ab_omerge_$name" "--synthetic $shape" $cases
-  done
 }
 
 bulk() {  # the packed decode attention's bulk copies: tests (the bulk parameters 5 and 6), bench, sanitizer
@@ -426,13 +410,13 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case $stage in
-    new | tests | q8 | xb | moe | splits | attn | attn_llama | omerge | sanitize | decode | families | sampled | defaults | table | \
+    new | tests | q8 | xb | moe | splits | attn | attn_llama | sanitize | decode | families | sampled | defaults | table | \
       serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_ncu | fused_sanitize | trace | \
       trace8 | trace_shapes)
       $stage
       ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, attn_llama, omerge, sanitize, decode, families, sampled, defaults," \
+      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled, defaults," \
         "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_sanitize, trace," \
         "trace8, trace_shapes)" >&2
       exit 2

@@ -214,9 +214,8 @@ void scale(Context& ctx, Tensor x, float s) {
   use_ref() ? ref::scale(x, s) : cpu::scale(pool_of(ctx), x, s);
 }
 
-namespace {
-// linear's checks; true when the tensors are on CUDA.
-bool check_linear(const char* op, Tensor out, Tensor x, Tensor w, Tensor bias) {
+void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
+  const char* op = "linear";
   const bool gpu = on_cuda(op, {&out, &x, &w, &bias});
   need_rows(op, "x", x, gpu);
   need_rows(op, "out", out, gpu);
@@ -232,12 +231,6 @@ bool check_linear(const char* op, Tensor out, Tensor x, Tensor w, Tensor bias) {
     need_float(op, "bias", bias);
     need_vector(op, "bias", bias, w.shape[0]);
   }
-  return gpu;
-}
-}  // namespace
-
-void linear(Context& ctx, Tensor out, Tensor x, Tensor w, Tensor bias) {
-  const bool gpu = check_linear("linear", out, x, w, bias);
   if (gpu) return cuda_route::linear(ctx, out, x, w, bias);
   use_ref() ? ref::linear(out, x, w, bias) : cpu::linear(pool_of(ctx), out, x, w, bias);
 }
@@ -332,10 +325,9 @@ void check_attention_meta(const char* op, const Tensor& q, const PagedKv& cache,
 
 }  // namespace
 
-namespace {
-// paged_attention's checks; true when the tensors are on CUDA.
-bool check_paged_attention(const char* op, Tensor out, Tensor q, const PagedKv& cache,
-                           const AttentionMeta& meta, const AttentionParams& p) {
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p) {
+  const char* op = "paged_attention";
   const bool gpu = on_cuda(op, {&out, &q, &cache.k, &cache.v, &cache.k_params, &cache.v_params, &meta.positions,
                                 &meta.seq_index, &meta.block_tables});
   need_cache(op, cache);
@@ -349,35 +341,9 @@ bool check_paged_attention(const char* op, Tensor out, Tensor q, const PagedKv& 
   check_attention_meta(op, q, cache, meta, p, gpu);
   if (gpu && q.shape[2] > cuda::kMaxHeadDim)
     fail(op, desc("q", q) + strfmt(": head_dim is above the CUDA limit %d", cuda::kMaxHeadDim));
-  return gpu;
-}
-}  // namespace
-
-void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
-                     const AttentionParams& p) {
-  const bool gpu = check_paged_attention("paged_attention", out, q, cache, meta, p);
   if (gpu) return cuda_route::paged_attention(ctx, out, q, cache, meta, p);
   use_ref() ? ref::paged_attention(out, q, cache, meta, p)
             : cpu::paged_attention(pool_of(ctx), out, q, cache, meta, p);
-}
-
-void paged_attention_linear(Context& ctx, Tensor attn, Tensor q, const PagedKv& cache,
-                            const AttentionMeta& meta, const AttentionParams& p, Tensor proj_out, Tensor w,
-                            Tensor bias) {
-  const char* op = "paged_attention_linear";
-  if (attn.ndim != 3 || !attn.is_contiguous())
-    fail(op, desc("attn", attn) + " must be a contiguous [n_tokens, n_heads, head_dim] tensor");
-  const Tensor x = attn.reshape({attn.shape[0], attn.shape[1] * attn.shape[2]});
-  const bool gpu = check_paged_attention(op, attn, q, cache, meta, p);
-  if (check_linear(op, proj_out, x, w, bias) != gpu)
-    fail(op, desc("attn", attn) + " and " + desc("proj_out", proj_out) + " are on different devices");
-  if (gpu) return cuda_route::paged_attention_linear(ctx, attn, q, cache, meta, p, proj_out, x, w, bias);
-  paged_attention(ctx, attn, q, cache, meta, p);
-  linear(ctx, proj_out, x, w, bias);
-}
-
-void set_o_merge_for_testing(int mode) {
-  cuda_route::set_o_merge_for_testing(mode);
 }
 
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {

@@ -106,9 +106,9 @@ void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slo
   cuda::kv_write(ctx.cuda_stream, cache_view(cache), heads(k), heads(v), slot_mapping.ptr<int64_t>());
 }
 
-namespace {
-cuda::DevAttention attention_view(Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
-                                  const AttentionParams& p) {
+void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
+                     const AttentionParams& p) {
+  need_current_device("paged_attention", q);
   cuda::DevAttention a;
   a.out = heads(out);
   a.q = heads(q);
@@ -127,32 +127,7 @@ cuda::DevAttention attention_view(Tensor out, Tensor q, const PagedKv& cache, co
     a.prefetch = p.prefetch_next.data;
     a.prefetch_bytes = static_cast<int64_t>(p.prefetch_next.nbytes());
   }
-  return a;
-}
-}  // namespace
-
-void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
-                     const AttentionParams& p) {
-  need_current_device("paged_attention", q);
-  cuda::paged_attention(ctx.cuda_stream, attention_view(out, q, cache, meta, p));
-}
-
-void paged_attention_linear(Context& ctx, Tensor attn, Tensor q, const PagedKv& cache,
-                            const AttentionMeta& meta, const AttentionParams& p, Tensor proj_out,
-                            Tensor attn2d, Tensor w, Tensor bias) {
-  need_current_device("paged_attention_linear", q);
-  need_current_device("paged_attention_linear", w);
-  cuda::DevOProj o;
-  o.out = rows(proj_out);
-  o.x = rows(attn2d);
-  o.w = rows(w);
-  o.bias = bias.empty() ? nullptr : bias.data;
-  o.bias_dtype = bias.dtype;
-  cuda::paged_attention_linear(ctx.cuda_stream, attention_view(attn, q, cache, meta, p), o);
-}
-
-void set_o_merge_for_testing(int mode) {
-  cuda::set_o_merge_for_testing(mode);
+  cuda::paged_attention(ctx.cuda_stream, a);
 }
 
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up) {
@@ -228,11 +203,6 @@ void kv_write(Context&, const PagedKv&, Tensor, Tensor, Tensor) {
 void paged_attention(Context&, Tensor, Tensor, const PagedKv&, const AttentionMeta&, const AttentionParams&) {
   not_built("paged_attention");
 }
-void paged_attention_linear(Context&, Tensor, Tensor, const PagedKv&, const AttentionMeta&,
-                            const AttentionParams&, Tensor, Tensor, Tensor, Tensor) {
-  not_built("paged_attention_linear");
-}
-void set_o_merge_for_testing(int) {}
 void silu_mul(Context&, Tensor, Tensor, Tensor) {
   not_built("silu_mul");
 }

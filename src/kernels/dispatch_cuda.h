@@ -25,11 +25,6 @@ void rope(Context& ctx, Tensor x, Tensor positions, const RopeParams& p);
 void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slot_mapping);
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p);
-// attn2d: attn as the projection's rows.
-void paged_attention_linear(Context& ctx, Tensor attn, Tensor q, const PagedKv& cache,
-                            const AttentionMeta& meta, const AttentionParams& p, Tensor proj_out,
-                            Tensor attn2d, Tensor w, Tensor bias);
-void set_o_merge_for_testing(int mode);
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 void softcap(Context& ctx, Tensor x, float cap);

@@ -201,16 +201,6 @@ void kv_write(Context& ctx, const PagedKv& cache, Tensor k, Tensor v, Tensor slo
 void paged_attention(Context& ctx, Tensor out, Tensor q, const PagedKv& cache, const AttentionMeta& meta,
                      const AttentionParams& p);
 
-// paged_attention into `attn`, then the o-projection proj_out = attn · wᵀ (+ bias) as linear() with attn
-// viewed as rows [n_tokens, n_heads * head_dim] (attn contiguous per token). On CUDA a batch-1 flash-decoding
-// step merges its key slices inside the projection's launch instead of a combine launch
-// (BUNSEN_DECODE_O_MERGE=0 turns that off); the results, attn included, are the same bits either way.
-void paged_attention_linear(Context& ctx, Tensor attn, Tensor q, const PagedKv& cache,
-                            const AttentionMeta& meta, const AttentionParams& p, Tensor proj_out, Tensor w,
-                            Tensor bias = {});
-// -1 (default): BUNSEN_DECODE_O_MERGE decides; 0: never merge in the projection; 1: where it applies. Tests.
-void set_o_merge_for_testing(int mode);
-
 // out = silu(gate) * up.   out, gate, up [m, f] f32 (gate/up may be column slices of one fused tensor).
 void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 

@@ -217,12 +217,4 @@ void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, cons
   down(ctx, out, act);
 }
 
-void attention_output(kernels::Context& ctx, const Linear& o, Tensor out, Tensor attn3, Tensor q3,
-                      const kernels::PagedKv& kv, const kernels::AttentionMeta& meta,
-                      const kernels::AttentionParams& p) {
-  if (!o.quantized()) return kernels::paged_attention_linear(ctx, attn3, q3, kv, meta, p, out, o.w, o.b);
-  kernels::paged_attention(ctx, attn3, q3, kv, meta, p);
-  o(ctx, out, attn3.reshape({attn3.shape[0], attn3.shape[1] * attn3.shape[2]}));
-}
-
 }  // namespace bunsen::model

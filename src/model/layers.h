@@ -27,13 +27,6 @@ struct Linear {
   size_t bytes() const;
 };
 
-// paged_attention into attn3 [n, n_heads, head_dim] (contiguous), then out = o(attn3 as rows): one op for
-// float weights, so a CUDA decode step merges its key slices inside the projection's launch
-// (kernels::paged_attention_linear); quantized weights run the two ops.
-void attention_output(kernels::Context& ctx, const Linear& o, Tensor out, Tensor attn3, Tensor q3,
-                      const kernels::PagedKv& kv, const kernels::AttentionMeta& meta,
-                      const kernels::AttentionParams& p);
-
 struct Embedding {
   Tensor table;            // [vocab, d] f32|f16|bf16; empty when quantized
   kernels::QuantWeight q;  // [vocab, d] MLX affine; empty when table is set

@@ -334,29 +334,6 @@ void set_attention_splits_for_testing(int n_splits) {
   g_forced_splits.store(n_splits);
 }
 
-namespace {
-// Whether paged_attention hands `at` (q.head_dim in range) to flash-decoding (attention_decode.cu). With
-// BUNSEN_FLASH_DECODE=1 (or the testing switch), large decode batches (rows x kv heads fill the GPU) take the
-// tensor-core kernel with one sequence per block instead; it is not the default until it has been measured
-// on the GPU.
-bool takes_decode_attention(const DevAttention& at) {
-  const bool flash_decode = flash_decode_enabled() && flash_prefill_ok(at) &&
-                            at.q.n_tokens * at.cache.n_kv_heads >= 2 * static_cast<int64_t>(sm_count());
-  return !flash_decode && decode_attention_ok(at);
-}
-}  // namespace
-
-void paged_attention_linear(void* stream, const DevAttention& at, const DevOProj& o) {
-  const DevHeads& q = at.q;
-  if (q.n_tokens > 0 && q.n_heads > 0 && q.head_dim >= 1 && q.head_dim <= kMaxHeadDim &&
-      takes_decode_attention(at)) {
-    decode_attention(stream, at, g_forced_splits.load(), &o);
-    return;
-  }
-  paged_attention(stream, at);
-  linear(stream, o.out, o.x, o.w, o.bias, o.bias_dtype);
-}
-
 void paged_attention(void* stream, const DevAttention& at) {
   const char* op = "paged_attention";
   const DevHeads& q = at.q;
@@ -375,7 +352,12 @@ void paged_attention(void* stream, const DevAttention& at) {
   a.n_heads = static_cast<int>(q.n_heads);
   a.head_dim = static_cast<int>(q.head_dim);
   const int n_kv_heads = static_cast<int>(at.cache.n_kv_heads);
-  if (takes_decode_attention(at)) {  // decode rows: flash-decoding (split-KV, attention_decode.cu)
+  // Decode rows: flash-decoding (split-KV, attention_decode.cu). With BUNSEN_FLASH_DECODE=1 (or the testing
+  // switch), large decode batches (rows x kv heads fill the GPU) take the tensor-core kernel with one
+  // sequence per block instead; it is not the default until it has been measured on the GPU.
+  const bool flash_decode = flash_decode_enabled() && flash_prefill_ok(at) &&
+                            q.n_tokens * at.cache.n_kv_heads >= 2 * static_cast<int64_t>(sm_count());
+  if (!flash_decode && decode_attention_ok(at)) {
     decode_attention(stream, at, g_forced_splits.load());
     return;
   }

@@ -45,7 +45,6 @@
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
 #include "kernels/cuda/kv_quant.cuh"
-#include "kernels/cuda/linear.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -720,67 +719,7 @@ bool decode_attention_ok(const DevAttention& at) {
          (simt || use_mma(at)) && aligned && at.q.n_tokens < (int64_t{1} << 31) && c.n_kv_heads <= 65535;
 }
 
-namespace {
-std::atomic<int> g_o_merge{-1};      // set_o_merge_for_testing
-std::atomic<int64_t> g_o_merges{0};  // o_merge_launches_for_testing
-
-// The projection after the attention, as linear() would run it.
-void o_linear(void* stream, const DevOProj& o) {
-  linear(stream, o.out, o.x, o.w, o.bias, o.bias_dtype);
-}
-
-// The o-projection of `o` merging the key slices of a batch-1 split launch `a` in its prologue; false
-// (nothing launched) when that does not apply.
-bool o_merged(cudaStream_t s, const DevAttention& at, const DecodeArgs& a, const DevOProj& o) {
-  const int64_t k = at.out.n_heads * at.out.head_dim;
-  if (!o_merge_enabled() || a.n_tokens != 1 || at.out.dtype != DType::kBF16 ||
-      at.out.head_stride != at.out.head_dim || o.x.data != at.out.data || o.x.n_rows != 1 ||
-      o.x.n_cols != k || o.w.n_cols != k || o.out.n_rows != 1 || o.w.dtype != DType::kBF16 ||
-      o.w.n_rows != o.out.n_cols || reinterpret_cast<uintptr_t>(o.x.data) % 16 != 0)
-    return false;
-  if (linear_path() == LinearPath::kGemm) return false;  // the plain projection would not be the GEMV
-  GemvMultiArgs g;
-  g.part[0] = {o.w.data, o.out.data, o.bias, o.w.n_rows, o.w.stride, o.out.stride};
-  g.n_parts = 1;
-  g.x = o.x.data;
-  g.x_stride = o.x.stride;
-  g.m = 1;
-  g.k = k;
-  g.w_dtype = o.w.dtype;
-  g.x_dtype = DType::kBF16;
-  g.out_dtype = o.out.dtype;
-  g.bias_dtype = o.bias_dtype;
-  GemvMerge m;
-  m.partials = a.partials;
-  m.out = static_cast<Bf16*>(at.out.data);
-  m.positions = a.positions;
-  m.n_heads = a.n_heads;
-  m.head_dim = a.head_dim;
-  m.n_splits = a.n_splits;
-  m.min_keys = a.min_keys;
-  m.window = a.window;
-  if (!gemv_multi_merge(s, g, m)) return false;
-  g_o_merges.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-}  // namespace
-
-bool o_merge_enabled() {
-  const int mode = g_o_merge.load();
-  if (mode >= 0) return mode == 1;
-  static const bool env_on = env_flag("BUNSEN_DECODE_O_MERGE", true);
-  return env_on;
-}
-
-void set_o_merge_for_testing(int mode) {
-  g_o_merge.store(mode);
-}
-
-int64_t o_merge_launches_for_testing() {
-  return g_o_merges.load();
-}
-
-void decode_attention(void* stream, const DevAttention& at, int forced_splits, const DevOProj* o) {
+void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   if (forced_splits <= 0) forced_splits = env_splits();
   const char* op = "paged_attention";
   auto detail = [&] { return heads_desc("q", at.q) + " (flash-decoding)"; };
@@ -815,7 +754,6 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits, c
     if (forced_splits <= 0) a.n_splits = std::min(a.n_splits, cluster_cap());
     launch_decode_mma_cluster(s, a, n_kv_heads);
     check_launch(op, detail);
-    if (o != nullptr) o_linear(stream, *o);
     return;
   }
   const bool fused = a.n_splits > 1 && !packed && fused_combine();  // packed: combine_kernel only
@@ -834,7 +772,6 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits, c
   else
     with_quant_fmt(at.cache, [&](auto fmt) { launch_tiling<decltype(fmt)::value>(s, a, ti, n_kv_heads); });
   check_launch(op, detail);
-  if (a.n_splits > 1 && !fused && o != nullptr && o_merged(s, at, a, *o)) return;
   if (a.n_splits > 1 && !fused) {  // launched early (programmatic dependent launch); it waits for the partials
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(at.q.n_tokens * at.q.n_heads));
@@ -855,7 +792,6 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits, c
     }
     check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel, a), op, detail);
   }
-  if (o != nullptr) o_linear(stream, *o);
 }
 
 }  // namespace bunsen::kernels::cuda

@@ -15,22 +15,17 @@ namespace bunsen::kernels::cuda {
 // with 1..16 (tensor cores), and no more query rows than sequences (a decode step).
 bool decode_attention_ok(const DevAttention& at);
 
-// Split-KV decode attention; `forced_splits` > 0 fixes the slice count (tests), 0 chooses it. With `o`: then
-// the o-projection (paged_attention_linear), which merges the key slices in its prologue where it can.
-void decode_attention(void* stream, const DevAttention& at, int forced_splits, const DevOProj* o = nullptr);
-
-// Whether paged_attention_linear may merge in the projection (set_o_merge_for_testing,
-// BUNSEN_DECODE_O_MERGE).
-bool o_merge_enabled();
+// Split-KV decode attention; `forced_splits` > 0 fixes the slice count (tests), 0 chooses it.
+void decode_attention(void* stream, const DevAttention& at, int forced_splits);
 
 // 0 (default): the tensor-core slice kernel where it applies (head_dim 64/128/256/512, bf16 q and cache),
 // else SIMT; 1: always the SIMT kernel (shapes it cannot take, e.g. head_dim 512, then leave flash-decoding
 // for attention.cu's general kernel). For tests and the micro-benchmark (all must match the reference).
 void set_attention_decode_variant_for_testing(int variant);
 
-// How a row's key slices are merged: 0 (default): as BUNSEN_DECODE_FUSED_COMBINE says (unset or "0": the
-// separate combine kernel); 1: fused (the last slice block of a (row, kv head) merges them, one launch); 2: a
-// separate combine kernel (the path before the fused one). For tests and the micro-benchmark.
+// How a row's key slices are merged: 0 (default): as BUNSEN_DECODE_FUSED_COMBINE says (unset or "0": as 2,
+// else as 1); 1: fused (the last slice block of a (row, kv head) merges them, one launch); 2: a separate
+// combine kernel. For tests and the micro-benchmark.
 void set_attention_decode_combine_for_testing(int mode);
 
 // Which flash-decoding path runs where the tensor-core kernel applies: 0 (default): as BUNSEN_DECODE_ATTN

@@ -68,9 +68,9 @@ struct Slices {
   int lo, n_keys, n_act, len;
 };
 
-__device__ __forceinline__ Slices slices_for(int window, int n_splits, int min_keys, int pos) {
+__device__ __forceinline__ Slices slices_of(const DecodeArgs& a, int pos) {
   Slices s;
-  s.lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+  s.lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
   s.n_keys = pos + 1 - s.lo;
   if (s.n_keys <= 0) {  // nothing visible: one empty slice, 0 / 0 = NaN as in the other kernels
     s.n_keys = 0;
@@ -78,14 +78,10 @@ __device__ __forceinline__ Slices slices_for(int window, int n_splits, int min_k
     s.len = 0;
     return s;
   }
-  const int want = max(1, min(n_splits, (s.n_keys + min_keys - 1) / min_keys));
+  const int want = max(1, min(a.n_splits, (s.n_keys + a.min_keys - 1) / a.min_keys));
   s.len = (s.n_keys + want - 1) / want;
   s.n_act = (s.n_keys + s.len - 1) / s.len;
   return s;
-}
-
-__device__ __forceinline__ Slices slices_of(const DecodeArgs& a, int pos) {
-  return slices_for(a.window, a.n_splits, a.min_keys, pos);
 }
 
 // Weight of a state with max m when the merged max is mx (both -inf: keep the sums, which are 0 or NaN).

@@ -203,21 +203,6 @@ void rope(void* stream, DevHeads x, const int32_t* positions, const float* inv_f
           float attention_scaling);
 void kv_write(void* stream, const DevCache& cache, DevHeads k, DevHeads v, const int64_t* slot_mapping);
 void paged_attention(void* stream, const DevAttention& a);
-// paged_attention(a), then o.out = o.x · o.wᵀ (+ o.bias) as linear() does, o.x being a.out as rows
-// [n_tokens, n_heads * head_dim]. A batch-1 flash-decoding step on the split path leaves the merge of its
-// key slices to the projection's prologue (gemv_multi_merge: no combine launch) where BUNSEN_DECODE_O_MERGE
-// (or the testing switch) allows it; the same bits either way, a.out included.
-struct DevOProj {
-  DevRows out, x, w;
-  const void* bias = nullptr;
-  DType bias_dtype = DType::kF32;
-};
-void paged_attention_linear(void* stream, const DevAttention& a, const DevOProj& o);
-// -1 (default): BUNSEN_DECODE_O_MERGE decides (unset: on; 2: on, with the small GEMV's second weight buffer
-// loaded before the PDL wait as well, which spills); 0: never merge in the projection; 1: where it applies.
-// For tests and A/B runs.
-void set_o_merge_for_testing(int mode);
-int64_t o_merge_launches_for_testing();  // launches that merged in the projection so far (host count)
 void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up);
 void gelu_tanh_mul(void* stream, DevRows out, DevRows gate, DevRows up);  // activation.cu
 void softcap(void* stream, DevRows x, float cap);                          // activation.cu

@@ -18,7 +18,6 @@
 
 #include "core/env.h"
 #include "kernels/cuda/activation.cuh"
-#include "kernels/cuda/gemv_merge.cuh"
 #include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -312,7 +311,7 @@ __device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* co
 }
 
 // acc[i][r] += the chunks loaded by load_chunks(c0) times x row i, in chunk order. kSmemX: x is the norm
-// or merge prologue's bf16 rows in shared memory (bf16 weights).
+// prologue's bf16 rows in shared memory (bf16 weights).
 template <typename WT, typename XT, int kM, int kRows, int kU, bool kSmemX>
 __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 (&wv)[kU][kRows], const XT* x,
                                            int64_t x_stride, int64_t m, int64_t c0, int64_t n_chunks,
@@ -351,17 +350,11 @@ __device__ __forceinline__ void fma_chunks(float (&acc)[kM][kRows], const uint4 
 // kRope (gemv_vec_rope_kernel): the q/k/v fold, rows from locate_rope and the store from store_rope.
 // kNorm: x is computed by gemv_norm::prologue (gemv_norm.cuh; after pdl_wait, while the early weight loads
 // fly) into dynamic shared memory ([m, k] bf16); bf16 weights only. kPost: by its post-norm form instead.
-// kMerge: x is merged from the split-KV partials by gemv_merge::prologue (gemv_merge.cuh) into the same
-// shared memory (m = 1, bf16 weights; the launch is a grid of thread-block clusters). The merge needs the
-// registers of kEarly's second buffer, so it is loaded after the prologue unless kMergeEarly (spills).
 template <typename WT, typename XT, int kM, int kRows, int kU, bool kGlu, bool kEarly, bool kRope, bool kNorm,
-          bool kPost = false, bool kMerge = false, bool kMergeEarly = false>
+          bool kPost = false>
 __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split, const RopeKvArgs* rk,
-                                              const GemvNorm* nm, const GemvMerge* mg = nullptr) {
+                                              const GemvNorm* nm) {
   static_assert(!kNorm || (std::is_same_v<WT, Bf16> && std::is_same_v<XT, Bf16>), "norm prologue: bf16 only");
-  static_assert(!kMerge || (std::is_same_v<WT, Bf16> && std::is_same_v<XT, Bf16> && kM == 1 && !kNorm),
-                "merge prologue: bf16, m = 1");
-  constexpr bool kSmemX = kNorm || kMerge;
   constexpr int kE = 16 / sizeof(WT);
   __shared__ float partial[kWarps][kM][kRows];
   extern __shared__ uint4 gemv_x_smem[];
@@ -377,44 +370,35 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
     active = locate_rope<kRows>(a, *rk, g, part, n0, rows);
   else
     active = locate<WT, kRows, kGlu>(a, g, part, n0, rows);
-  const XT* x = kSmemX ? reinterpret_cast<const XT*>(gemv_x_smem) : static_cast<const XT*>(a.x);
-  const int64_t x_stride = kSmemX ? a.k : a.x_stride;
+  const XT* x = kNorm ? reinterpret_cast<const XT*>(gemv_x_smem) : static_cast<const XT*>(a.x);
+  const int64_t x_stride = kNorm ? a.k : a.x_stride;
   const int64_t n_chunks = a.k / kE, step = static_cast<int64_t>(split) * 32 * kU;
   float acc[kM][kRows] = {};
   uint4 wa[kU][kRows], wb[kU][kRows];
   int64_t c0 = slice * 32 * kU;
-  bool late = false;  // the merge's measurement switch: every weight load after the prologue
-  if constexpr (kMerge) late = mg->late != 0;
-  if (active && !late) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
-  if constexpr (kEarly && (!kMerge || kMergeEarly)) {
+  if (active) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
+  if constexpr (kEarly) {
     if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
   }
   if constexpr (kNorm) gemv_norm::prefetch_w<kThreads>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
-  if constexpr (kMerge) gemv_merge::arrive();
   pdl_wait();
   if constexpr (kPost)
     gemv_norm::post_prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   else if constexpr (kNorm)
     gemv_norm::prologue<kThreads, kM>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
-  else if constexpr (kMerge)
-    gemv_merge::prologue<kWarps>(*mg, reinterpret_cast<char*>(gemv_x_smem));
-  if (active && late) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
-  if constexpr (kEarly && kMerge && !kMergeEarly) {
-    if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
-  }
   if constexpr (kEarly) {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
-      fma_chunks<WT, XT, kM, kRows, kU, kSmemX>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU, kSmemX>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wb, rows, c0 + 3 * step, n_chunks, lane);
     }
   } else {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
       load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU, kSmemX>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
       load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
-      fma_chunks<WT, XT, kM, kRows, kU, kSmemX>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
+      fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
     }
   }
   float tot[kM][kRows];
@@ -470,16 +454,6 @@ __global__ void __launch_bounds__(kThreads, (kEarly && kNorm) ? kSmallMinBlocks 
     gemv_vec_rope_kernel(const __grid_constant__ GemvMultiArgs a, int split,
                          const __grid_constant__ RopeKvArgs rk, const __grid_constant__ GemvNorm nm) {
   gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, false, kEarly, true, kNorm>(a, split, &rk, &nm);
-}
-
-// gemv_vec_kernel at m = 1 with the split-KV merge prologue (bf16 weights and x): launched as clusters of
-// kGemvMergeCluster blocks.
-template <int kRows, bool kEarly, bool kMergeEarly = false>
-__global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
-    gemv_vec_merge_kernel(const __grid_constant__ GemvMultiArgs a, int split,
-                          const __grid_constant__ GemvMerge mg) {
-  gemv_vec_body<Bf16, Bf16, 1, kRows, kUnroll, false, kEarly, false, false, false, true, kMergeEarly>(
-      a, split, nullptr, nullptr, &mg);
 }
 
 // Any alignment: one weight row (gated: one gate and one up row) per warp, element loads strided by 32.
@@ -672,54 +646,6 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   return go(gemv_vec_norm_kernel<2, kR1, kGlu, false, kPost>, kR1, split);
 }
 
-// gemv_multi_merge's launch: launch_gemv's path, rows per warp group and split at m = 1 (so the same bits as
-// the plain launch on the combined row), the grid rounded up to whole clusters (the surplus blocks merge and
-// compute no rows), with programmatic dependent launch.
-// Measurement switches (read once): BUNSEN_O_MERGE_CLUSTER 8 (default) or 16 blocks per cluster,
-// BUNSEN_O_MERGE_CARVEOUT (a shared-memory carveout percentage for the kernel; unset: the driver's choice).
-int merge_cluster() {
-  static const int c = env_int("BUNSEN_O_MERGE_CLUSTER", kGemvMergeCluster) == 16 ? 16 : kGemvMergeCluster;
-  return c;
-}
-
-cudaError_t launch_merge(cudaStream_t stream, const GemvMultiArgs& a, const GemvMerge& g) {
-  auto go = [&](auto kernel, int rows, int split) {
-    const int cs = merge_cluster();
-    static const int carveout = env_int("BUNSEN_O_MERGE_CARVEOUT", -1);
-    static bool prepared = false;  // (per instance: the lambda's static is per kernel type)
-    if (!prepared) {
-      prepared = true;
-      if (cs > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      if (carveout >= 0)
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-    }
-    const int64_t per = kWarps / split, blocks = (total_groups(a, rows) + per - 1) / per;
-    const int64_t clusters = (blocks + cs - 1) / cs;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = static_cast<unsigned>(cs);
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(clusters * cs));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = static_cast<size_t>(gemv_merge::smem_bytes(a.k, kWarps, g.batch));
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, kernel, a, split, g);
-  };
-  const int small = small_split<Bf16, Bf16, false>(a);
-  // BUNSEN_DECODE_O_MERGE=2: the small launch's second weight buffer before the wait too (68 bytes of
-  // spills).
-  static const bool both_early = env_int("BUNSEN_DECODE_O_MERGE", 1) == 2;
-  if (small > 0 && both_early) return go(gemv_vec_merge_kernel<kRowsSmall, true, true>, kRowsSmall, small);
-  if (small > 0) return go(gemv_vec_merge_kernel<kRowsSmall, true>, kRowsSmall, small);
-  return go(gemv_vec_merge_kernel<kRowsFew, false>, kRowsFew, launch_split<Bf16, Bf16, false>(a));
-}
-
 std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) {
   return rows_desc("out", out) + ", " + rows_desc("x", x) + ", " + rows_desc("w", w);
 }
@@ -758,31 +684,6 @@ bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm
             : (post ? launch_norm<false, true>(stream, a, n) : launch_norm<false, false>(stream, a, n));
   check_cuda(e, "gemv (norm prologue)", [&] {
     return strfmt("m %lld k %lld parts %d glu %d", (long long)a.m, (long long)a.k, a.n_parts, (int)a.glu);
-  });
-  return true;
-}
-
-bool gemv_merge_ok(const GemvMultiArgs& a, const GemvMerge& g) {
-  constexpr int64_t kMaxSmem = 48 * 1024;  // dynamic shared memory without an opt-in
-  return a.m == 1 && a.n_parts == 1 && !a.glu && a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 &&
-         a.k % 8 == 0 && gemv_merge::smem_bytes(a.k, kWarps, g.batch) <= kMaxSmem && a.part[0].n > 0 &&
-         g.head_dim % 2 == 0 && (g.batch == 8 || g.batch == 16 || g.batch == 32) &&
-         reinterpret_cast<uintptr_t>(g.partials) % 8 == 0 && aligned16(a.part[0].w, a.part[0].w_stride * 2) &&
-         g.partials != nullptr && g.out != nullptr && g.positions != nullptr && g.n_heads > 0 &&
-         g.head_dim > 0 && static_cast<int64_t>(g.n_heads) * g.head_dim == a.k && g.n_splits >= 1 &&
-         g.n_splits <= decode::kMaxSplits && g.min_keys >= 1 && g.window >= 0;
-}
-
-bool gemv_multi_merge(cudaStream_t stream, const GemvMultiArgs& a, const GemvMerge& merge) {
-  static const int batch = env_int("BUNSEN_O_MERGE_BATCH", 32);
-  GemvMerge g = merge;
-  if (batch == 8 || batch == 16) g.batch = batch;
-  static const int late = env_int("BUNSEN_O_MERGE_LATE", 0);
-  g.late = late;
-  if (!gemv_merge_ok(a, g)) return false;
-  check_cuda(launch_merge(stream, a, g), "gemv (split-KV merge prologue)", [&] {
-    return strfmt("k %lld n %lld heads %d x %d splits %d", (long long)a.k, (long long)a.part[0].n, g.n_heads,
-                  g.head_dim, g.n_splits);
   });
   return true;
 }

@@ -153,29 +153,6 @@ bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm
 bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r,
                   const GemvNorm* n = nullptr);
 
-// The split-KV merge a GEMV launch does in its prologue instead of the flash-decoding combine kernel
-// (attention_decode.cu): one token's attention row, n_heads x head_dim = the launch's k. Rows the slice
-// kernel left in one slice are already in `out`; the others are merged from `partials` with combine_kernel's
-// arithmetic and order (the same bits) and also stored to `out`, so the row is the same afterwards.
-struct GemvMerge {
-  const float* partials = nullptr;     // [n_heads, n_splits, head_dim + 2] f32: max (log2), sum, acc
-  Bf16* out = nullptr;                 // [n_heads * head_dim] bf16, contiguous
-  const int32_t* positions = nullptr;  // [1]: the token's position (its visible keys, so its slices)
-  int n_heads = 0, head_dim = 0, n_splits = 0, min_keys = 0, window = 0;
-  int batch = 32;  // slices a warp stages at once: 8, 16 or 32 (BUNSEN_O_MERGE_BATCH; the same bits)
-  int late = 0;    // 1: no weight load before the PDL wait (BUNSEN_O_MERGE_LATE; a measurement switch)
-};
-
-// Blocks per thread-block cluster of the merging launch: each block merges 1 / kGemvMergeCluster of the
-// heads and writes them into every block's shared memory.
-constexpr int kGemvMergeCluster = 8;
-
-// gemv_multi of a (m = 1, one part, bf16 weights and x; a.x unused) with x merged by g's prologue. False,
-// nothing launched, when the launch would not take the vectorised kernel or the shapes or alignments do not
-// allow the prologue (gemv_merge_ok). Bit for bit the combine kernel followed by gemv_multi.
-bool gemv_merge_ok(const GemvMultiArgs& a, const GemvMerge& g);
-bool gemv_multi_merge(cudaStream_t stream, const GemvMultiArgs& a, const GemvMerge& g);
-
 // The path set by set_linear_path_for_testing (kAuto unless a test forces one).
 LinearPath linear_path();
 

@@ -1,9 +1,9 @@
 // Warp-level tensor-core primitives shared by the mma.sync attention kernels (attention_decode_mma.cu,
 // attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16 MMA with f32
 // accumulation, and the 16-byte cp.async copies into shared memory (plain and zero-filling; also used by
-// gemv_qmma.cu's tiled kernel; 8-byte zero-filling ones for gemv_merge.cuh), and sm_90 bulk copies with their
-// mbarriers. Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers).
-// Invariants: device-only, inlined; p / dst point into shared memory.
+// gemv_qmma.cu's tiled kernel), and sm_90 bulk copies with their mbarriers. Not a kernel, and not the
+// quantized GEMV's MMA (gemv_qmma.cu feeds separate registers). Invariants: device-only, inlined; p / dst
+// point into shared memory.
 #pragma once
 #include <cstdint>
 
@@ -21,11 +21,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
 // As cp_async_16, but only the first src_bytes (0 or 16) are read: src_bytes 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-// 8 bytes global -> shared (through L1: .cg takes 16 bytes only), the first src_bytes (0 or 8) read as above.
-__device__ __forceinline__ void cp_async_8_zfill(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit_group() {

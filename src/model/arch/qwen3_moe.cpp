@@ -197,8 +197,7 @@ void Qwen3Moe::attention_block(const ForwardArgs& a, const Layer& l, const kerne
     kernels::paged_attention(ctx, rows(o3, nd, n), rows(q3, nd, n), kv, mp, l.attn);
   } else {
     const kernels::AttentionMeta meta{b.positions, b.seq_index, b.tables_for(l.attn.sliding_window), b.slots_for(l.attn.sliding_window)};
-    return attention_output(ctx, l.o, out, o3, q3, kv, meta,
-                            l.attn);  // (its key merge in the o launch on CUDA)
+    kernels::paged_attention(ctx, o3, q3, kv, meta, l.attn);
   }
   l.o(ctx, out, attn_);
 }
