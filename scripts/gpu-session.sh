@@ -6,8 +6,8 @@
 # STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next H200 call: serve_bulk bulk (BUNSEN_DECODE_BULK's default), then
-# table serve.
+# (default: tests table serve trace8). Next H200 call: table trace_shapes (the H200's layer kernel by kernel,
+# docs/PERFORMANCE.md "Next"), then serve_bulk bulk.
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
@@ -407,18 +407,14 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
+STAGES="new tests q8 xb moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
-  case $stage in
-    new | tests | q8 | xb | moe | splits | attn | attn_llama | sanitize | decode | families | sampled | defaults | table | \
-      serve | serve_trace | serve_mbt | serve_b8 | serve_relay | bulk | serve_bulk | fused | fused_timing | fused_ncu | fused_sanitize | trace | \
-      trace8 | trace_shapes)
-      $stage
-      ;;
+  case " $STAGES " in
+    *" $stage "*) $stage ;;
     *)
-      echo "unknown stage $stage (new, tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled, defaults," \
-        "table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_sanitize, trace," \
-        "trace8, trace_shapes)" >&2
+      echo "unknown stage $stage (one of: $STAGES)" >&2
       exit 2
       ;;
   esac
