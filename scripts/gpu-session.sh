@@ -3,7 +3,7 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next H200 call: table trace_shapes (the H200's layer kernel by kernel,
@@ -59,7 +59,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS=${NEW_TESTS:-'CudaMoeTest.*'}  # (a call may name others)
+NEW_TESTS=${NEW_TESTS:-'*FusedNorm*:*QuantNormPrologue*'}  # (a call may name others)
 new() {  # only the tests of the unvalidated paths
   timeout 150 "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
@@ -124,6 +124,14 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
   ab ab_8b_q4_xb "--synthetic llama3.1-8b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 x8:BUNSEN_QMMA_XBATCH=8
   [ "${ONLY_8B:-0}" = 1 ] || ab ab_1b_q4_xb "--synthetic llama3.2-1b --quant 4" x1:BUNSEN_QMMA_XBATCH=1 \
     x8:BUNSEN_QMMA_XBATCH=8
+}
+
+qnorm() {  # the quantized GEMVs' norm prologue (BUNSEN_QMMA_NORM=0: add_rms_norm launches as before)
+  local spec name shape bits
+  for spec in ${QNORM_SHAPES:-8b_q4:llama3.1-8b:4 8b_q8:llama3.1-8b:8 1b_q4:llama3.2-1b:4 qwen35_q4:qwen3.5-4b:4}; do
+    IFS=: read -r name shape bits <<<"$spec"
+    ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" off:BUNSEN_QMMA_NORM=0 on:BUNSEN_QMMA_NORM=1
+  done
 }
 
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
@@ -407,7 +415,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

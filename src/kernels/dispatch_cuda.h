@@ -6,7 +6,10 @@
 #include "kernels/ops.h"
 
 #ifdef BUNSEN_HAVE_CUDA
+#include <functional>
+
 namespace bunsen::kernels::cuda {
+struct DevAddNorm;
 struct DevCache;
 }  // namespace bunsen::kernels::cuda
 #endif
@@ -37,6 +40,12 @@ void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
 // The cuda_ops.h view of a paged cache (with the codes' params for quantized layers); dispatch_fused.cpp's
 // fused ops use it too. Callers include kernels/cuda/cuda_ops.h for the complete type.
 cuda::DevCache cache_view(const PagedKv& c);
+
+// A projection's pre (ops.h AddRmsNorm) on CUDA, checked against x (dispatch_fused.cpp): true when fused(its
+// device form) ran the projection with the norm in its GEMV prologue (fused_norm_enabled() and the launch
+// applies); otherwise add_rms_norm into x, and false.
+bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p,
+                     const std::function<bool(const cuda::DevAddNorm&)>& fused);
 #endif
 
 }  // namespace bunsen::kernels::cuda_route

@@ -144,19 +144,20 @@ cuda::DevAddNorm dev_pre(const AddRmsNorm& p) {
   return d;
 }
 
-// A projection's pre on CUDA, checked: true when fused(its device form) ran the projection with the norm in
-// its GEMV prologue (fused_norm_enabled() and the launch applies); otherwise add_rms_norm into x, false.
-template <class Fused>
-bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p, Fused fused) {
+#endif
+
+}  // namespace
+
+#ifdef BUNSEN_HAVE_CUDA
+bool cuda_route::pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p,
+                                 const std::function<bool(const cuda::DevAddNorm&)>& fused) {
   need_pre(op, x, p);
   if (fused_norm_enabled(true) && fused(dev_pre(p))) return true;
   add_rms_norm(ctx, x, p);
   return false;
 }
-
+using cuda_route::pre_in_prologue;
 #endif
-
-}  // namespace
 
 void linear_multi(Context& ctx, Tensor x, std::span<const LinearPart> parts, const AddRmsNorm* pre) {
   const char* op = "linear_multi";

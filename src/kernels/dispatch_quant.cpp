@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/dispatch_cuda.h"
 #include "kernels/dispatch_util.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ref_ops.h"
@@ -145,13 +146,16 @@ void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor b
   use_ref() ? ref::linear_q(out, x, w, bias) : cpu::linear_q(pool_of(ctx), out, x, w, bias);
 }
 
-void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts) {
+void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts, const AddRmsNorm* pre) {
   const char* op = "linear_q_multi";
   if (parts.empty() || parts.size() > 4) fail(op, strfmt("%zu parts (1..4)", parts.size()));
-  bool gpu = false;
+  const AddRmsNorm none;
+  const AddRmsNorm& pn = pre != nullptr ? *pre : none;
+  bool gpu = on_cuda(op, {&x, &pn.x_in, &pn.y, &pn.x_out, &pn.w});
   for (const QuantLinearPart& p : parts)
     gpu = on_cuda(op, {&x, &p.out, &p.w.packed, &p.w.scales, &p.w.biases, &p.bias}) || gpu;
   if (!gpu) {
+    if (pre != nullptr) add_rms_norm(ctx, x, pn);
     for (const QuantLinearPart& p : parts) linear_q(ctx, p.out, x, p.w, p.bias);
     return;
   }
@@ -162,15 +166,23 @@ void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> par
     check_linear_q(op, parts[i].out, x, parts[i].w, parts[i].bias, true);
     dev[i] = dev_qpart(parts[i].out, parts[i].w, parts[i].bias);
   }
-  cuda::linear_q_multi(ctx.cuda_stream, dev_rows(x), dev, static_cast<int>(parts.size()));
+  const int n = static_cast<int>(parts.size());
+  if (pre != nullptr && cuda_route::pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {
+        return cuda::linear_q_multi_norm(ctx.cuda_stream, dev_rows(x), dev, n, dp);
+      }))
+    return;
+  cuda::linear_q_multi(ctx.cuda_stream, dev_rows(x), dev, n);
 #endif
 }
 
 void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
-                     Tensor b_gate, Tensor b_up, GluAct act) {
+                     Tensor b_gate, Tensor b_up, GluAct act, const AddRmsNorm* pre) {
   const char* op = "linear_q_swiglu";
-  const bool gpu = on_cuda(op, {&out, &x, &w_gate.packed, &w_gate.scales, &w_gate.biases, &w_up.packed,
-                                &w_up.scales, &w_up.biases, &b_gate, &b_up});
+  const AddRmsNorm none;
+  const AddRmsNorm& pn = pre != nullptr ? *pre : none;
+  const bool gpu =
+      on_cuda(op, {&out, &x, &w_gate.packed, &w_gate.scales, &w_gate.biases, &w_up.packed, &w_up.scales,
+                   &w_up.biases, &b_gate, &b_up, &pn.x_in, &pn.y, &pn.x_out, &pn.w});
   check_linear_q(op, out, x, w_gate, b_gate, gpu);
   check_linear_q(op, out, x, w_up, b_up, gpu);
   if (w_gate.bits != w_up.bits || w_gate.group_size != w_up.group_size || w_gate.rows() != w_up.rows() ||
@@ -182,6 +194,7 @@ void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_ga
     fail(op, desc("b_gate", b_gate) + " and " + desc("b_up", b_up) + " must have one dtype");
   const int64_t m = as_rows(x).n_rows, f = w_gate.rows();
   if (!gpu) {
+    if (pre != nullptr) add_rms_norm(ctx, x, pn);
     std::vector<float> gate(static_cast<size_t>(m * f)), up(static_cast<size_t>(m * f));
     Tensor g = Tensor::view(gate.data(), DType::kF32, {m, f}), u = Tensor::view(up.data(), DType::kF32, {m, f});
     linear_q(ctx, g, x, w_gate, b_gate);
@@ -191,8 +204,13 @@ void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_ga
   }
 #ifdef BUNSEN_HAVE_CUDA
   need_current_device(op, x);
-  cuda::linear_q_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), dev_qpart(out, w_gate, b_gate),
-                        dev_qpart(out, w_up, b_up), act == GluAct::kGeluTanh);
+  const cuda::DevQuantPart gate = dev_qpart(out, w_gate, b_gate), up = dev_qpart(out, w_up, b_up);
+  const bool gelu = act == GluAct::kGeluTanh;
+  if (pre != nullptr && cuda_route::pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {
+        return cuda::linear_q_swiglu_norm(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu, dp);
+      }))
+    return;
+  cuda::linear_q_swiglu(ctx.cuda_stream, dev_rows(out), dev_rows(x), gate, up, gelu);
 #endif
 }
 

@@ -290,19 +290,23 @@ struct QuantLinearPart {
   Tensor bias;    // [n] any float, or empty
 };
 
-// parts[i].out = x · dequant(parts[i].w)ᵀ (+ parts[i].bias) for 1..4 parts sharing x [m, k] (dispatch_quant.cpp).
-// CPU: linear_q per part. CUDA: one tensor-core GEMV launch over all parts' rows when m <=
-// kFusedDecodeMaxTokens and the parts share bits (4|8), group size, scale, output and bias dtypes with bf16 x
-// (batch invariant; same kernel as linear_q), else linear_q per part.
-void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts);
+// parts[i].out = x · dequant(parts[i].w)ᵀ (+ parts[i].bias) for 1..4 parts sharing x [m, k]
+// (dispatch_quant.cpp). CPU: linear_q per part. CUDA: one tensor-core GEMV launch over all parts' rows when m
+// <= kFusedDecodeMaxTokens and the parts share bits (4|8), group size, scale, output and bias dtypes with
+// bf16 x (batch invariant; same kernel as linear_q), else linear_q per part. With pre: add_rms_norm(pre) into
+// x first (see AddRmsNorm; the CUDA 4-bit tiled and 8-bit f16 GEMVs compute it in their prologue, group 64,
+// m <= 2, d <= 4096).
+void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts,
+                    const AddRmsNorm* pre = nullptr);
 
 // out = act(x · dequant(w_gate)ᵀ + b_gate) * (x · dequant(w_up)ᵀ + b_up), act = silu (default) or gelu_tanh.
 // out [m, f]; x [m, k]; w_gate, w_up [f, k] quantized with one bits, group size and scale dtype; biases [f]
 // or empty. CPU: linear_q, linear_q, then silu_mul or gelu_tanh_mul through f32 temporaries (allocated per
 // call). CUDA: one GEMV launch per 8 rows of x (4/8 bits, bf16 x), else the GEMV per matrix into f32
-// scratch and the activation op (made for decode-sized m).
+// scratch and the activation op (made for decode-sized m). With pre: as linear_q_multi's.
 void linear_q_swiglu(Context& ctx, Tensor out, Tensor x, const QuantWeight& w_gate, const QuantWeight& w_up,
-                     Tensor b_gate = {}, Tensor b_up = {}, GluAct act = GluAct::kSilu);
+                     Tensor b_gate = {}, Tensor b_up = {}, GluAct act = GluAct::kSilu,
+                     const AddRmsNorm* pre = nullptr);
 
 // rope(q), rope(k) (skipped when p.rotary_dim is 0), then kv_write(cache, k, v, slot_mapping): q and k are
 // rotated in place.   q [n_tokens, n_heads, head_dim]; k, v [n_tokens, n_kv_heads, head_dim]; positions

@@ -158,13 +158,13 @@ void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<co
     for (const auto& [l, out] : parts) lp[n++] = {out, l->w, l->b};
     return kernels::linear_multi(ctx, x, std::span<const kernels::LinearPart>(lp.data(), n), pre);
   }
-  if (pre != nullptr) kernels::add_rms_norm(ctx, x, *pre);
   if (all_quant) {
     std::array<kernels::QuantLinearPart, kMax> qp;
     size_t n = 0;
     for (const auto& [l, out] : parts) qp[n++] = {out, l->q, l->b};
-    return kernels::linear_q_multi(ctx, x, std::span<const kernels::QuantLinearPart>(qp.data(), n));
+    return kernels::linear_q_multi(ctx, x, std::span<const kernels::QuantLinearPart>(qp.data(), n), pre);
   }
+  if (pre != nullptr) kernels::add_rms_norm(ctx, x, *pre);
   for (const auto& [l, out] : parts) (*l)(ctx, out, x);
 }
 
@@ -206,11 +206,10 @@ void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, cons
     down(ctx, out, act);
     return;
   }
-  if (pre != nullptr) kernels::add_rms_norm(ctx, h, *pre);
   if (decode && fusable_q_swiglu(gate, up)) {
-    kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b, kind);
+    kernels::linear_q_swiglu(ctx, act, h, gate.q, up.q, gate.b, up.b, kind, pre);
   } else {
-    project(ctx, h, {{&gate, gate_buf}, {&up, up_buf}});
+    project(ctx, h, {{&gate, gate_buf}, {&up, up_buf}}, pre);
     kind == kernels::GluAct::kGeluTanh ? kernels::gelu_tanh_mul(ctx, act, gate_buf, up_buf)
                                        : kernels::silu_mul(ctx, act, gate_buf, up_buf);
   }

@@ -8,6 +8,7 @@
 // merge at sizes where every block has work, in bf16 and in MLX 4-bit.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -160,6 +161,19 @@ void write_checkpoint(const std::string& dir, const std::string& config) {
   std::ofstream(dir + "/config.json") << config;
 }
 
+// Two wider llama configs (open: add a quantization block and "}"): head_dim 128, d 2,048, untied; head_dim
+// 64, d 1,024, tied.
+const std::string kConfigA =
+    R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
+        "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
+        "tie_word_embeddings":false,"rms_norm_eps":1e-5,"rope_theta":500000.0)";
+const std::string kConfigB =
+    R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":3072,
+        "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
+        "tie_word_embeddings":true,"rms_norm_eps":1e-5)";
+const std::string kQ4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
+const std::string kQ8 = R"(,"quantization":{"group_size":64,"bits":8,"mode":"affine"})";
+
 // head_dim 128 and 64 shapes, bf16 and MLX 4- and 8-bit (group 64): d_ff and every input width % 512 == 0,
 // d_ff 5632 = 11 bf16 parts / 2.75 4-bit parts / 5.5 8-bit parts (a short last part). With at most 8
 // segments (the bf16 default; BUNSEN_DECODE_FUSED_SEGS=8, 4, 2 limit it, 1 is none and the quantized default;
@@ -168,19 +182,11 @@ void write_checkpoint(const std::string& dir, const std::string& config) {
 // (bf16 8 x 4 parts, 4-bit 8 / 4 x 2 parts / 2 x 4 parts, 8-bit 8 x 2 parts); 5,632 stays unsegmented.
 TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
   const ResetFusedDecode reset;
-  const std::string q4 = R"(,"quantization":{"group_size":64,"bits":4,"mode":"affine"})";
-  const std::string q8 = R"(,"quantization":{"group_size":64,"bits":8,"mode":"affine"})";
-  const std::string a =
-      R"({"model_type":"llama","vocab_size":1024,"hidden_size":2048,"intermediate_size":5632,
-        "num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
-        "tie_word_embeddings":false,"rms_norm_eps":1e-5,"rope_theta":500000.0)";
-  const std::string b = R"({"model_type":"llama","vocab_size":768,"hidden_size":1024,"intermediate_size":3072,
-        "num_hidden_layers":3,"num_attention_heads":16,"num_key_value_heads":4,"head_dim":64,
-        "tie_word_embeddings":true,"rms_norm_eps":1e-5)";
   const std::string c =
       R"({"model_type":"llama","vocab_size":512,"hidden_size":1024,"intermediate_size":16384,
         "num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":128,
         "tie_word_embeddings":false,"rms_norm_eps":1e-5)";
+  const std::string &a = kConfigA, &b = kConfigB, &q4 = kQ4, &q8 = kQ8;
   for (const std::string& config : {a + "}", b + "}", c + "}", a + q4 + "}", b + q4 + "}", c + q4 + "}",
                                     a + q8 + "}", b + q8 + "}", c + q8 + "}"}) {
     model::testutil::ScratchDir dir;
@@ -211,6 +217,26 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
     std::printf("[ fused    ] %s: rows %lld, clear %lld, min cosine %.6f\n", what.c_str(), (long long)c.rows,
                 (long long)c.clear, c.min_cos);
     EXPECT_GT(c.clear, 4) << "too few rows with a clear winner";
+  }
+}
+
+// The quantized GEMVs' norm prologue at model level (linear_q_multi's q/k/v and linear_q_swiglu's gate/up
+// take it at 4 bits where d % 512 == 0, at 8 bits where d % 256 == 0): 4- and 8-bit checkpoints (d 2,048 and
+// 1,024, tied and untied heads) decode the same logits bit for bit with the norms in the projections and
+// with add_rms_norm in place, eagerly and from CUDA graphs.
+TEST_F(CudaTest, QuantNormPrologueDecodesBitForBitLikeAddRmsNorm) {
+  for (const std::string& config :
+       {kConfigA + kQ4 + "}", kConfigB + kQ4 + "}", kConfigA + kQ8 + "}", kConfigB + kQ8 + "}"}) {
+    model::testutil::ScratchDir dir;
+    write_checkpoint(dir.path(), config);
+    auto m = load(dir.path(), Device::cuda(0));
+    const int64_t vocab = m->config().vocab_size;
+    SCOPED_TRACE(strfmt("d %lld, %d-bit", (long long)m->config().d_model,
+                        config.find("\"bits\":4") != std::string::npos ? 4 : 8));
+    std::vector<int32_t> ids, tail;
+    for (int i = 0; i < 300; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));
+    for (int i = 0; i < 16; ++i) tail.push_back(static_cast<int32_t>((i * 53 + 3) % vocab));
+    expect_norm_prologue_decodes_bit_for_bit(*m, ids, tail);
   }
 }
 

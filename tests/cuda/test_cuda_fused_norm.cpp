@@ -1,5 +1,6 @@
 // The residual add and RMSNorm folded into the decode projections' GEMV prologue (kernels::AddRmsNorm on
-// linear_swiglu, linear_multi and linear_qkv_rope_kv, gemv.cu's norm_prologue) against add_rms_norm (out of
+// linear_swiglu, linear_multi and linear_qkv_rope_kv, gemv.cu's norm_prologue; linear_q_multi and
+// linear_q_swiglu, the 4-bit tiled and 8-bit f16 GEMVs') against add_rms_norm (out of
 // place, x_in to x_out) followed by the unfused projection: outputs, the new residual x_out and (q/k/v) the
 // paged cache bit for bit, x_in untouched, over m 1..3 (3 falls back), both GEMV paths, widths whose norm
 // block is not a multiple of the GEMV block (2560: 10 warps; 1000: 4 warps with a partial one), f32 and bf16
@@ -19,6 +20,8 @@
 #include "../kernels/kernel_test_util.h"
 #include "cuda_test_util.h"
 #include "golden_cuda_util.h"
+#include "kernels/cuda/quant_ops.h"
+#include "quant_test_util.h"
 
 namespace bunsen::golden {
 namespace {
@@ -305,6 +308,86 @@ TEST_F(CudaTest, FusedNormRejectsOverlappingResidualBuffers) {
   }
 }
 
+// The quantized projections with a pre (linear_q_multi, linear_q_swiglu): the 4-bit tiled tensor-core GEMV
+// (d % 512 == 0) and the 8-bit f16 one (d % 256 == 0) compute the norm in their prologue (group 64, d <=
+// 4096, m <= 2), staging the rounded values and their group statistics as they stage a bf16 x; elsewhere
+// add_rms_norm runs first (a width past 4096, m 3). Outputs and x_out bit for bit against add_rms_norm
+// followed by the plain launch, at the forced k splits too (the prologue's launch takes the plain launch's
+// split).
+struct QuantNormCase {
+  NormCase c;
+  int bits;
+  DType sb;
+};
+constexpr QuantNormCase kQuantNormCases[] = {
+    {{4096, DType::kBF16, DType::kF32, 1.0f, 0.0f}, 4, DType::kBF16},
+    {{2048, DType::kBF16, DType::kBF16, 0.5f, 0.0f}, 4, DType::kF16},
+    {{2560, DType::kF32, DType::kF32, 1.0f, 1.0f}, 4, DType::kBF16},
+    {{4096, DType::kBF16, DType::kF32, 1.0f, 0.0f}, 8, DType::kBF16},
+    {{2560, DType::kF32, DType::kBF16, 0.5f, 1.0f}, 8, DType::kF16},
+    // past 4096 (and at 4 bits not whole tiles): add_rms_norm first
+    {{4160, DType::kBF16, DType::kF32, 1.0f, 0.0f}, 4, DType::kBF16},
+    {{4160, DType::kBF16, DType::kF32, 1.0f, 0.0f}, 8, DType::kBF16}};
+
+TEST_F(CudaTest, FusedNormQuantProjectionsEqualAddRmsNormThenTheLaunch) {
+  using kernels::test::RandomQuantWeight;
+  std::mt19937 rng(2031);
+  kernels::set_fused_norm_for_testing(1);
+  for (const QuantNormCase& qc : kQuantNormCases) {
+    const NormCase& c = qc.c;
+    const RandomQuantWeight wq(1024, c.d, qc.bits, 64, qc.sb, rng), wk(256, c.d, qc.bits, 64, qc.sb, rng),
+        wv(256, c.d, qc.bits, 64, qc.sb, rng), wg(1536, c.d, qc.bits, 64, qc.sb, rng),
+        wu(1536, c.d, qc.bits, 64, qc.sb, rng);
+    auto garbage = [&](std::initializer_list<int64_t> shape) {
+      return DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, shape, rng).tensor);
+    };
+    for (int split : {0, 1, 8}) {
+      kernels::cuda::set_linear_q_split_for_testing(split);
+      for (int64_t m : {1, 2, 3}) {
+        SCOPED_TRACE(strfmt("d %lld %d-bit scales %s y %s w %s m %lld split %d", (long long)c.d, qc.bits,
+                            dtype_name(qc.sb), dtype_name(c.y_dtype), dtype_name(c.w_dtype), (long long)m,
+                            split));
+        const bool fused = c.d % (qc.bits == 4 ? 512 : 256) == 0 && c.d <= 4096 && m <= 2;
+        {
+          NormInputs in(c, m, rng);
+          DeviceTensor q[2] = {garbage({m, 1024}), garbage({m, 1024})},
+                       k[2] = {garbage({m, 256}), garbage({m, 256})},
+                       v[2] = {garbage({m, 256}), garbage({m, 256})};
+          for (int way = 0; way < 2; ++way) {
+            const kernels::QuantLinearPart parts[3] = {
+                {q[way].tensor, wq.dev, {}}, {k[way].tensor, wk.dev, {}}, {v[way].tensor, wv.dev, {}}};
+            const kernels::AddRmsNorm p = in.pre(c, way);
+            if (way == 0) kernels::add_rms_norm(ctx_, in.h[0].tensor, p);
+            kernels::linear_q_multi(ctx_, in.h[way].tensor, parts, way == 1 ? &p : nullptr);
+          }
+          EXPECT_TRUE(same_bytes(q[0], q[1])) << "q";
+          EXPECT_TRUE(same_bytes(k[0], k[1])) << "k";
+          EXPECT_TRUE(same_bytes(v[0], v[1])) << "v";
+          EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out (q/k/v)";
+          in.expect_fused(fused);
+        }
+        {
+          NormInputs in(c, m, rng);
+          DeviceTensor out[2] = {garbage({m, 1536}), garbage({m, 1536})};
+          const kernels::AddRmsNorm p0 = in.pre(c, 0), p1 = in.pre(c, 1);
+          kernels::add_rms_norm(ctx_, in.h[0].tensor, p0);
+          kernels::linear_q_swiglu(ctx_, out[0].tensor, in.h[0].tensor, wg.dev, wu.dev);
+          kernels::linear_q_swiglu(ctx_, out[1].tensor, in.h[1].tensor, wg.dev, wu.dev, {}, {},
+                                   kernels::GluAct::kSilu, &p1);
+          EXPECT_TRUE(same_bytes(out[0], out[1])) << "act";
+          EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out (gate/up)";
+          in.expect_fused(fused);
+        }
+        if (HasFailure()) break;
+      }
+      if (HasFailure()) break;
+    }
+    kernels::cuda::set_linear_q_split_for_testing(0);
+    if (HasFailure()) break;
+  }
+  kernels::set_fused_norm_for_testing(-1);
+}
+
 // Every family whose forward passes its norms to the projections (llama-like, Qwen3-MoE with its dense and
 // routed layers, the Qwen3.5 / Qwen3-Next hybrids with DeltaNet and gated-attention mixers, Gemma 4 with its
 // post-norms, per-layer inputs and MoE) decodes the golden greedy continuation to the same logits with the
@@ -320,23 +403,8 @@ TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
     ++fixtures;
     Fixture f = load_fixture(name);
     auto m = load(build_checkpoint(f, DType::kBF16, "cuda_fused_norm"), Device::cuda(0));
-    const std::vector<int32_t> ids = to_i32(f.outputs->get("input_ids"));
-    const std::vector<int32_t> greedy = to_i32(f.outputs->get("greedy"));
-    const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(greedy.size());
-    for (bool graphs : {false, true}) {
-      std::vector<float> got[2];
-      for (int fused : {0, 1}) {
-        kernels::set_fused_norm_for_testing(fused);
-        engine::RunnerOptions ro = runner_options(T, G + 8);
-        ro.cuda_graphs = graphs;
-        engine::Runner r(*m, ro);
-        got[fused] = decode_logits(r, ids, greedy);
-      }
-      kernels::set_fused_norm_for_testing(-1);
-      ASSERT_EQ(got[0].size(), got[1].size());
-      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
-          << (graphs ? "graphs" : "eager") << ": prologue on and off differ";
-    }
+    expect_norm_prologue_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
+                                             to_i32(f.outputs->get("greedy")));
   }
   EXPECT_GE(fixtures, 9);
 }

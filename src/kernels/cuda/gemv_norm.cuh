@@ -37,10 +37,10 @@ __device__ __forceinline__ char* w_smem(char* smem, int64_t m, int64_t d) {
 }
 
 // Issues the asynchronous copy of this thread's norm weights (its virtual threads' 8 elements each).
+// Into dst (16-byte aligned shared memory of d elements of the weights' dtype).
 template <int kThreads>
-__device__ __forceinline__ void prefetch_w(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+__device__ __forceinline__ void prefetch_w_to(const GemvNorm& nm, int64_t d, char* dst) {
   const int64_t wsz = nm.w_bf16 ? 2 : 4;
-  char* dst = w_smem(smem, m, d);
   const char* src = static_cast<const char*>(nm.w);
 #pragma unroll
   for (int s = 0; s < kVirt<kThreads>; ++s) {
@@ -49,6 +49,11 @@ __device__ __forceinline__ void prefetch_w(const GemvNorm& nm, int64_t m, int64_
     for (int64_t b = 0; b < 8 * wsz; b += 16) cp_async_16(dst + j * wsz + b, src + j * wsz + b);
   }
   cp_async_commit_group();
+}
+
+template <int kThreads>
+__device__ __forceinline__ void prefetch_w(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+  prefetch_w_to<kThreads>(nm, d, w_smem(smem, m, d));
 }
 
 // x_out = x_in + y * y_scale of one virtual thread's 8 elements (row i, from column j).
@@ -93,18 +98,18 @@ __device__ __forceinline__ float vsum(float (&ss)[kVirt<kThreads>], float* red, 
   return warp_sum(lane < n_vwarps ? red[lane] : 0.0f);
 }
 
-// smem's x[i, :] = bf16(rms_norm(x_out[i, :]) * (w + w_offset)) for the launch's m <= kM rows, x_out = x_in +
-// y * y_scale (stored by block 0): rms_norm_vec_kernel's formulas, fma chain per virtual thread and
-// block_sum's tree, so the same bits. Ends with a barrier (x complete).
-template <int kThreads, int kM>
-__device__ __forceinline__ void prologue(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+// x[i, :] = rms_norm(x_out[i, :]) * (w + w_offset) for the launch's m <= kM rows, x_out = x_in + y * y_scale
+// (stored by block 0): rms_norm_vec_kernel's formulas, fma chain per virtual thread and block_sum's tree, so
+// the same bits once rounded to bf16. Each thread hands its 8 values of row i from column j to store(i, j,
+// v); those calls are uniform over a warp whenever d / 8 is a multiple of 32 (a store may shuffle then). The
+// weights are read at wsm (this thread's copies complete). Ends with a barrier.
+template <int kThreads, int kM, typename Store>
+__device__ __forceinline__ void prologue_with(const GemvNorm& nm, int64_t m, int64_t d, const char* wsm,
+                                              Store&& store) {
   constexpr int kWarps = kThreads / 32, kV = kVirt<kThreads>;
   __shared__ float red[32];
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int n_vwarps = static_cast<int>((d / 8 + 31) / 32);
-  Bf16* h = reinterpret_cast<Bf16*>(smem);
-  const char* wsm = w_smem(smem, m, d);
-  cp_async_wait_group<0>();  // this thread's own weight copies (each thread reads only those)
 #pragma unroll
   for (int i = 0; i < kM; ++i) {
     if (i >= m) break;
@@ -139,10 +144,19 @@ __device__ __forceinline__ void prologue(const GemvNorm& nm, int64_t m, int64_t 
       load8_any(wsm, nm.w_bf16, j, wv);
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = v[e] * inv * (wv[e] + nm.w_offset);
-      vec8::store8(h + i * d + j, v);
+      store(i, j, v);
     }
   }
   __syncthreads();
+}
+
+// smem's x[i, :] = bf16(prologue_with's values), the weights copied by prefetch_w. Ends with a barrier.
+template <int kThreads, int kM>
+__device__ __forceinline__ void prologue(const GemvNorm& nm, int64_t m, int64_t d, char* smem) {
+  Bf16* h = reinterpret_cast<Bf16*>(smem);
+  cp_async_wait_group<0>();  // this thread's own weight copies (each thread reads only those)
+  prologue_with<kThreads, kM>(nm, m, d, w_smem(smem, m, d),
+                              [&](int i, int64_t j, const float(&v)[8]) { vec8::store8(h + i * d + j, v); });
 }
 
 // prologue's post-norm form (nm.y_w set; its own instances, so the plain form's kernels keep their

@@ -30,6 +30,7 @@
 #include <atomic>
 
 #include "core/env.h"
+#include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -112,11 +113,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
+// The norm prologue's x (gemv_norm.cuh, linear.cuh's GemvNorm): the values add_rms_norm would round to bf16,
+// staged as stage_x stages a bf16 x (the same chunks per thread, the same group sums): so the launch's bits
+// are those of add_rms_norm followed by the plain launch. Needs k % 512 == 0 (whole warps per chunk run, one
+// group per 8 lanes) and k <= kGemvNormMaxK; the norm weights at wsm.
+__device__ __forceinline__ void stage_norm_x(const GemvNorm& nm, const QMmaArgs& a, uint4* xs, float* gsum,
+                                             const char* wsm) {
+  const int row_chunks = static_cast<int>(a.k / 8) + 1, ng = static_cast<int>(a.k / 64);
+  gemv_norm::prologue_with<kThreads, kGemvNormMaxM>(nm, a.m, a.k, wsm,
+                                                    [&](int i, int64_t j, const float(&v)[8]) {
+                                                      uint4 hi;
+                                                      Bf16* h = reinterpret_cast<Bf16*>(&hi);
+#pragma unroll
+                                                      for (int e = 0; e < 8; ++e) h[e] = from_f32<Bf16>(v[e]);
+                                                      float s = bf16x8_sum(hi);
+#pragma unroll
+                                                      for (int o = 1; o < 8; o <<= 1)
+                                                        s += __shfl_xor_sync(0xffffffffu, s, o);
+                                                      const int col = static_cast<int>(j / 8);
+                                                      store_x<4>(xs + i * row_chunks, col, hi);
+                                                      if ((threadIdx.x & 7) == 0) gsum[i * ng + col / 8] = s;
+                                                    });
+}
+
 // The tiled kernel (the tiles, copies and stage math: gemv_qmma_tiles.cuh). kXBatch: x staging loads in
-// flight per thread (stage_x; BUNSEN_QMMA_XBATCH).
-template <typename SBT, bool kGlu, bool kLean, int kXBatch>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemv_qmma_tile_kernel(const __grid_constant__ QMmaArgs a, int split) {
+// flight per thread (stage_x; BUNSEN_QMMA_XBATCH). kNorm: x computed by nm's prologue (stage_norm_x; the
+// norm weights copied before the PDL wait into the shared memory after the tiles).
+template <typename SBT, bool kGlu, bool kLean, int kXBatch, bool kNorm>
+__device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const GemvNorm* nm) {
   using G = Geom<4, 64>;
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
@@ -154,10 +178,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     cp_async_16(lane < 16 ? wt.sc[lane & 15] : wt.bi[lane & 15], sb_src + grp0);
     cp_async_commit_group();
   };
+  char* wsm = reinterpret_cast<char*>(tiles + (kWarps - warp) * kTileStages);  // after every warp's tiles
+  if constexpr (kNorm) gemv_norm::prefetch_w_to<kThreads>(*nm, a.k, wsm);  // an older group than the tiles'
   if (active && slice < n_st) issue(slice, tiles[0]);  // weights depend on no earlier kernel
   pdl_wait();
   float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
-  stage_x<4, 64, Bf16, kThreads, kXBatch>(a, xs, gsum);
+  if constexpr (kNorm) {
+    if (active && slice < n_st)
+      cp_async_wait_group<1>();  // the norm weights (the tile copy may still fly)
+    else
+      cp_async_wait_group<0>();
+    stage_norm_x(*nm, a, xs, gsum, wsm);
+  } else {
+    stage_x<4, 64, Bf16, kThreads, kXBatch>(a, xs, gsum);
+  }
   const bool x_ok = g < a.m;
   const uint4* xrow = xs + (x_ok ? g : 0) * row_chunks + t * (G::kPerLane / 8);
   const float* gs0 = 2 * t < a.m ? gsum + 2 * t * ng : nullptr;
@@ -199,6 +233,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncwarp();
   }
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+}
+
+template <typename SBT, bool kGlu, bool kLean, int kXBatch>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_tile_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  tile_body<SBT, kGlu, kLean, kXBatch, false>(a, split, nullptr);
+}
+
+// gemv_qmma_tile_kernel with the norm prologue (lean stage math, one-at-a-time staging: the defaults).
+template <typename SBT, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_tile_norm_kernel(const __grid_constant__ QMmaArgs a, int split,
+                               const __grid_constant__ GemvNorm nm) {
+  tile_body<SBT, kGlu, true, 1, true>(a, split, &nm);
 }
 
 // A launch's k split (the test hook's, or choose_split over `iters` iterations per tile with `resident`
@@ -353,6 +401,20 @@ cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
                      : launch_tiles_lean<SBT, kGlu, false>(stream, a);
 }
 
+template <typename SBT, bool kGlu>
+cudaError_t launch_tiles_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
+  auto kernel = gemv_qmma_tile_norm_kernel<SBT, kGlu>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16 + kGemvNormMaxK * 4,
+                     "linear_q (tiled tensor-core GEMV, norm prologue)");
+  // launch_tiles_as' split (from the plain kernel's residency), so every token's summation is the same.
+  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, true, 1>, kThreads);
+  const size_t smem =
+      (smem_bytes(a) + 15) / 16 * 16 + kTileBytes + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
+  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
+  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split, n);
+}
+
 template <int kBits, int kGroup>
 cudaError_t launch_group(cudaStream_t stream, const QMmaArgs& a) {
   if constexpr (kBits == 4 && kGroup == 64) {
@@ -426,6 +488,35 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
       q.part[p].out = static_cast<char*>(a.part[p].out) + i0 * a.part[p].out_stride * os;
     one(q);
   }
+}
+
+bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
+  static const bool on = env_flag("BUNSEN_QMMA_NORM", true);  // 0: add_rms_norm first (A/B runs)
+  if (!on) return false;
+  // The launches that take the 4-bit tile kernel at plan 0 or the 8-bit f16 register kernel in one launch
+  // (launch_group, gemv_qmma), x from a plain norm prologue (m <= kGemvNormMaxM, k <= kGemvNormMaxK).
+  const bool shape =
+      a.group_size == 64 && a.m >= 1 && a.m <= kGemvNormMaxM && a.k <= kGemvNormMaxK && qmma_fits(a);
+  const bool tiles = shape && a.bits == 4 && a.k % (64 * kTileGroups) == 0 && tiles_fit(a) && smem_fits(a) &&
+                     plan_of(a) == 0 && smem_rows(a) >= a.m;
+  // 8 bits: the f16 register kernel (plan 5, the default) in one launch; k % 256: whole warps per chunk run.
+  const bool h8 =
+      shape && a.bits == 8 && a.k % 256 == 0 && qmma_plan8() == 5 && h8_fits(a, 5) && h8_rows(a) >= a.m;
+  const bool fits = tiles || h8;
+  const bool norm_ok = n.y_w == nullptr && n.x_stride >= a.k && n.y_stride >= a.k &&
+                       aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
+                       aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0);
+  if (!fits || !norm_ok) return false;
+  const bool f16 = a.part[0].w.sb_dtype == DType::kF16;
+  const cudaError_t e = h8    ? launch_h8_norm_kernel(stream, a, n)
+                        : f16 ? (a.glu ? launch_tiles_norm<Half, true>(stream, a, n)
+                                       : launch_tiles_norm<Half, false>(stream, a, n))
+                              : (a.glu ? launch_tiles_norm<Bf16, true>(stream, a, n)
+                                       : launch_tiles_norm<Bf16, false>(stream, a, n));
+  check_cuda(e, "linear_q (tensor-core GEMV, norm prologue)", [&] {
+    return strfmt("m %lld k %lld parts %d glu %d", (long long)a.m, (long long)a.k, a.n_parts, (int)a.glu);
+  });
+  return true;
 }
 
 int qmma::forced_split() {

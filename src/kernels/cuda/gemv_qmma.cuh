@@ -45,6 +45,13 @@ bool qmma_fits(const QMmaArgs& a);
 // Runs the launch (a must fit). Throws Error("cuda", ...) on a failed launch.
 void gemv_qmma(cudaStream_t stream, const QMmaArgs& a);
 
+// gemv_qmma of a with its x computed by n's prologue (linear.cuh's GemvNorm, plain form; a.x is not read):
+// the bits of add_rms_norm into x followed by gemv_qmma(a). Only where a takes the 4-bit tile kernel or the
+// 8-bit f16 register kernel in one launch, group 64, 1 <= m <= kGemvNormMaxM and k <= kGemvNormMaxK; false,
+// nothing launched, otherwise.
+struct GemvNorm;
+bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n);
+
 // Test/bench hook (process-wide): the k split (1, 2, 4 or 8 warps per row tile; 0 = from the shapes).
 void set_qmma_split(int split);
 

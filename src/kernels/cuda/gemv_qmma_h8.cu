@@ -17,6 +17,7 @@
 // order (lane t's B fragment is x[4j .. 4j + 3] of its quarter, as its A fragment is codes 4j .. 4j + 3).
 // Invariants: as gemv_qmma.cu's (the k split depends on rows, k, group and the GPU, never on m; a token's
 // bits do not depend on the other rows of x); every output element is written by exactly one lane.
+#include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -28,6 +29,24 @@ namespace {
 __host__ __device__ inline size_t h8_bytes(const QMmaArgs& a) {
   return static_cast<size_t>(a.m) * static_cast<size_t>(a.k / 8 + 1) * 16 +
          2 * static_cast<size_t>(a.m) * static_cast<size_t>(a.k / a.group_size) * 4;
+}
+
+// One chunk of 8 bf16 activations (column chunk `col` of its row; ok false: past the rows, only the
+// shuffles): its group's statistics over the kG8 lanes of the group (every lane of the warp calls this), the
+// f16 values scaled by the group's 2^s into the row's shared words, the sum and 2^-s by the group's first
+// lane.
+template <int kG8>
+__device__ __forceinline__ void stage_chunk_h8(uint4 v, bool ok, int col, uint4* row, float* row_gsum,
+                                               float* row_gback) {
+  float f[8], sum, mx;
+  bf16x8_group_stats<kG8>(v, f, sum, mx);
+  if (!ok) return;
+  const int s = group_shift(mx);
+  row[col] = half8_scaled(f, pow2(s));
+  if ((threadIdx.x & (kG8 - 1)) == 0) {
+    row_gsum[col / kG8] = sum;
+    row_gback[col / kG8] = pow2(-s);
+  }
 }
 
 // Copies x (bf16) into shared memory as f16 scaled per (token, group) (see above), with every group's sum
@@ -56,21 +75,31 @@ __device__ __forceinline__ void stage_x_h8(const QMmaArgs& a, uint4* xs, float* 
     for (int b = 0; b < kBatch; ++b) {
       const int c = base + b * kThreads + static_cast<int>(threadIdx.x);
       if (base + b * kThreads >= total) break;  // uniform over the block: whole warps shuffle below
-      float f[8], sum, mx;
-      bf16x8_group_stats<kG8>(v[b], f, sum, mx);
-      if (c < total) {
-        const int s = group_shift(mx);
-        const float up = pow2(s);
-        const int r = c / k8, col = c - r * k8;
-        xs[r * row_chunks + col] = half8_scaled(f, up);
-        if ((threadIdx.x & (kG8 - 1)) == 0) {
-          gsum[r * ng + col / kG8] = sum;
-          gback[r * ng + col / kG8] = pow2(-s);
-        }
-      }
+      const int r = c < total ? c / k8 : 0;
+      stage_chunk_h8<kG8>(v[b], c < total, c - r * k8, xs + r * row_chunks, gsum + r * ng, gback + r * ng);
     }
   }
   __syncthreads();
+}
+
+// The norm prologue's x (gemv_norm.cuh, linear.cuh's GemvNorm; the norm weights at wsm): the values
+// add_rms_norm rounds to bf16, staged as stage_x_h8 stages a bf16 x (the same chunk per lane position, the
+// same group statistics), so the launch's bits are add_rms_norm's followed by the plain launch. Needs
+// k % 256 == 0 (whole warps per chunk run) and k <= kGemvNormMaxK; ends with a block barrier.
+template <int kGroup>
+__device__ __forceinline__ void stage_norm_x_h8(const GemvNorm& nm, const QMmaArgs& a, uint4* xs, float* gsum,
+                                                float* gback, const char* wsm) {
+  constexpr int kG8 = kGroup / 8;
+  const int row_chunks = static_cast<int>(a.k / 8) + 1, ng = static_cast<int>(a.k / kGroup);
+  gemv_norm::prologue_with<kThreads, kGemvNormMaxM>(
+      nm, a.m, a.k, wsm, [&](int i, int64_t j, const float(&v)[8]) {
+        uint4 u;
+        Bf16* h = reinterpret_cast<Bf16*>(&u);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[e] = from_f32<Bf16>(v[e]);
+        stage_chunk_h8<kG8>(u, true, static_cast<int>(j / 8), xs + i * row_chunks, gsum + i * ng,
+                            gback + i * ng);
+      });
 }
 
 // The lane's view of the staged x: its token row at its quarter of group 0 (x_ok false: token g is past m,
@@ -82,13 +111,18 @@ struct H8X {
   const float *gs0, *gs1, *gb0, *gb1;
 };
 
-// Stages x (stage_x_h8) behind the launch's xs and returns lane (g, t)'s view of it.
+// Stages x (stage_x_h8, or with nm stage_norm_x_h8 and the norm weights at wsm) behind the launch's xs and
+// returns lane (g, t)'s view of it.
 template <int kGroup, int kBatch>
-__device__ __forceinline__ H8X stage_h8(const QMmaArgs& a, uint4* xs, int g, int t) {
+__device__ __forceinline__ H8X stage_h8(const QMmaArgs& a, uint4* xs, int g, int t,
+                                        const GemvNorm* nm = nullptr, const char* wsm = nullptr) {
   const int ng = static_cast<int>(a.k / kGroup), row_chunks = static_cast<int>(a.k / 8) + 1;
   float* gsum = reinterpret_cast<float*>(xs + a.m * row_chunks);
   float* gback = gsum + a.m * ng;
-  stage_x_h8<kGroup, kBatch>(a, xs, gsum, gback);
+  if (nm != nullptr)
+    stage_norm_x_h8<kGroup>(*nm, a, xs, gsum, gback, wsm);
+  else
+    stage_x_h8<kGroup, kBatch>(a, xs, gsum, gback);
   H8X v;
   v.x_ok = g < a.m;
   v.xrow = xs + (v.x_ok ? g : 0) * row_chunks + t * (kGroup / 32);
@@ -149,9 +183,9 @@ struct H8Stage {
   static constexpr int kU = Geom<8, kGroup>::kWpg >= 8 ? 1 : 8 / Geom<8, kGroup>::kWpg;
 };
 
-template <int kGroup, typename SBT, bool kGlu>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemv_qmma_h8_kernel(const __grid_constant__ QMmaArgs a, int split) {
+// kNorm: x from nm's prologue (stage_norm_x_h8; the norm weights copied before the PDL wait behind x).
+template <int kGroup, typename SBT, bool kGlu, bool kNorm>
+__device__ __forceinline__ void h8_body(const QMmaArgs& a, int split, const GemvNorm* nm) {
   using G = Geom<8, kGroup>;
   constexpr int kU = H8Stage<kGroup>::kU;
   extern __shared__ uint4 xs[];
@@ -169,8 +203,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   // weights depend on no earlier kernel: both stages in flight before the wait
   if (active && it < n_iter) load_stage(sa, lr, it, ng);
   if (active && it + split < n_iter) load_stage(sb, lr, it + split, ng);
+  char* wsm = reinterpret_cast<char*>(xs) + (h8_bytes(a) + 15) / 16 * 16;
+  if constexpr (kNorm) gemv_norm::prefetch_w_to<kThreads>(*nm, a.k, wsm);
   pdl_wait();
-  const H8X x = stage_h8<kGroup, 4>(a, xs, g, t);
+  if constexpr (kNorm) cp_async_wait_group<0>();  // this thread's norm weights
+  const H8X x = stage_h8<kGroup, 4>(a, xs, g, t, kNorm ? nm : nullptr, wsm);
   for (; active && it < n_iter; it += 2 * split) {
     compute_stage_h8<kGroup, SBT, kU>(sa, it, ng, x, acc);
     if (it + 2 * split < n_iter) load_stage(sa, lr, it + 2 * split, ng);
@@ -179,6 +216,19 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (it + 3 * split < n_iter) load_stage(sb, lr, it + 3 * split, ng);
   }
   finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+}
+
+template <int kGroup, typename SBT, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_h8_kernel(const __grid_constant__ QMmaArgs a, int split) {
+  h8_body<kGroup, SBT, kGlu, false>(a, split, nullptr);
+}
+
+template <int kGroup, typename SBT, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    gemv_qmma_h8_norm_kernel(const __grid_constant__ QMmaArgs a, int split,
+                             const __grid_constant__ GemvNorm nm) {
+  h8_body<kGroup, SBT, kGlu, true>(a, split, &nm);
 }
 
 // ---- the lane ring (plan 6; group 64): the same math with the weights staged through shared memory ----
@@ -268,15 +318,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // Launches one of this file's kernels over every row tile with the forced k split, else choose_split over
 // `iters` stages per tile and `resident` warps (never from m).
-template <typename Kernel>
+template <typename Kernel, typename... Extra>
 cudaError_t launch_split(Kernel kernel, cudaStream_t stream, const QMmaArgs& a, int64_t iters,
-                         int64_t resident, size_t smem) {
+                         int64_t resident, size_t smem, const Extra&... extra) {
   const int64_t tiles = total_tiles(a);
   const int forced = forced_split();
   const int split = forced != 0 ? forced : choose_split(tiles, iters, resident, kWarps);
   const int64_t per_block = kWarps / split;
   return launch_pdl(kernel, dim3(static_cast<unsigned>((tiles + per_block - 1) / per_block)), dim3(kThreads),
-                    smem, stream, a, split);
+                    smem, stream, a, split, extra...);
 }
 
 template <typename SBT, bool kGlu>
@@ -307,6 +357,19 @@ cudaError_t launch_regs(cudaStream_t stream, const QMmaArgs& a) {
   static const int by_regs = occupancy(kernel, kThreads);
   return launch_split(kernel, stream, a, (a.k / kGroup + kU - 1) / kU,
                       static_cast<int64_t>(sm_count()) * kWarps * by_regs, h8_bytes(a));
+}
+
+// launch_regs with x from n's prologue (group 64): the plain kernel's k split; the norm weights behind x.
+template <typename SBT, bool kGlu>
+cudaError_t launch_regs_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
+  constexpr int kU = H8Stage<64>::kU;
+  auto kernel = gemv_qmma_h8_norm_kernel<64, SBT, kGlu>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + 16 + kGemvNormMaxK * 4,
+                     "linear_q (8-bit f16 tensor-core GEMV, norm prologue)");
+  static const int by_regs = occupancy(gemv_qmma_h8_kernel<64, SBT, kGlu>, kThreads);
+  const size_t smem = (h8_bytes(a) + 15) / 16 * 16 + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
+  return launch_split(kernel, stream, a, (a.k / 64 + kU - 1) / kU,
+                      static_cast<int64_t>(sm_count()) * kWarps * by_regs, smem, n);
 }
 
 // Whether the lane ring takes launch a: group 64 and every part's scale/bias rows 4-byte aligned runs.
@@ -341,6 +404,12 @@ int64_t h8_rows(const QMmaArgs& a) {
 bool h8_fits(const QMmaArgs& a, int plan) {
   return a.bits == 8 && is_h8_plan8(plan) && a.x_dtype == DType::kBF16 &&
          a.part[0].w.sb_dtype != DType::kF32 && h8_rows(a) >= 1;
+}
+
+cudaError_t launch_h8_norm_kernel(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
+  if (a.part[0].w.sb_dtype == DType::kF16)
+    return a.glu ? launch_regs_norm<Half, true>(stream, a, n) : launch_regs_norm<Half, false>(stream, a, n);
+  return a.glu ? launch_regs_norm<Bf16, true>(stream, a, n) : launch_regs_norm<Bf16, false>(stream, a, n);
 }
 
 cudaError_t launch_h8_kernel(cudaStream_t stream, const QMmaArgs& a, int plan) {

@@ -685,5 +685,8 @@ size_t ring_plan_x_budget(int bits, int plan);
 bool h8_fits(const QMmaArgs& a, int plan);
 int64_t h8_rows(const QMmaArgs& a);
 cudaError_t launch_h8_kernel(cudaStream_t stream, const QMmaArgs& a, int plan);
+// gemv_qmma_h8.cu: launch a (h8_fits under plan 5, group 64, one launch's rows, m <= 2, k % 256 == 0, k <=
+// kGemvNormMaxK) on the register kernel with x from n's plain norm prologue.
+cudaError_t launch_h8_norm_kernel(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n);
 
 }  // namespace bunsen::kernels::cuda::qmma

@@ -134,6 +134,10 @@ struct GemvNorm {
   float x_scale = 1.0f;
 };
 
+// pre as a GEMV prologue's GemvNorm for an x of shape x; false when the dtypes or shapes do not fit it (the
+// launchers check sizes and alignment).
+bool gemv_norm_args(const DevAddNorm& pre, DevRows x, GemvNorm& n);
+
 // Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds: no spill
 // at m = 1 but the gated one's 8 bytes, 16-52 bytes at m = 2; hundreds at m = 4, 8), k % 8 == 0, k <=
 // kGemvNormMaxK, x (m * k bf16) and the norm weights in 48 KB of shared memory.

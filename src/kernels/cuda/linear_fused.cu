@@ -33,9 +33,33 @@ GemvPart gemv_part(const DevLinearPart& p) {
   return {p.w.data, p.out.data, p.bias, p.w.n_rows, p.w.stride, p.out.stride};
 }
 
-// pre as the GEMV's prologue for an x of shape x; false when the dtypes or shapes do not fit it (gemv.cu
-// checks sizes and alignment).
-bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
+// Whether linear_multi's parts take one GEMV launch (one weight and output dtype, one bias dtype, m within
+// the GEMV's rows or the path forced); the launch's arguments in a.
+bool multi_launch(DevRows x, const DevLinearPart* parts, int n_parts, GemvMultiArgs& a) {
+  if (n_parts < 1 || n_parts > kMaxLinearParts)
+    throw Error("cuda", strfmt("linear_multi: %d parts (1..%d)", n_parts, kMaxLinearParts));
+  const LinearPath path = linear_path();
+  bool fused =
+      x.n_cols > 0 && path != LinearPath::kGemm && (path == LinearPath::kGemv || x.n_rows <= kGemvMaxM);
+  DType bias_dtype = DType::kF32;
+  bool have_bias_dtype = false;
+  for (int p = 0; p < n_parts; ++p) {
+    fused = fused && parts[p].w.dtype == parts[0].w.dtype && parts[p].out.dtype == parts[0].out.dtype;
+    if (parts[p].bias == nullptr) continue;
+    fused = fused && (!have_bias_dtype || parts[p].bias_dtype == bias_dtype);
+    bias_dtype = parts[p].bias_dtype;
+    have_bias_dtype = true;
+  }
+  if (!fused) return false;
+  a = multi_args(x, parts[0].w.dtype, parts[0].out.dtype, bias_dtype);
+  for (int p = 0; p < n_parts; ++p) a.part[p] = gemv_part(parts[p]);
+  a.n_parts = n_parts;
+  return true;
+}
+
+}  // namespace
+
+bool gemv_norm_args(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
   const bool ok = pre.x_in.dtype == DType::kF32 && pre.x_out.dtype == DType::kF32 &&
                   (pre.y.dtype == DType::kF32 || pre.y.dtype == DType::kBF16) &&
                   (pre.w_dtype == DType::kF32 || pre.w_dtype == DType::kBF16) &&
@@ -63,31 +87,6 @@ bool gemv_norm(const DevAddNorm& pre, DevRows x, GemvNorm& n) {
   return true;
 }
 
-// Whether linear_multi's parts take one GEMV launch (one weight and output dtype, one bias dtype, m within
-// the GEMV's rows or the path forced); the launch's arguments in a.
-bool multi_launch(DevRows x, const DevLinearPart* parts, int n_parts, GemvMultiArgs& a) {
-  if (n_parts < 1 || n_parts > kMaxLinearParts)
-    throw Error("cuda", strfmt("linear_multi: %d parts (1..%d)", n_parts, kMaxLinearParts));
-  const LinearPath path = linear_path();
-  bool fused = x.n_cols > 0 && path != LinearPath::kGemm && (path == LinearPath::kGemv || x.n_rows <= kGemvMaxM);
-  DType bias_dtype = DType::kF32;
-  bool have_bias_dtype = false;
-  for (int p = 0; p < n_parts; ++p) {
-    fused = fused && parts[p].w.dtype == parts[0].w.dtype && parts[p].out.dtype == parts[0].out.dtype;
-    if (parts[p].bias == nullptr) continue;
-    fused = fused && (!have_bias_dtype || parts[p].bias_dtype == bias_dtype);
-    bias_dtype = parts[p].bias_dtype;
-    have_bias_dtype = true;
-  }
-  if (!fused) return false;
-  a = multi_args(x, parts[0].w.dtype, parts[0].out.dtype, bias_dtype);
-  for (int p = 0; p < n_parts; ++p) a.part[p] = gemv_part(parts[p]);
-  a.n_parts = n_parts;
-  return true;
-}
-
-}  // namespace
-
 void linear_multi(void* stream, DevRows x, const DevLinearPart* parts, int n_parts) {
   GemvMultiArgs a;
   if (!multi_launch(x, parts, n_parts, a)) {
@@ -103,7 +102,8 @@ bool linear_multi_norm(void* stream, DevRows x, const DevLinearPart* parts, int 
                        const DevAddNorm& pre) {
   GemvMultiArgs a;
   GemvNorm n;
-  if (x.n_rows < 1 || x.n_rows > kGemvMaxM || !multi_launch(x, parts, n_parts, a) || !gemv_norm(pre, x, n))
+  if (x.n_rows < 1 || x.n_rows > kGemvMaxM || !multi_launch(x, parts, n_parts, a) ||
+      !gemv_norm_args(pre, x, n))
     return false;
   if (!gemv_multi_norm(as_stream(stream), a, n)) return false;
   check_launch("linear_multi", [&] { return parts_desc(x, parts, n_parts); });
@@ -114,7 +114,7 @@ bool linear_qkv_rope_kv(void* stream, DevRows x, const DevLinearPart* parts, con
                         const DevAddNorm* pre) {
   if (x.n_rows < 1 || x.n_rows > kGemvMaxM || x.n_cols <= 0 || linear_path() == LinearPath::kGemm) return false;
   GemvNorm n;
-  if (pre != nullptr && !gemv_norm(*pre, x, n)) return false;
+  if (pre != nullptr && !gemv_norm_args(*pre, x, n)) return false;
   for (int p = 0; p < 3; ++p) {
     const DevLinearPart& q = parts[p];
     if (q.w.dtype != DType::kBF16 || q.out.dtype != DType::kBF16 || q.w.n_cols != x.n_cols ||
@@ -170,7 +170,7 @@ bool linear_swiglu_norm(void* stream, DevRows out, DevRows x, const DevLinearPar
                         const DevLinearPart& up, bool gelu_tanh, const DevAddNorm& pre) {
   GemvNorm n;
   if (x.n_rows < 1 || x.n_rows > kGemvMaxM || gate.w.n_rows == 0 || linear_path() == LinearPath::kGemm ||
-      !gemv_norm(pre, x, n))
+      !gemv_norm_args(pre, x, n))
     return false;
   if (!gemv_multi_norm(as_stream(stream), swiglu_args(out, x, gate, up, gelu_tanh), n)) return false;
   check_launch("linear_swiglu", [&] { return swiglu_desc(out, x, gate); });

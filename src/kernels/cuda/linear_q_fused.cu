@@ -6,6 +6,7 @@
 // for the gated op to the GEMV per matrix into f32 scratch + silu_mul / gelu_tanh_mul (gate and up never
 // rounded).
 #include "kernels/cuda/gemv_qmma.cuh"
+#include "kernels/cuda/linear.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -54,40 +55,32 @@ std::string parts_desc(DevRows x, const DevQuantPart* parts, int n_parts) {
   return s;
 }
 
-}  // namespace
-
-void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_parts) {
+// linear_q_multi's one launch over all parts (m within the GEMV's rows, shared quantization, output and
+// bias dtypes, and the tensor-core kernels fit); false when the parts take linear_q each.
+bool multi_args(DevRows x, const DevQuantPart* parts, int n_parts, QMmaArgs& q) {
   if (n_parts < 1 || n_parts > kQMmaMaxParts)
     throw Error("cuda", strfmt("linear_q_multi: %d parts (1..%d)", n_parts, kQMmaMaxParts));
-  if (x.n_rows == 0) return;
   DType bias_dtype = DType::kF32;
   bool fused = x.n_rows <= kGemvMaxM && linear_q_path() == LinearQPath::kAuto &&
                common_bias_dtype(parts, n_parts, bias_dtype);
   for (int p = 0; p < n_parts && fused; ++p)
     fused = same_quant(parts[p].w, parts[0].w) && parts[p].out.dtype == parts[0].out.dtype && parts[p].w.rows > 0;
-  if (fused) {
-    QMmaArgs q = qmma_base(x, parts[0].w, parts[0].out.dtype, bias_dtype);
-    for (int p = 0; p < n_parts; ++p) q.part[p] = qmma_part(parts[p], parts[p].out.data, parts[p].out.stride);
-    q.n_parts = n_parts;
-    if (qmma_fits(q)) {
-      gemv_qmma(as_stream(stream), q);
-      check_launch("linear_q_multi", [&] { return parts_desc(x, parts, n_parts); });
-      return;
-    }
-  }
-  for (int p = 0; p < n_parts; ++p) linear_q(stream, parts[p].out, x, parts[p].w, parts[p].bias, parts[p].bias_dtype);
+  if (!fused) return false;
+  q = qmma_base(x, parts[0].w, parts[0].out.dtype, bias_dtype);
+  for (int p = 0; p < n_parts; ++p) q.part[p] = qmma_part(parts[p], parts[p].out.data, parts[p].out.stride);
+  q.n_parts = n_parts;
+  return qmma_fits(q);
 }
 
-void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
+// linear_q_swiglu's gated launch over all of x's rows (checked: gate and up alike).
+QMmaArgs swiglu_args(DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
                      bool gelu_tanh) {
-  const int64_t m = x.n_rows, f = gate.w.rows;
-  if (m == 0 || f == 0) return;
   if (!same_quant(gate.w, up.w) || gate.w.rows != up.w.rows ||
       (gate.bias != nullptr && up.bias != nullptr && gate.bias_dtype != up.bias_dtype))
     throw Error("cuda", "linear_q_swiglu: gate and up must share shape, bits, group size and dtypes: " +
-                            parts_desc(x, &gate, 1) + strfmt(", up [%lld, %lld] %d-bit group %d", (long long)up.w.rows,
-                                                             (long long)up.w.cols, up.w.bits, up.w.group_size));
-  cudaStream_t s = as_stream(stream);
+                            parts_desc(x, &gate, 1) +
+                            strfmt(", up [%lld, %lld] %d-bit group %d", (long long)up.w.rows,
+                                   (long long)up.w.cols, up.w.bits, up.w.group_size));
   const DType bias_dtype = gate.bias != nullptr ? gate.bias_dtype : up.bias_dtype;
   QMmaArgs q = qmma_base(x, gate.w, out.dtype, bias_dtype);
   q.part[0] = qmma_part(gate, out.data, out.stride);
@@ -95,6 +88,55 @@ void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& g
   q.n_parts = 2;
   q.glu = true;
   q.gelu_tanh = gelu_tanh;
+  return q;
+}
+
+// The launch q with its x from pre's prologue (gemv_qmma_norm); false, nothing launched, where it does not
+// apply.
+bool launch_norm(void* stream, const QMmaArgs& q, DevRows x, const DevAddNorm& pre, const char* op) {
+  GemvNorm n;
+  if (x.n_rows < 1 || x.n_rows > kGemvNormMaxM || linear_q_path() != LinearQPath::kAuto ||
+      !gemv_norm_args(pre, x, n) || !gemv_qmma_norm(as_stream(stream), q, n))
+    return false;
+  check_launch(op, [&] { return rows_desc("x", x) + " (norm prologue)"; });
+  return true;
+}
+
+}  // namespace
+
+void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_parts) {
+  QMmaArgs q;
+  const bool one = multi_args(x, parts, n_parts, q);  // (checks the part count first)
+  if (x.n_rows == 0) return;
+  if (one) {
+    gemv_qmma(as_stream(stream), q);
+    check_launch("linear_q_multi", [&] { return parts_desc(x, parts, n_parts); });
+    return;
+  }
+  for (int p = 0; p < n_parts; ++p)
+    linear_q(stream, parts[p].out, x, parts[p].w, parts[p].bias, parts[p].bias_dtype);
+}
+
+bool linear_q_multi_norm(void* stream, DevRows x, const DevQuantPart* parts, int n_parts,
+                         const DevAddNorm& pre) {
+  QMmaArgs q;
+  return x.n_rows >= 1 && multi_args(x, parts, n_parts, q) &&
+         launch_norm(stream, q, x, pre, "linear_q_multi");
+}
+
+bool linear_q_swiglu_norm(void* stream, DevRows out, DevRows x, const DevQuantPart& gate,
+                          const DevQuantPart& up, bool gelu_tanh, const DevAddNorm& pre) {
+  if (x.n_rows < 1 || gate.w.rows == 0) return false;
+  const QMmaArgs q = swiglu_args(out, x, gate, up, gelu_tanh);
+  return gate.w.cols > 0 && qmma_fits(q) && launch_norm(stream, q, x, pre, "linear_q_swiglu");
+}
+
+void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
+                     bool gelu_tanh) {
+  const int64_t m = x.n_rows, f = gate.w.rows;
+  if (m == 0 || f == 0) return;
+  cudaStream_t s = as_stream(stream);
+  const QMmaArgs q = swiglu_args(out, x, gate, up, gelu_tanh);
   const int64_t x_elem = dtype_size(x.dtype), out_elem = dtype_size(out.dtype);
   QMmaArgs first = q;
   first.m = m < kGemvMaxM ? m : kGemvMaxM;

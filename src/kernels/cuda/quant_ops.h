@@ -53,6 +53,15 @@ void linear_q_multi(void* stream, DevRows x, const DevQuantPart* parts, int n_pa
 void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,
                      bool gelu_tanh = false);
 
+// linear_q_multi / linear_q_swiglu with x (bf16, not written) computed from pre (cuda_ops.h DevAddNorm, plain
+// form) in the GEMV's prologue: the bits of add_rms_norm into x followed by the op. Only where the op takes
+// one launch of the 4-bit tiled tensor-core GEMV (d % 512 == 0) or the 8-bit f16 one (d % 256 == 0), group
+// 64, 1 <= m <= 2, d <= 4096; false, nothing launched, otherwise.
+bool linear_q_multi_norm(void* stream, DevRows x, const DevQuantPart* parts, int n_parts,
+                         const DevAddNorm& pre);
+bool linear_q_swiglu_norm(void* stream, DevRows out, DevRows x, const DevQuantPart& gate,
+                          const DevQuantPart& up, bool gelu_tanh, const DevAddNorm& pre);
+
 // out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32|bf16; ids [n] i32 on the device.
 void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t* ids, float scale);
 
