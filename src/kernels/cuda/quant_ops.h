@@ -62,6 +62,14 @@ bool linear_q_multi_norm(void* stream, DevRows x, const DevQuantPart* parts, int
 bool linear_q_swiglu_norm(void* stream, DevRows out, DevRows x, const DevQuantPart& gate,
                           const DevQuantPart& up, bool gelu_tanh, const DevAddNorm& pre);
 
+// linear_q_multi of parts q, k, v (r.q/k/v: their outputs as bf16 heads) with rope_kv_write(r) folded into
+// the store, as cuda_ops.h's linear_qkv_rope_kv for bf16 weights (the same bits as the two ops; with pre, x
+// from pre's prologue as in linear_q_multi_norm). Only where the parts take one launch of the 4-bit tiled
+// tensor-core GEMV (and pre's prologue applies) and the cache is plain bf16; false, nothing launched,
+// otherwise.
+bool linear_q_qkv_rope_kv(void* stream, DevRows x, const DevQuantPart* parts, const DevRopeKv& r,
+                          const DevAddNorm* pre = nullptr);
+
 // out[i, :] = dequant(table)[ids[i], :] * scale.   out [n, d] f32|bf16; ids [n] i32 on the device.
 void embedding_q(void* stream, DevRows out, const DevQuant& table, const int32_t* ids, float scale);
 
