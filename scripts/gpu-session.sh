@@ -127,13 +127,13 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
 }
 
 qnorm() {  # the quantized GEMVs' norm prologue (BUNSEN_QMMA_NORM=0: add_rms_norm launches as before) and, at
-  # 4 bits on llama-like shapes, the rope fold (BUNSEN_QKV_ROPE=0: linear_q_multi + rope_kv_write)
+  # 4 bits on llama-like shapes, the rope fold (BUNSEN_QMMA_ROPE=0: linear_q_multi + rope_kv_write)
   local spec name shape bits folds
   for spec in ${QNORM_SHAPES:-8b_q4:llama3.1-8b:4:1 8b_q8:llama3.1-8b:8:0 1b_q4:llama3.2-1b:4:1 qwen35_q4:qwen3.5-4b:4:0}; do
     IFS=: read -r name shape bits folds <<<"$spec"
     if [ "$folds" = 1 ]; then
-      ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" base:BUNSEN_QMMA_NORM=0,BUNSEN_QKV_ROPE=0 \
-        norm:BUNSEN_QKV_ROPE=0 norm_fold:BUNSEN_QMMA_NORM=1
+      ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" base:BUNSEN_QMMA_NORM=0,BUNSEN_QMMA_ROPE=0 \
+        norm:BUNSEN_QMMA_ROPE=0 norm_fold:BUNSEN_QMMA_NORM=1
     else
       ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" base:BUNSEN_QMMA_NORM=0 norm:BUNSEN_QMMA_NORM=1
     fi

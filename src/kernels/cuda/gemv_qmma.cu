@@ -606,7 +606,8 @@ bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
 }
 
 bool gemv_qmma_rope(cudaStream_t stream, const QMmaArgs& a, const RopeKvArgs& rk, const GemvNorm* n) {
-  if (a.n_parts != 3 || a.glu || a.out_dtype != DType::kBF16 || !one_tile_launch(a) ||
+  static const bool on = env_flag("BUNSEN_QMMA_ROPE", true);  // 0: linear_q_multi + rope_kv_write (A/B runs)
+  if (!on || a.n_parts != 3 || a.glu || a.out_dtype != DType::kBF16 || !one_tile_launch(a) ||
       a.part[0].w.rows % 2 != 0 || a.part[1].w.rows % 2 != 0 || (n != nullptr && !norm_fits(a, *n)))
     return false;
   const cudaError_t e = a.part[0].w.sb_dtype == DType::kF16 ? launch_tiles_rope<Half>(stream, a, rk, n)
