@@ -59,7 +59,7 @@ snap() {
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
-NEW_TESTS=${NEW_TESTS:-'*FusedNorm*:*QuantNormPrologue*:*QkvRope*'}  # (a call may name others)
+NEW_TESTS=${NEW_TESTS:-'*FusedNorm*:*QuantNormPrologue*'}  # (a call may name others)
 new() {  # only the tests of the unvalidated paths
   timeout "${NEW_T:-150}" "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
   echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
@@ -126,17 +126,11 @@ xb() {  # the 4-bit tile kernel's x staging: one chunk per thread at a time (1) 
     x8:BUNSEN_QMMA_XBATCH=8
 }
 
-qnorm() {  # the quantized GEMVs' norm prologue (BUNSEN_QMMA_NORM=0: add_rms_norm launches as before) and, at
-  # 4 bits on llama-like shapes, the rope fold (BUNSEN_QMMA_ROPE=0: linear_q_multi + rope_kv_write)
-  local spec name shape bits folds
-  for spec in ${QNORM_SHAPES:-8b_q4:llama3.1-8b:4:1 8b_q8:llama3.1-8b:8:0 1b_q4:llama3.2-1b:4:1 qwen35_q4:qwen3.5-4b:4:0}; do
-    IFS=: read -r name shape bits folds <<<"$spec"
-    if [ "$folds" = 1 ]; then
-      ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" base:BUNSEN_QMMA_NORM=0,BUNSEN_QMMA_ROPE=0 \
-        norm:BUNSEN_QMMA_ROPE=0 norm_fold:BUNSEN_QMMA_NORM=1
-    else
-      ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" base:BUNSEN_QMMA_NORM=0 norm:BUNSEN_QMMA_NORM=1
-    fi
+qnorm() {  # the quantized GEMVs' norm prologue (BUNSEN_QMMA_NORM=0: add_rms_norm launches as before)
+  local spec name shape bits
+  for spec in ${QNORM_SHAPES:-8b_q4:llama3.1-8b:4 8b_q8:llama3.1-8b:8 1b_q4:llama3.2-1b:4 qwen35_q4:qwen3.5-4b:4}; do
+    IFS=: read -r name shape bits <<<"$spec"
+    ab "ab_${name}_qnorm" "--synthetic $shape --quant $bits" off:BUNSEN_QMMA_NORM=0 on:BUNSEN_QMMA_NORM=1
   done
 }
 

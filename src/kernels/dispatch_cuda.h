@@ -11,7 +11,6 @@
 namespace bunsen::kernels::cuda {
 struct DevAddNorm;
 struct DevCache;
-struct DevQuantPart;
 }  // namespace bunsen::kernels::cuda
 #endif
 
@@ -47,10 +46,6 @@ cuda::DevCache cache_view(const PagedKv& c);
 // applies); otherwise add_rms_norm into x, and false.
 bool pre_in_prologue(Context& ctx, const char* op, Tensor x, const AddRmsNorm& p,
                      const std::function<bool(const cuda::DevAddNorm&)>& fused);
-// One quantized matrix of a fused projection on CUDA, checked as linear_q checks it (dispatch_quant.cpp);
-// callers include kernels/cuda/quant_ops.h for the complete type.
-cuda::DevQuantPart quant_part(const char* op, const Tensor& out, const Tensor& x, const QuantWeight& w,
-                              const Tensor& bias);
 #endif
 
 }  // namespace bunsen::kernels::cuda_route

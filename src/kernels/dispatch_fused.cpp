@@ -7,7 +7,6 @@
 // for dtype and shape only (their contents live on the device, as in dispatch.cpp).
 #include <atomic>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "kernels/rows.h"
 #ifdef BUNSEN_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/quant_ops.h"
 #endif
 
 namespace bunsen::kernels {
@@ -362,91 +360,43 @@ void set_qkv_rope_fold_for_testing(int mode) {
 #endif
 }
 
-namespace {
-
-// linear_qkv_rope_kv for either kind of weights (Part: LinearPart or QuantLinearPart). On CUDA where the fold
-// may apply: dev_part(i) checks and converts part i, fuse(x, rope args, pre or null) launches the fold
-// (false: it does not apply); the two ops otherwise (linear_multi / linear_q_multi, then rope_kv_write).
-template <class Part, class DevPart, class Fuse>
-bool qkv_rope_kv(Context& ctx, Tensor x, std::span<const Part> qkv, Tensor q3, Tensor k3, Tensor v3,
-                 const PagedKv& cache, Tensor positions, Tensor slot_mapping, const RopeParams& p,
-                 const AddRmsNorm* pre, DevPart dev_part_of, Fuse fuse) {
+bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3,
+                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
+                        const RopeParams& p, const AddRmsNorm* pre) {
   const char* op = "linear_qkv_rope_kv";
   if (qkv.size() != 3) fail(op, strfmt("%zu parts (q, k, v: 3)", qkv.size()));
   const AddRmsNorm none;
   const AddRmsNorm& pn = pre != nullptr ? *pre : none;
 #ifdef BUNSEN_HAVE_CUDA
-  const bool gpu = on_cuda(op, {&x, &q3, &k3, &v3, &cache.k, &cache.v, &positions, &slot_mapping, &pn.x_in,
-                                &pn.y, &pn.x_out, &pn.w});
+  const bool gpu = on_cuda(op, {&x, &qkv[0].w, &qkv[1].w, &qkv[2].w, &q3, &k3, &v3, &cache.k, &cache.v,
+                                &positions, &slot_mapping, &pn.x_in, &pn.y, &pn.x_out, &pn.w});
   if (gpu && qkv_rope_fold() && !cache.quantized() && cache.k.dtype == DType::kBF16 &&
       q3.dtype == DType::kBF16 && k3.dtype == DType::kBF16 && x.dtype == DType::kBF16 && rows_ok(x) &&
       as_rows(x).n_rows <= kFusedDecodeMaxTokens) {
-    const Tensor* outs[3] = {&q3, &k3, &v3};
+    cuda::DevLinearPart dev[3];
     for (size_t i = 0; i < 3; ++i) {
-      dev_part_of(i);
+      need_linear_shapes(op, qkv[i].out, x, qkv[i].w, qkv[i].bias);
+      dev[i] = dev_part(qkv[i].out, qkv[i].w, qkv[i].bias);
+    }
+    const Tensor* outs[3] = {&q3, &k3, &v3};
+    for (size_t i = 0; i < 3; ++i)
       if (!(outs[i]->data == qkv[i].out.data && outs[i]->nbytes() == qkv[i].out.nbytes()))
         fail(op, desc("part out", qkv[i].out) + " must be the memory of its heads view " +
                      desc("heads", *outs[i]));
-    }
     const cuda::DevRopeKv a = rope_kv_args(op, q3, k3, v3, cache, positions, slot_mapping, p);
     if (pre != nullptr) {
-      if (pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) { return fuse(a, &dp); }))
+      if (pre_in_prologue(ctx, op, x, pn, [&](const cuda::DevAddNorm& dp) {
+            return cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, &dp);
+          }))
         return true;
       pre = nullptr;  // add_rms_norm ran
     }
-    if (fuse(a, nullptr)) return true;
+    if (cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a)) return true;
   }
-#else
-  (void)dev_part_of;
-  (void)fuse;
 #endif
-  if constexpr (std::is_same_v<Part, LinearPart>)
-    linear_multi(ctx, x, qkv, pre);
-  else
-    linear_q_multi(ctx, x, qkv, pre);
+  linear_multi(ctx, x, qkv, pre);
   rope_kv_write(ctx, q3, k3, v3, cache, positions, slot_mapping, p);
   return false;
-}
-
-}  // namespace
-
-bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const LinearPart> qkv, Tensor q3, Tensor k3,
-                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
-                        const RopeParams& p, const AddRmsNorm* pre) {
-#ifdef BUNSEN_HAVE_CUDA
-  cuda::DevLinearPart dev[3];
-  auto dev_of = [&](size_t i) {
-    on_cuda("linear_qkv_rope_kv", {&x, &qkv[i].w, &qkv[i].bias});
-    need_linear_shapes("linear_qkv_rope_kv", qkv[i].out, x, qkv[i].w, qkv[i].bias);
-    dev[i] = dev_part(qkv[i].out, qkv[i].w, qkv[i].bias);
-  };
-  auto fuse = [&](const cuda::DevRopeKv& a, const cuda::DevAddNorm* dp) {
-    return cuda::linear_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, dp);
-  };
-#else
-  auto dev_of = [](size_t) {};
-  auto fuse = [](const auto&, const auto*) { return false; };
-#endif
-  return qkv_rope_kv(ctx, x, qkv, q3, k3, v3, cache, positions, slot_mapping, p, pre, dev_of, fuse);
-}
-
-bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const QuantLinearPart> qkv, Tensor q3, Tensor k3,
-                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
-                        const RopeParams& p, const AddRmsNorm* pre) {
-#ifdef BUNSEN_HAVE_CUDA
-  cuda::DevQuantPart dev[3];
-  auto dev_of = [&](size_t i) {
-    on_cuda("linear_qkv_rope_kv", {&x, &qkv[i].w.packed, &qkv[i].w.scales, &qkv[i].w.biases, &qkv[i].bias});
-    dev[i] = cuda_route::quant_part("linear_qkv_rope_kv", qkv[i].out, x, qkv[i].w, qkv[i].bias);
-  };
-  auto fuse = [&](const cuda::DevRopeKv& a, const cuda::DevAddNorm* dp) {
-    return cuda::linear_q_qkv_rope_kv(ctx.cuda_stream, dev_rows(x), dev, a, dp);
-  };
-#else
-  auto dev_of = [](size_t) {};
-  auto fuse = [](const auto&, const auto*) { return false; };
-#endif
-  return qkv_rope_kv(ctx, x, qkv, q3, k3, v3, cache, positions, slot_mapping, p, pre, dev_of, fuse);
 }
 
 }  // namespace bunsen::kernels

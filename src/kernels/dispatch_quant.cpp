@@ -132,14 +132,6 @@ cuda::DevQuantPart dev_qpart(const Tensor& out, const QuantWeight& w, const Tens
 
 }  // namespace
 
-#ifdef BUNSEN_HAVE_CUDA
-cuda::DevQuantPart cuda_route::quant_part(const char* op, const Tensor& out, const Tensor& x,
-                                          const QuantWeight& w, const Tensor& bias) {
-  check_linear_q(op, out, x, w, bias, true);
-  return dev_qpart(out, w, bias);
-}
-#endif
-
 void linear_q(Context& ctx, Tensor out, Tensor x, const QuantWeight& w, Tensor bias) {
   const char* op = "linear_q";
   const bool gpu = on_cuda(op, {&out, &x, &w.packed, &w.scales, &w.biases, &bias});

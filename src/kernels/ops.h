@@ -299,13 +299,6 @@ struct QuantLinearPart {
 void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts,
                     const AddRmsNorm* pre = nullptr);
 
-// linear_qkv_rope_kv with quantized q/k/v (linear_q_multi, then rope_kv_write): on CUDA one launch of the
-// 4-bit tiled tensor-core GEMV with the rope and cache write in its store (and pre in its prologue) where it
-// applies, the same bits as the two ops; elsewhere exactly those ops. True when the one fused launch ran.
-bool linear_qkv_rope_kv(Context& ctx, Tensor x, std::span<const QuantLinearPart> qkv, Tensor q3, Tensor k3,
-                        Tensor v3, const PagedKv& cache, Tensor positions, Tensor slot_mapping,
-                        const RopeParams& p, const AddRmsNorm* pre = nullptr);
-
 // out = act(x · dequant(w_gate)ᵀ + b_gate) * (x · dequant(w_up)ᵀ + b_up), act = silu (default) or gelu_tanh.
 // out [m, f]; x [m, k]; w_gate, w_up [f, k] quantized with one bits, group size and scale dtype; biases [f]
 // or empty. CPU: linear_q, linear_q, then silu_mul or gelu_tanh_mul through f32 temporaries (allocated per

@@ -166,6 +166,7 @@ TEST_F(CudaTest, FusedNormLinearMultiEqualsAddRmsNormThenLinearMulti) {
 TEST_F(CudaTest, FusedNormPostFormEqualsPostNormResidualThenProjection) {
   std::mt19937 rng(2031);
   kernels::set_fused_norm_for_testing(1);
+  kernels::cuda::set_qmma_norm_for_testing(1);  // past the default's d <= 2048 too
   for (const NormCase& c : kPostCases) {
     const int64_t f = 1536;
     auto rnd = [&](std::initializer_list<int64_t> shape) {
@@ -333,6 +334,7 @@ TEST_F(CudaTest, FusedNormQuantProjectionsEqualAddRmsNormThenTheLaunch) {
   using kernels::test::RandomQuantWeight;
   std::mt19937 rng(2031);
   kernels::set_fused_norm_for_testing(1);
+  kernels::cuda::set_qmma_norm_for_testing(1);  // past the default's d <= 2048 too
   for (const QuantNormCase& qc : kQuantNormCases) {
     const NormCase& c = qc.c;
     const RandomQuantWeight wq(1024, c.d, qc.bits, 64, qc.sb, rng), wk(256, c.d, qc.bits, 64, qc.sb, rng),
@@ -385,6 +387,7 @@ TEST_F(CudaTest, FusedNormQuantProjectionsEqualAddRmsNormThenTheLaunch) {
     kernels::cuda::set_linear_q_split_for_testing(0);
     if (HasFailure()) break;
   }
+  kernels::cuda::set_qmma_norm_for_testing(-1);
   kernels::set_fused_norm_for_testing(-1);
 }
 
@@ -403,8 +406,8 @@ TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
     ++fixtures;
     Fixture f = load_fixture(name);
     auto m = load(build_checkpoint(f, DType::kBF16, "cuda_fused_norm"), Device::cuda(0));
-    expect_switch_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
-                                      to_i32(f.outputs->get("greedy")), kernels::set_fused_norm_for_testing);
+    expect_norm_prologue_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
+                                             to_i32(f.outputs->get("greedy")));
   }
   EXPECT_GE(fixtures, 9);
 }

@@ -21,7 +21,6 @@
 #include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/rope_fold.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace bunsen::kernels::cuda {
@@ -184,6 +183,30 @@ __device__ __forceinline__ void store_outputs(const GemvMultiArgs& a, const floa
 }
 
 // ---- q/k/v with rope_kv_write folded into the store (linear_qkv_rope_kv) ----
+// Launch parameters of the fold beside GemvMultiArgs (parts 0, 1, 2 = q, k, v; bf16 everywhere).
+struct RopeKvArgs {
+  const int32_t* positions = nullptr;  // [m] of this launch's rows
+  const int64_t* slots = nullptr;      // [m] cache slots (< 0 or past the cache: no write)
+  Bf16* k_cache = nullptr;
+  Bf16* v_cache = nullptr;
+  int64_t k_s[3] = {}, v_s[3] = {};  // cache strides (elements): block, slot, kv head
+  int64_t n_slots = 0, block_size = 0;
+  int head_dim = 0, half = 0;  // half = rotary_dim / 2 (0: no rotation, the write only)
+  float scaling = 1.0f;
+  float inv_freq[kMaxRotaryDim / 2] = {};
+};
+
+// Rows (first, second) of rotation pair q of a q or k part of n rows: pair j of a head is (j, j + half) for
+// j < half, else the neighbours (2 half + 2 (j - half), + 1). False past the part.
+__device__ __forceinline__ bool rope_pair(const RopeKvArgs& rk, int64_t q, int64_t n, int64_t& first,
+                                          int64_t& second) {
+  if (2 * q >= n) return false;
+  const int64_t hp = rk.head_dim / 2, head = q / hp, j = q - head * hp;
+  first = head * rk.head_dim + (j < rk.half ? j : 2 * rk.half + 2 * (j - rk.half));
+  second = j < rk.half ? first + rk.half : first + 1;
+  return true;
+}
+
 // Warp group g's rows in a fold launch: in q and k each group takes kRows / 2 rotation pairs (row j and
 // j + half of a head; past rotary_dim, two neighbours), rows[r] and rows[r + kRows / 2] being pair r; in v
 // kRows consecutive rows as locate() gives them. n0: the first pair (q, k) or row (v). Whole heads per
@@ -220,20 +243,28 @@ __device__ __forceinline__ bool locate_rope(const GemvMultiArgs& a, const RopeKv
   return true;
 }
 
-// The fold's store (rope_fold.cuh's): lane (i * kRows + r) % 32 stores v row n0 + r of token i, lane
-// (i * kPairs + r) % 32 rotation pair n0 + r of token i.
+// The fold's store: q, k, v rounded to bf16 as linear_multi stores them; q and k pairs rotated as rope_kv.cu
+// rotates the stored values (sincosf of (float)pos * inv_freq, times scaling; rotate_values) and rounded
+// again; k and v also written to the cache slot of their row, as rope_kv_write does.
 template <int kM, int kRows>
 __device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvArgs& rk,
                                            const float (&tot)[kM][kRows], int part, int64_t n0, int lane) {
   const GemvPart& p = a.part[part];
-  Bf16* out = static_cast<Bf16*>(p.out);
+  auto cache_row = [&](Bf16* cache, const int64_t(&st)[3], int i, int64_t row) -> Bf16* {
+    const int64_t slot = rk.slots[i];
+    if (slot < 0 || slot >= rk.n_slots) return nullptr;
+    const int64_t block = slot / rk.block_size, off = slot - block * rk.block_size, head = row / rk.head_dim;
+    return cache + block * st[0] + off * st[1] + head * st[2] + (row - head * rk.head_dim);
+  };
   if (part == 2) {
 #pragma unroll
     for (int i = 0; i < kM; ++i)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (i >= a.m || n0 + r >= p.n || lane != (i * kRows + r) % 32) continue;
-        rope_store_v(rk, out, p.out_stride, i, n0 + r, tot[i][r] + bias_of(p, a.bias_dtype, n0 + r));
+        const Bf16 v = from_f32<Bf16>(tot[i][r] + bias_of(p, a.bias_dtype, n0 + r));
+        static_cast<Bf16*>(p.out)[i * p.out_stride + n0 + r] = v;
+        if (Bf16* c = cache_row(rk.v_cache, rk.v_s, i, n0 + r)) *c = v;
       }
     return;
   }
@@ -244,9 +275,24 @@ __device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvA
     for (int r = 0; r < kPairs; ++r) {
       int64_t first = 0, second = 0;
       if (i >= a.m || lane != (i * kPairs + r) % 32 || !rope_pair(rk, n0 + r, p.n, first, second)) continue;
-      rope_store_pair(rk, out, p.out_stride, part, i, n0 + r, first, second,
-                      tot[i][r] + bias_of(p, a.bias_dtype, first),
-                      tot[i][kPairs + r] + bias_of(p, a.bias_dtype, second));
+      float x1 = to_f32(from_f32<Bf16>(tot[i][r] + bias_of(p, a.bias_dtype, first)));
+      float x2 = to_f32(from_f32<Bf16>(tot[i][kPairs + r] + bias_of(p, a.bias_dtype, second)));
+      const int64_t j = (n0 + r) % (rk.head_dim / 2);
+      if (j < rk.half) {
+        float sn, cs;
+        sincosf(static_cast<float>(rk.positions[i]) * rk.inv_freq[j], &sn, &cs);
+        const float2 y = rotate_values(x1, x2, cs * rk.scaling, sn * rk.scaling);
+        x1 = y.x;
+        x2 = y.y;
+      }
+      const Bf16 b1 = from_f32<Bf16>(x1), b2 = from_f32<Bf16>(x2);
+      Bf16* out = static_cast<Bf16*>(p.out) + i * p.out_stride;
+      out[first] = b1;
+      out[second] = b2;
+      if (part == 1) {
+        if (Bf16* c = cache_row(rk.k_cache, rk.k_s, i, first)) *c = b1;
+        if (Bf16* c = cache_row(rk.k_cache, rk.k_s, i, second)) *c = b2;
+      }
     }
 }
 
@@ -642,16 +688,18 @@ bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm
   return true;
 }
 
-bool rope_kv_args_of(const DevRopeKv& r, int64_t n_q, int64_t n_k, int64_t n_v, RopeKvArgs& rk) {
+bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r, const GemvNorm* n) {
   const DevCache& c = r.cache;
   const int64_t hd = r.k.head_dim;
-  const bool ok = c.bits == 0 && c.dtype == DType::kBF16 && c.head_dim == hd && r.q.head_dim == hd &&
-                  r.v.head_dim == hd && hd > 0 && hd % 2 == 0 && r.rotary_dim % 2 == 0 && r.rotary_dim >= 0 &&
-                  r.rotary_dim <= hd && r.rotary_dim <= kMaxRotaryDim && n_q == r.q.n_heads * hd &&
-                  n_k == r.k.n_heads * hd && n_v == r.v.n_heads * hd && r.k.n_heads == c.n_kv_heads &&
-                  hd <= INT32_MAX;
+  const bool ok = a.n_parts == 3 && !a.glu && a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 &&
+                  a.out_dtype == DType::kBF16 && c.bits == 0 && c.dtype == DType::kBF16 && c.head_dim == hd &&
+                  r.q.head_dim == hd && r.v.head_dim == hd && hd > 0 && hd % 2 == 0 &&
+                  r.rotary_dim % 2 == 0 && r.rotary_dim >= 0 && r.rotary_dim <= hd &&
+                  r.rotary_dim <= kMaxRotaryDim && a.part[0].n == r.q.n_heads * hd &&
+                  a.part[1].n == r.k.n_heads * hd && a.part[2].n == r.v.n_heads * hd &&
+                  r.k.n_heads == c.n_kv_heads && hd <= INT32_MAX;
   if (!ok) return false;
-  rk = RopeKvArgs{};
+  RopeKvArgs rk;
   rk.positions = r.positions;
   rk.slots = r.slot_mapping;
   rk.k_cache = static_cast<Bf16*>(c.k);
@@ -666,15 +714,7 @@ bool rope_kv_args_of(const DevRopeKv& r, int64_t n_q, int64_t n_k, int64_t n_v, 
   rk.half = r.rotary_dim / 2;
   rk.scaling = r.attention_scaling;
   for (int i = 0; i < rk.half; ++i) rk.inv_freq[i] = r.inv_freq_host[i];
-  return true;
-}
-
-bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& r, const GemvNorm* n) {
-  RopeKvArgs rk;
-  const bool ok = a.n_parts == 3 && !a.glu && a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 &&
-                  a.out_dtype == DType::kBF16 &&
-                  rope_kv_args_of(r, a.part[0].n, a.part[1].n, a.part[2].n, rk);
-  return ok && launch_rope(stream, a, rk, n);
+  return launch_rope(stream, a, rk, n);
 }
 
 void set_gemv_split_for_testing(int split) {

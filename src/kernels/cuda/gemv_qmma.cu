@@ -33,7 +33,6 @@
 #include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/gemv_qmma_tiles.cuh"
 #include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/rope_fold.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -137,52 +136,11 @@ __device__ __forceinline__ void stage_norm_x(const GemvNorm& nm, const QMmaArgs&
                                                     });
 }
 
-// Tile row r's weight row in a rope fold launch (rope_fold.cuh): in q and k (parts 0, 1) the tile at row n0
-// holds rotation pairs n0 / 2 .. n0 / 2 + 7, first rows at tile rows 0..7 and second rows at 8..15 (so lane
-// (g, t)'s MMA rows g and g + 8 are pair n0 / 2 + g); a pair past the part re-reads its last row (never
-// stored). v: tile_row's rows.
-__device__ __forceinline__ int64_t rope_tile_row(const QMmaArgs& a, const RopeKvArgs& rk, int part,
-                                                 int64_t n0, int r) {
-  if (part == 2) return tile_row<false>(a, part, n0, r);
-  const int64_t rows = a.part[part].w.rows;
-  int64_t first = 0, second = 0;
-  if (!rope_pair(rk, n0 / 2 + (r & 7), rows, first, second)) return rows > 1 ? rows - 1 : 0;
-  return r < 8 ? first : second;
-}
-
-// The rope fold's store of lane (g, t)'s sums v (rows g, g + 8 by tokens 2t, 2t + 1; rope_tile_row's rows).
-__device__ __forceinline__ void store_tile_rope(const QMmaArgs& a, const RopeKvArgs& rk, int part, int64_t n0,
-                                                int g, int t, const float (&v)[4]) {
-  const QMmaPart& p = a.part[part];
-  Bf16* out = static_cast<Bf16*>(p.out);
-  auto bias = [&](int64_t row) { return p.bias != nullptr ? load_any(p.bias, a.bias_dtype, row) : 0.0f; };
-  if (part == 2) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = 2 * t + (e & 1), row = n0 + g + 8 * (e >> 1);
-      if (i < a.m && row < p.w.rows) rope_store_v(rk, out, p.out_stride, i, row, v[e] + bias(row));
-    }
-    return;
-  }
-  const int64_t q = n0 / 2 + g;
-  int64_t first = 0, second = 0;
-  if (!rope_pair(rk, q, p.w.rows, first, second)) return;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int64_t i = 2 * t + e;
-    if (i < a.m)
-      rope_store_pair(rk, out, p.out_stride, part, i, q, first, second, v[e] + bias(first),
-                      v[2 + e] + bias(second));
-  }
-}
-
 // The tiled kernel (the tiles, copies and stage math: gemv_qmma_tiles.cuh). kXBatch: x staging loads in
 // flight per thread (stage_x; BUNSEN_QMMA_XBATCH). kNorm: x computed by nm's prologue (stage_norm_x; the
-// norm weights copied before the PDL wait into the shared memory after the tiles). kRope: q/k/v with rk's
-// rope_kv_write folded into the store (rope_tile_row's rows, store_tile_rope).
-template <typename SBT, bool kGlu, bool kLean, int kXBatch, bool kNorm, bool kRope = false>
-__device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const GemvNorm* nm,
-                                          const RopeKvArgs* rk = nullptr) {
+// norm weights copied before the PDL wait into the shared memory after the tiles).
+template <typename SBT, bool kGlu, bool kLean, int kXBatch, bool kNorm>
+__device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const GemvNorm* nm) {
   using G = Geom<4, 64>;
   extern __shared__ uint4 xs[];
   __shared__ float4 partial[kWarps][32];
@@ -200,23 +158,19 @@ __device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const Ge
   // the scales / (lane >= 16) the biases of tile row lane & 15.
   const unsigned char* src[8];
 #pragma unroll
-  auto row_of = [&](int r) {
-    if constexpr (kRope)
-      return rope_tile_row(a, *rk, part, n0, r);
-    else
-      return tile_row<kGlu>(a, part, n0, r);
-  };
   for (int i = 0; i < 8; ++i) {
     const int r = 2 * i + (lane >> 4);
     const QuantView& w = tile_view(a, part, r, kGlu);
     src[i] =
-        reinterpret_cast<const unsigned char*>(w.packed + row_of(r) * w.packed_stride) + (lane & 15) * 16;
+        reinterpret_cast<const unsigned char*>(w.packed + tile_row<kGlu>(a, part, n0, r) * w.packed_stride) +
+        (lane & 15) * 16;
   }
   const unsigned short* sb_src;
   {
     const int r = lane & 15;
     const QuantView& w = tile_view(a, part, r, kGlu);
-    sb_src = static_cast<const unsigned short*>(lane < 16 ? w.scales : w.biases) + row_of(r) * w.sb_stride;
+    sb_src = static_cast<const unsigned short*>(lane < 16 ? w.scales : w.biases) +
+             tile_row<kGlu>(a, part, n0, r) * w.sb_stride;
   }
   auto issue = [&](int st, WTile& wt) {  // every stage is whole: tiles_fit wants k % 512 == 0
     const int grp0 = st * kTileGroups;
@@ -280,11 +234,7 @@ __device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const Ge
     }
     __syncwarp();
   }
-  if constexpr (kRope)
-    finish_tile_with(partial, acc, split, slice, warp, lane, active,
-                     [&](const float(&v)[4]) { store_tile_rope(a, *rk, part, n0, g, t, v); });
-  else
-    finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
+  finish_tile<kGlu>(a, partial, acc, split, slice, warp, lane, active, part, n0);
 }
 
 template <typename SBT, bool kGlu, bool kLean, int kXBatch>
@@ -299,15 +249,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     gemv_qmma_tile_norm_kernel(const __grid_constant__ QMmaArgs a, int split,
                                const __grid_constant__ GemvNorm nm) {
   tile_body<SBT, kGlu, true, 1, true>(a, split, &nm);
-}
-
-// q/k/v with rope_kv_write folded into the store, x staged as the plain kernel does or (kNorm) by nm's
-// prologue.
-template <typename SBT, bool kNorm>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemv_qmma_tile_rope_kernel(const __grid_constant__ QMmaArgs a, int split,
-                               const __grid_constant__ RopeKvArgs rk, const __grid_constant__ GemvNorm nm) {
-  tile_body<SBT, false, true, 1, kNorm, true>(a, split, &nm, &rk);
 }
 
 // A launch's k split (the test hook's, or choose_split over `iters` iterations per tile with `resident`
@@ -462,53 +403,18 @@ cudaError_t launch_tiles(cudaStream_t stream, const QMmaArgs& a) {
                      : launch_tiles_lean<SBT, kGlu, false>(stream, a);
 }
 
-// A variant of the tile kernel (prologue, fold) with launch_tiles_as' split (from the plain kernel's
-// residency, so every token's summation is the plain launch's) and norm_bytes of norm weights behind the
-// tiles.
-template <typename SBT, bool kGlu, typename Kernel, typename... Extra>
-cudaError_t launch_tile_variant(Kernel kernel, cudaStream_t stream, const QMmaArgs& a, size_t norm_bytes,
-                                const Extra&... extra) {
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16 + kGemvNormMaxK * 4,
-                     "linear_q (tiled tensor-core GEMV, norm prologue / rope fold)");
-  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, true, 1>, kThreads);
-  const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + kTileBytes + norm_bytes;
-  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
-  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split, extra...);
-}
-
-size_t norm_bytes(const QMmaArgs& a, const GemvNorm& n) {
-  return static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
-}
-
 template <typename SBT, bool kGlu>
 cudaError_t launch_tiles_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
-  return launch_tile_variant<SBT, kGlu>(gemv_qmma_tile_norm_kernel<SBT, kGlu>, stream, a, norm_bytes(a, n),
-                                        n);
-}
-
-template <typename SBT>
-cudaError_t launch_tiles_rope(cudaStream_t stream, const QMmaArgs& a, const RopeKvArgs& rk,
-                              const GemvNorm* n) {
-  if (n != nullptr)
-    return launch_tile_variant<SBT, false>(gemv_qmma_tile_rope_kernel<SBT, true>, stream, a,
-                                           norm_bytes(a, *n), rk, *n);
-  return launch_tile_variant<SBT, false>(gemv_qmma_tile_rope_kernel<SBT, false>, stream, a, 0, rk,
-                                         GemvNorm{});
-}
-
-// Whether a takes the 4-bit tile kernel at plan 0 in one launch (launch_group, gemv_qmma).
-bool one_tile_launch(const QMmaArgs& a) {
-  return a.bits == 4 && a.group_size == 64 && a.m >= 1 && a.k % (64 * kTileGroups) == 0 && qmma_fits(a) &&
-         tiles_fit(a) && smem_fits(a) && plan_of(a) == 0 && smem_rows(a) >= a.m;
-}
-
-// Whether n's plain prologue applies to a (m <= kGemvNormMaxM, k <= kGemvNormMaxK, aligned rows).
-bool norm_fits(const QMmaArgs& a, const GemvNorm& n) {
-  static const bool on = env_flag("BUNSEN_QMMA_NORM", true);  // 0: add_rms_norm first (A/B runs)
-  return on && a.m <= kGemvNormMaxM && a.k <= kGemvNormMaxK && n.y_w == nullptr && n.x_stride >= a.k &&
-         n.y_stride >= a.k && aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
-         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0);
+  auto kernel = gemv_qmma_tile_norm_kernel<SBT, kGlu>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16 + kGemvNormMaxK * 4,
+                     "linear_q (tiled tensor-core GEMV, norm prologue)");
+  // launch_tiles_as' split (from the plain kernel's residency), so every token's summation is the same.
+  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, true, 1>, kThreads);
+  const size_t smem =
+      (smem_bytes(a) + 15) / 16 * 16 + kTileBytes + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
+  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
+  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split, n);
 }
 
 template <int kBits, int kGroup>
@@ -586,13 +492,40 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
   }
 }
 
+// Where the quantized prologue runs: the hook's mode, else BUNSEN_QMMA_NORM (0 never, 1 wherever it applies),
+// else (2) launches with k <= kQMmaNormDefaultK. H100, gpu-session.sh qnorm, 2026-12-06 (against add_rms_norm
+// launches): llama3.2-1b 4-bit (k 2,048) +1.1 % / +1.2 %; llama3.1-8b (k 4,096) 4-bit -0.6 %, 8-bit -1.1 %:
+// every block re-reads x_in and y, twice the bytes at k 4,096, and the round trips stay on the critical path.
+namespace {
+constexpr int64_t kQMmaNormDefaultK = 2048;
+std::atomic<int> g_qmma_norm{-1};
+
+bool qmma_norm_wanted(int64_t k) {
+  int mode = g_qmma_norm.load();
+  if (mode < 0) {
+    static const int env = env_int("BUNSEN_QMMA_NORM", 2);
+    mode = env;
+  }
+  return mode == 1 || (mode == 2 && k <= kQMmaNormDefaultK);
+}
+}  // namespace
+
 bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
-  // The 4-bit tile kernel or the 8-bit f16 register kernel (plan 5, the default; k % 256: whole warps per
-  // chunk run) in one launch.
-  const bool tiles = one_tile_launch(a);
-  const bool h8 = a.bits == 8 && a.group_size == 64 && a.k % 256 == 0 && qmma_fits(a) && qmma_plan8() == 5 &&
-                  h8_fits(a, 5) && h8_rows(a) >= a.m;
-  if (!(tiles || h8) || !norm_fits(a, n)) return false;
+  if (!qmma_norm_wanted(a.k)) return false;
+  // The launches that take the 4-bit tile kernel at plan 0 or the 8-bit f16 register kernel in one launch
+  // (launch_group, gemv_qmma), x from a plain norm prologue (m <= kGemvNormMaxM, k <= kGemvNormMaxK).
+  const bool shape =
+      a.group_size == 64 && a.m >= 1 && a.m <= kGemvNormMaxM && a.k <= kGemvNormMaxK && qmma_fits(a);
+  const bool tiles = shape && a.bits == 4 && a.k % (64 * kTileGroups) == 0 && tiles_fit(a) && smem_fits(a) &&
+                     plan_of(a) == 0 && smem_rows(a) >= a.m;
+  // 8 bits: the f16 register kernel (plan 5, the default) in one launch; k % 256: whole warps per chunk run.
+  const bool h8 =
+      shape && a.bits == 8 && a.k % 256 == 0 && qmma_plan8() == 5 && h8_fits(a, 5) && h8_rows(a) >= a.m;
+  const bool fits = tiles || h8;
+  const bool norm_ok = n.y_w == nullptr && n.x_stride >= a.k && n.y_stride >= a.k &&
+                       aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
+                       aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0);
+  if (!fits || !norm_ok) return false;
   const bool f16 = a.part[0].w.sb_dtype == DType::kF16;
   const cudaError_t e = h8    ? launch_h8_norm_kernel(stream, a, n)
                         : f16 ? (a.glu ? launch_tiles_norm<Half, true>(stream, a, n)
@@ -605,20 +538,6 @@ bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
   return true;
 }
 
-bool gemv_qmma_rope(cudaStream_t stream, const QMmaArgs& a, const RopeKvArgs& rk, const GemvNorm* n) {
-  static const bool on = env_flag("BUNSEN_QMMA_ROPE", true);  // 0: linear_q_multi + rope_kv_write (A/B runs)
-  if (!on || a.n_parts != 3 || a.glu || a.out_dtype != DType::kBF16 || !one_tile_launch(a) ||
-      a.part[0].w.rows % 2 != 0 || a.part[1].w.rows % 2 != 0 || (n != nullptr && !norm_fits(a, *n)))
-    return false;
-  const cudaError_t e = a.part[0].w.sb_dtype == DType::kF16 ? launch_tiles_rope<Half>(stream, a, rk, n)
-                                                            : launch_tiles_rope<Bf16>(stream, a, rk, n);
-  check_cuda(e, "linear_qkv_rope_kv (tiled tensor-core GEMV)", [&] {
-    return strfmt("m %lld k %lld rows %lld/%lld/%lld", (long long)a.m, (long long)a.k,
-                  (long long)a.part[0].w.rows, (long long)a.part[1].w.rows, (long long)a.part[2].w.rows);
-  });
-  return true;
-}
-
 int qmma::forced_split() {
   const int forced = g_split.load();
   return forced == 1 || forced == 2 || forced == 4 || forced == 8 ? forced : 0;
@@ -626,6 +545,10 @@ int qmma::forced_split() {
 
 void set_qmma_split(int split) {
   g_split.store(split);
+}
+
+void set_qmma_norm_for_testing(int mode) {
+  g_qmma_norm.store(mode);
 }
 
 void set_linear_q_tiles_for_testing(int mode) {

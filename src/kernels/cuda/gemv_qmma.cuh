@@ -52,13 +52,6 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a);
 struct GemvNorm;
 bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n);
 
-// a = q, k, v (3 parts, bf16 outputs) with rk's rope_kv_write folded into the store (rope_fold.cuh), x staged
-// as gemv_qmma does or (n) by n's prologue as gemv_qmma_norm: q/k/v, rotated q and k and the cache rows are
-// those of gemv_qmma (+ add_rms_norm) + rope_kv_write bit for bit. Only where a takes the 4-bit tile kernel
-// in one launch (and n's prologue applies); false, nothing launched, otherwise.
-struct RopeKvArgs;
-bool gemv_qmma_rope(cudaStream_t stream, const QMmaArgs& a, const RopeKvArgs& rk, const GemvNorm* n);
-
 // Test/bench hook (process-wide): the k split (1, 2, 4 or 8 warps per row tile; 0 = from the shapes).
 void set_qmma_split(int split);
 

@@ -279,10 +279,10 @@ __device__ __forceinline__ void store_tile(const QMmaArgs& a, int part, int64_t 
 
 // The end of both kernels: warps splitting k (split > 1, uniform over the block) add their partial sums
 // through shared memory in slice order, and slice 0 of each tile stores it.
-// finish_tile with the tile's sums handed to store(v) (active warps of slice 0 only).
-template <typename Store>
-__device__ __forceinline__ void finish_tile_with(float4 (*partial)[32], const float (&acc)[4], int split,
-                                                 int slice, int warp, int lane, bool active, Store&& store) {
+template <bool kGlu>
+__device__ __forceinline__ void finish_tile(const QMmaArgs& a, float4 (*partial)[32], const float (&acc)[4],
+                                            int split, int slice, int warp, int lane, bool active, int part,
+                                            int64_t n0) {
   float v[4] = {acc[0], acc[1], acc[2], acc[3]};
   if (split > 1) {
     partial[warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -297,15 +297,7 @@ __device__ __forceinline__ void finish_tile_with(float4 (*partial)[32], const fl
       v[3] += q.w;
     }
   }
-  if (active) store(v);
-}
-
-template <bool kGlu>
-__device__ __forceinline__ void finish_tile(const QMmaArgs& a, float4 (*partial)[32], const float (&acc)[4],
-                                            int split, int slice, int warp, int lane, bool active, int part,
-                                            int64_t n0) {
-  finish_tile_with(partial, acc, split, slice, warp, lane, active,
-                   [&](const float(&v)[4]) { store_tile<kGlu>(a, part, n0, lane >> 2, lane & 3, v); });
+  if (active) store_tile<kGlu>(a, part, n0, lane >> 2, lane & 3, v);
 }
 
 // ---- the x-in-shared-memory kernel (the default) ----

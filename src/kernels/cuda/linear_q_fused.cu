@@ -7,7 +7,6 @@
 // rounded).
 #include "kernels/cuda/gemv_qmma.cuh"
 #include "kernels/cuda/linear.cuh"
-#include "kernels/cuda/rope_fold.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -130,20 +129,6 @@ bool linear_q_swiglu_norm(void* stream, DevRows out, DevRows x, const DevQuantPa
   if (x.n_rows < 1 || gate.w.rows == 0) return false;
   const QMmaArgs q = swiglu_args(out, x, gate, up, gelu_tanh);
   return gate.w.cols > 0 && qmma_fits(q) && launch_norm(stream, q, x, pre, "linear_q_swiglu");
-}
-
-bool linear_q_qkv_rope_kv(void* stream, DevRows x, const DevQuantPart* parts, const DevRopeKv& r,
-                          const DevAddNorm* pre) {
-  QMmaArgs q;
-  RopeKvArgs rk;
-  GemvNorm n;
-  if (x.n_rows < 1 || !multi_args(x, parts, 3, q) ||
-      !rope_kv_args_of(r, parts[0].w.rows, parts[1].w.rows, parts[2].w.rows, rk) ||
-      (pre != nullptr && !gemv_norm_args(*pre, x, n)) ||
-      !gemv_qmma_rope(as_stream(stream), q, rk, pre != nullptr ? &n : nullptr))
-    return false;
-  check_launch("linear_qkv_rope_kv", [&] { return parts_desc(x, parts, 3); });
-  return true;
 }
 
 void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& gate, const DevQuantPart& up,

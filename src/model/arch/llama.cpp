@@ -185,10 +185,6 @@ void LlamaLike::attention_block(const ForwardArgs& a, const Layer& l, const kern
     // One GEMV launch with the rope and the cache write in its store on CUDA decode steps (the same bits).
     const kernels::LinearPart parts[3] = {{q_, l.q.w, l.q.b}, {k_, l.k.w, l.k.b}, {v_, l.v.w, l.v.b}};
     kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope, pre);
-  } else if (l.q_norm.empty() && l.q.quantized() && l.k.quantized() && l.v.quantized()) {
-    // Quantized: the same fold on the 4-bit tiled GEMV where it applies, else linear_q_multi + rope_kv_write.
-    const kernels::QuantLinearPart parts[3] = {{q_, l.q.q, l.q.b}, {k_, l.k.q, l.k.b}, {v_, l.v.q, l.v.b}};
-    kernels::linear_qkv_rope_kv(ctx, h, parts, q3, k3, v3, kv, b.positions, slots, l.rope, pre);
   } else {
     project(ctx, h, {{&l.q, q_}, {&l.k, k_}, {&l.v, v_}}, pre);  // one GEMV launch on CUDA decode steps
     if (!l.q_norm.empty()) {  // per-head RMSNorm over head_dim
