@@ -294,8 +294,8 @@ struct QuantLinearPart {
 // (dispatch_quant.cpp). CPU: linear_q per part. CUDA: one tensor-core GEMV launch over all parts' rows when m
 // <= kFusedDecodeMaxTokens and the parts share bits (4|8), group size, scale, output and bias dtypes with
 // bf16 x (batch invariant; same kernel as linear_q), else linear_q per part. With pre: add_rms_norm(pre) into
-// x first (see AddRmsNorm; the CUDA 4-bit tiled and 8-bit f16 GEMVs compute it in their prologue, group 64,
-// m <= 2, d <= 4096).
+// x first (see AddRmsNorm; with BUNSEN_QMMA_NORM=1 the CUDA 4-bit tiled and 8-bit f16 GEMVs compute it in
+// their prologue, group 64, m <= 2, d <= 4096: off by default, slower on an H100).
 void linear_q_multi(Context& ctx, Tensor x, std::span<const QuantLinearPart> parts,
                     const AddRmsNorm* pre = nullptr);
 

@@ -63,8 +63,8 @@ Linear slice_rows(const Linear& l, int64_t begin, int64_t end);
 // outs[i] = linears[i](x) for 1..4 projections of one input (q/k/v, gate/up): one fused GEMV launch on CUDA
 // decode steps when all are float (linear_multi) or all quantized (linear_q_multi), the plain linears
 // otherwise; on the CPU exactly the plain linears. pre (optional): the residual add and norm that produce x
-// (kernels::AddRmsNorm), inside the fused launch where it applies (bf16 weights, or the 4-/8-bit tensor-core
-// GEMVs' prologue), else add_rms_norm first.
+// (kernels::AddRmsNorm), inside the fused launch where it applies (bf16 weights; the 4-/8-bit tensor-core
+// GEMVs' prologue with BUNSEN_QMMA_NORM=1), else add_rms_norm first.
 void project(kernels::Context& ctx, Tensor x, std::initializer_list<std::pair<const Linear*, Tensor>> parts,
              const kernels::AddRmsNorm* pre = nullptr);
 
@@ -78,8 +78,8 @@ bool fusable_q_swiglu(const Linear& gate, const Linear& up);
 // and up go into gate_buf / up_buf through project() and silu_mul / gelu_tanh_mul into act (on the CPU
 // always: the plain ops in that order). BUNSEN_FUSED_GLU=0 (read once) turns the fused launch off, for
 // A/B runs. act, gate_buf, up_buf: [n, f]. pre (optional): the residual add and norm that produce h
-// (kernels::AddRmsNorm), run inside the fused launch where it applies (bf16 weights, or the 4-/8-bit
-// tensor-core GEMVs' prologue), else by add_rms_norm first.
+// (kernels::AddRmsNorm), run inside the fused launch where it applies (bf16 weights; the 4-/8-bit
+// tensor-core GEMVs' prologue with BUNSEN_QMMA_NORM=1), else by add_rms_norm first.
 void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,
                Tensor out, Tensor act, Tensor gate_buf, Tensor up_buf,
                kernels::GluAct kind = kernels::GluAct::kSilu, const kernels::AddRmsNorm* pre = nullptr);

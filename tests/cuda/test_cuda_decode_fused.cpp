@@ -18,6 +18,7 @@
 #include "../unit/model/safetensors_test_util.h"
 #include "cuda_test_util.h"
 #include "golden_cuda_util.h"
+#include "kernels/cuda/quant_ops.h"
 #include "kernels/decode_fused.h"
 #include "model/quant.h"
 #include "model/registry.h"
@@ -236,7 +237,9 @@ TEST_F(CudaTest, QuantNormPrologueDecodesBitForBitLikeAddRmsNorm) {
     std::vector<int32_t> ids, tail;
     for (int i = 0; i < 300; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));
     for (int i = 0; i < 16; ++i) tail.push_back(static_cast<int32_t>((i * 53 + 3) % vocab));
-    expect_norm_prologue_decodes_bit_for_bit(*m, ids, tail);  // d 2,048 and 1,024: the default takes it
+    kernels::cuda::set_qmma_norm_for_testing(1);  // the prologue is off by default
+    expect_norm_prologue_decodes_bit_for_bit(*m, ids, tail);
+    kernels::cuda::set_qmma_norm_for_testing(-1);
   }
 }
 

@@ -492,10 +492,12 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
   }
 }
 
-// Where the quantized prologue runs: the hook's mode, else BUNSEN_QMMA_NORM (0 never, 1 wherever it applies),
-// else (2) launches with k <= kQMmaNormDefaultK. H100, gpu-session.sh qnorm, 2026-12-06 (against add_rms_norm
-// launches): llama3.2-1b 4-bit (k 2,048) +1.1 % / +1.2 %; llama3.1-8b (k 4,096) 4-bit -0.6 %, 8-bit -1.1 %:
-// every block re-reads x_in and y, twice the bytes at k 4,096, and the round trips stay on the critical path.
+// Where the quantized prologue runs: the hook's mode, else BUNSEN_QMMA_NORM (unset or 0: never; 1: wherever
+// it applies; 2: launches with k <= 2,048). Off by default: H100, gpu-session.sh qnorm, 2026-12-06, both
+// prologues (q/k/v and gate/up) against add_rms_norm launches: llama3.2-1b 4-bit -3.8 %, 8-bit -2.0 %,
+// llama3.1-8b 4-bit -3.7 %, 8-bit -2.9 %, qwen3.5-4b 4-bit -1.3 % (gate/up's alone: 1B 4-bit +1.1 %, 8B 4-bit
+// -0.6 %). Every block re-reads x_in and y after the PDL wait and reduces before its first MMA; in the small
+// q/k/v launch those round trips cost more than the add_rms_norm launch they replace.
 namespace {
 constexpr int64_t kQMmaNormDefaultK = 2048;
 std::atomic<int> g_qmma_norm{-1};
@@ -503,7 +505,7 @@ std::atomic<int> g_qmma_norm{-1};
 bool qmma_norm_wanted(int64_t k) {
   int mode = g_qmma_norm.load();
   if (mode < 0) {
-    static const int env = env_int("BUNSEN_QMMA_NORM", 2);
+    static const int env = env_int("BUNSEN_QMMA_NORM", 0);
     mode = env;
   }
   return mode == 1 || (mode == 2 && k <= kQMmaNormDefaultK);

@@ -47,8 +47,9 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a);
 
 // gemv_qmma of a with its x computed by n's prologue (linear.cuh's GemvNorm, plain form; a.x is not read):
 // the bits of add_rms_norm into x followed by gemv_qmma(a). Only where a takes the 4-bit tile kernel or the
-// 8-bit f16 register kernel in one launch, group 64, 1 <= m <= kGemvNormMaxM and k <= kGemvNormMaxK; false,
-// nothing launched, otherwise.
+// 8-bit f16 register kernel in one launch, group 64, 1 <= m <= kGemvNormMaxM and k <= kGemvNormMaxK, and
+// where BUNSEN_QMMA_NORM / set_qmma_norm_for_testing turn it on (off by default); false, nothing launched,
+// otherwise.
 struct GemvNorm;
 bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n);
 

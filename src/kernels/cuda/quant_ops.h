@@ -56,8 +56,8 @@ void linear_q_swiglu(void* stream, DevRows out, DevRows x, const DevQuantPart& g
 // linear_q_multi / linear_q_swiglu with x (bf16, not written) computed from pre (cuda_ops.h DevAddNorm, plain
 // form) in the GEMV's prologue: the bits of add_rms_norm into x followed by the op. Only where the op takes
 // one launch of the 4-bit tiled tensor-core GEMV (d % 512 == 0) or the 8-bit f16 one (d % 256 == 0), group
-// 64, 1 <= m <= 2, d <= 4096, and by default d <= 2048 (set_qmma_norm_for_testing); false, nothing launched,
-// otherwise.
+// 64, 1 <= m <= 2, d <= 4096) and BUNSEN_QMMA_NORM or the hook turns it on (off by default: slower on an
+// H100, docs/PERFORMANCE.md); false, nothing launched, otherwise (the caller runs add_rms_norm first).
 bool linear_q_multi_norm(void* stream, DevRows x, const DevQuantPart* parts, int n_parts,
                          const DevAddNorm& pre);
 bool linear_q_swiglu_norm(void* stream, DevRows out, DevRows x, const DevQuantPart& gate,
@@ -77,8 +77,8 @@ enum class LinearQPath : uint8_t { kAuto, kGemv, kGemm, kSimple, kGemvSimt };
 void set_linear_q_path_for_testing(LinearQPath path);
 // The tensor-core GEMV's k split (1, 2, 4 or 8 warps per row tile; 0 = from the shapes).
 void set_linear_q_split_for_testing(int split);
-// Where linear_q_multi_norm / linear_q_swiglu_norm take the prologue: -1 = BUNSEN_QMMA_NORM (unset: d <=
-// 2048; 0 never; 1 wherever it applies), 0 = never, 1 = wherever it applies, 2 = d <= 2048.
+// Where linear_q_multi_norm / linear_q_swiglu_norm take the prologue: -1 = BUNSEN_QMMA_NORM (unset or 0:
+// never; 1: wherever it applies; 2: d <= 2048), 0 = never, 1 = wherever it applies, 2 = d <= 2048.
 void set_qmma_norm_for_testing(int mode);
 // The tiled 4-bit group-64 tensor-core GEMV (weights staged through shared memory in whole row runs):
 // 1 on, 0 off, -1 = BUNSEN_QMMA_TILES (default on; "0" turns it off).
