@@ -20,7 +20,6 @@
 #include "core/status.h"
 #include "engine/generator.h"
 #include "engine/runner.h"
-#include "kernels/ops.h"
 #include "model/moe.h"
 #include "model/registry.h"
 #include "model/routing_trace.h"
@@ -108,26 +107,26 @@ inline std::vector<float> decode_logits(engine::Runner& runner, const std::vecto
   return out;
 }
 
-// decode_logits of m on CUDA (a fresh runner for each, eager or from CUDA graphs) with the decode
-// projections' norm prologue off and on (kernels::set_fused_norm_for_testing 0, then 1; -1 afterwards): the
+// decode_logits of m on CUDA (a fresh runner for each, eager or from CUDA graphs) with a process-wide test
+// switch off and on (set(0), then set(1); set(-1) afterwards, e.g. kernels::set_fused_norm_for_testing): the
 // two must agree bit for bit.
-inline void expect_norm_prologue_decodes_bit_for_bit(model::Model& m, const std::vector<int32_t>& ids,
-                                                     const std::vector<int32_t>& greedy) {
+inline void expect_switch_decodes_bit_for_bit(model::Model& m, const std::vector<int32_t>& ids,
+                                              const std::vector<int32_t>& greedy, void (*set)(int)) {
   const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(greedy.size());
   for (bool graphs : {false, true}) {
     std::vector<float> got[2];
-    for (int fused : {0, 1}) {
-      kernels::set_fused_norm_for_testing(fused);
+    for (int on : {0, 1}) {
+      set(on);
       engine::RunnerOptions ro = runner_options(T, G + 8);
       ro.cuda_graphs = graphs;
       engine::Runner r(m, ro);
-      got[fused] = decode_logits(r, ids, greedy);
+      got[on] = decode_logits(r, ids, greedy);
     }
-    kernels::set_fused_norm_for_testing(-1);
+    set(-1);
     ASSERT_EQ(got[0].size(), got[1].size());
     ASSERT_FALSE(got[0].empty());
     EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
-        << (graphs ? "graphs" : "eager") << ": prologue on and off differ";
+        << (graphs ? "graphs" : "eager") << ": switch on and off differ";
   }
 }
 

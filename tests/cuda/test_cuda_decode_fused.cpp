@@ -238,7 +238,7 @@ TEST_F(CudaTest, QuantNormPrologueDecodesBitForBitLikeAddRmsNorm) {
     for (int i = 0; i < 300; ++i) ids.push_back(static_cast<int32_t>((i * 131 + 7) % vocab));
     for (int i = 0; i < 16; ++i) tail.push_back(static_cast<int32_t>((i * 53 + 3) % vocab));
     kernels::cuda::set_qmma_norm_for_testing(1);  // the prologue is off by default
-    expect_norm_prologue_decodes_bit_for_bit(*m, ids, tail);
+    expect_switch_decodes_bit_for_bit(*m, ids, tail, kernels::set_fused_norm_for_testing);
     kernels::cuda::set_qmma_norm_for_testing(-1);
   }
 }

@@ -406,8 +406,8 @@ TEST_F(CudaTest, FusedNormDecodesBitForBitLikeAddRmsNorm) {
     ++fixtures;
     Fixture f = load_fixture(name);
     auto m = load(build_checkpoint(f, DType::kBF16, "cuda_fused_norm"), Device::cuda(0));
-    expect_norm_prologue_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
-                                             to_i32(f.outputs->get("greedy")));
+    expect_switch_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
+                                      to_i32(f.outputs->get("greedy")), kernels::set_fused_norm_for_testing);
   }
   EXPECT_GE(fixtures, 9);
 }

@@ -150,23 +150,9 @@ TEST_F(CudaTest, QkvRopeFoldDecodesBitForBitLikeTheTwoOps) {
     ++fixtures;
     Fixture f = load_fixture(name);
     auto m = load(build_checkpoint(f, DType::kBF16, "cuda_qkv_rope"), Device::cuda(0));
-    const std::vector<int32_t> ids = to_i32(f.outputs->get("input_ids"));
-    const std::vector<int32_t> greedy = to_i32(f.outputs->get("greedy"));
-    const auto T = static_cast<int64_t>(ids.size()), G = static_cast<int64_t>(greedy.size());
-    for (bool graphs : {false, true}) {
-      std::vector<float> got[2];
-      for (int fold : {0, 1}) {
-        kernels::set_qkv_rope_fold_for_testing(fold);
-        engine::RunnerOptions ro = runner_options(T, G + 8);
-        ro.cuda_graphs = graphs;
-        engine::Runner r(*m, ro);
-        got[fold] = decode_logits(r, ids, greedy);
-      }
-      kernels::set_qkv_rope_fold_for_testing(-1);
-      ASSERT_EQ(got[0].size(), got[1].size());
-      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
-          << (graphs ? "graphs" : "eager") << ": fold on and off differ";
-    }
+    expect_switch_decodes_bit_for_bit(*m, to_i32(f.outputs->get("input_ids")),
+                                      to_i32(f.outputs->get("greedy")),
+                                      kernels::set_qkv_rope_fold_for_testing);
   }
   EXPECT_GE(fixtures, 3);
 }

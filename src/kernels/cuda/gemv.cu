@@ -573,10 +573,7 @@ size_t norm_smem(const GemvMultiArgs& a, const GemvNorm& n) {
 bool norm_ok(const GemvMultiArgs& a, const GemvNorm& n) {
   constexpr size_t kMaxSmem = 48 * 1024;  // dynamic shared memory without an opt-in
   return a.w_dtype == DType::kBF16 && a.x_dtype == DType::kBF16 && a.m >= 1 && a.m <= kGemvNormMaxM &&
-         a.k % 8 == 0 && a.k <= kGemvNormMaxK && norm_smem(a, n) <= kMaxSmem &&
-         aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
-         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0) && aligned16(n.y_w, 0) &&
-         n.x_stride >= a.k && n.y_stride >= a.k;
+         a.k % 8 == 0 && a.k <= kGemvNormMaxK && norm_smem(a, n) <= kMaxSmem && gemv_norm_rows_ok(n, a.k);
 }
 
 // The fold's launch: the plain launch's path, rows per warp group and k split (so q/k/v keep its bits).

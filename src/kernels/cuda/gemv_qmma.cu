@@ -8,7 +8,8 @@
 // - gemv_qmma_tile_kernel (every 4-bit launch at group 64 with bf16 x and k % 512 == 0): as the next one, but
 //   each warp's weights arrive as 16-row x 256-byte tiles copied with cp.async into its shared memory (long
 //   contiguous row reads instead of 32 bytes of 8 rows per load; scales and biases in the same copies), and
-//   a staged tile is consumed by the lean stage math (compute_tile, BUNSEN_QMMA_LEAN).
+//   a staged tile is consumed by the lean stage math (compute_tile, BUNSEN_QMMA_LEAN). Its norm variant
+//   (gemv_qmma_tile_norm_kernel, opt-in BUNSEN_QMMA_NORM) computes x from a residual add + RMSNorm first.
 // - gemv_qmma_smem_kernel (other 4-bit launches): the block first copies x into shared memory in the
 //   order the MMAs read it (f32 x as bf16 hi + lo parts, two MMAs each) with each group's sum(x); 4-bit
 //   codes enter as 128 + q (one mask-and-or per pair; bias' = bias - 128 scale), 8-bit codes as two such
@@ -379,16 +380,26 @@ size_t x_budget(const QMmaArgs& a) {
   return ring_plan_x_budget(a.bits, plan);
 }
 
+// The tile kernel's k split and grid, from the kXBatch 1 instance's residency: the staging variant and the
+// norm prologue never change a token's bits.
+template <typename SBT, bool kGlu, bool kLean>
+SplitGrid tile_split(const QMmaArgs& a) {
+  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, kLean, 1>, kThreads);
+  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
+  return split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
+}
+
+// Dynamic shared memory of a tile kernel launch: x and its group sums, then the warps' tiles.
+size_t tile_smem(const QMmaArgs& a) {
+  return (smem_bytes(a) + 15) / 16 * 16 + kTileBytes;
+}
+
 template <typename SBT, bool kGlu, bool kLean, int kXBatch>
 cudaError_t launch_tiles_as(cudaStream_t stream, const QMmaArgs& a) {
   auto kernel = gemv_qmma_tile_kernel<SBT, kGlu, kLean, kXBatch>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16, "linear_q (tiled tensor-core GEMV)");
-  // The split from the kXBatch 1 instance's residency: the staging variant never changes a token's bits.
-  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, kLean, 1>, kThreads);
-  const size_t smem = (smem_bytes(a) + 15) / 16 * 16 + kTileBytes;
-  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
-  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split);
+  const SplitGrid sg = tile_split<SBT, kGlu, kLean>(a);
+  return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), tile_smem(a), stream, a, sg.split);
 }
 
 template <typename SBT, bool kGlu, bool kLean>
@@ -408,12 +419,8 @@ cudaError_t launch_tiles_norm(cudaStream_t stream, const QMmaArgs& a, const Gemv
   auto kernel = gemv_qmma_tile_norm_kernel<SBT, kGlu>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemMax + kTileBytes + 16 + kGemvNormMaxK * 4,
                      "linear_q (tiled tensor-core GEMV, norm prologue)");
-  // launch_tiles_as' split (from the plain kernel's residency), so every token's summation is the same.
-  static const int by_regs = occupancy(gemv_qmma_tile_kernel<SBT, kGlu, true, 1>, kThreads);
-  const size_t smem =
-      (smem_bytes(a) + 15) / 16 * 16 + kTileBytes + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);
-  const int64_t resident = static_cast<int64_t>(sm_count()) * kWarps * by_regs;
-  const SplitGrid sg = split_grid(total_tiles(a), a.k / (64 * kTileGroups), resident);
+  const size_t smem = tile_smem(a) + static_cast<size_t>(a.k) * (n.w_bf16 ? 2 : 4);  // + the norm weights
+  const SplitGrid sg = tile_split<SBT, kGlu, true>(a);  // the plain launch's split: the same summation
   return launch_pdl(kernel, dim3(sg.blocks), dim3(kThreads), smem, stream, a, sg.split, n);
 }
 
@@ -492,28 +499,25 @@ void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
   }
 }
 
-// Where the quantized prologue runs: the hook's mode, else BUNSEN_QMMA_NORM (unset or 0: never; 1: wherever
-// it applies; 2: launches with k <= 2,048). Off by default: H100, gpu-session.sh qnorm, 2026-12-06, both
-// prologues (q/k/v and gate/up) against add_rms_norm launches: llama3.2-1b 4-bit -3.8 %, 8-bit -2.0 %,
-// llama3.1-8b 4-bit -3.7 %, 8-bit -2.9 %, qwen3.5-4b 4-bit -1.3 % (gate/up's alone: 1B 4-bit +1.1 %, 8B 4-bit
-// -0.6 %). Every block re-reads x_in and y after the PDL wait and reduces before its first MMA; in the small
-// q/k/v launch those round trips cost more than the add_rms_norm launch they replace.
+// Whether the quantized prologue runs: the hook's mode, else BUNSEN_QMMA_NORM (unset or 0: never; 1: wherever
+// it applies). Off by default: H100, gpu-session.sh qnorm, 2026-12-06, both prologues (q/k/v and gate/up)
+// against add_rms_norm launches: llama3.2-1b 4-bit -3.8 %, 8-bit -2.0 %, llama3.1-8b 4-bit -3.7 %, 8-bit -2.9
+// %, qwen3.5-4b 4-bit -1.3 % (gate/up's alone: 1B 4-bit +1.1 %, 8B 4-bit -0.6 %). Every block re-reads x_in
+// and y after the PDL wait and reduces before its first MMA; in the small q/k/v launch those round trips cost
+// more than the add_rms_norm launch they replace.
 namespace {
-constexpr int64_t kQMmaNormDefaultK = 2048;
 std::atomic<int> g_qmma_norm{-1};
 
-bool qmma_norm_wanted(int64_t k) {
-  int mode = g_qmma_norm.load();
-  if (mode < 0) {
-    static const int env = env_int("BUNSEN_QMMA_NORM", 0);
-    mode = env;
-  }
-  return mode == 1 || (mode == 2 && k <= kQMmaNormDefaultK);
+bool qmma_norm_wanted() {
+  const int mode = g_qmma_norm.load();
+  if (mode >= 0) return mode == 1;
+  static const bool env = env_flag("BUNSEN_QMMA_NORM", false);
+  return env;
 }
 }  // namespace
 
 bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
-  if (!qmma_norm_wanted(a.k)) return false;
+  if (!qmma_norm_wanted()) return false;
   // The launches that take the 4-bit tile kernel at plan 0 or the 8-bit f16 register kernel in one launch
   // (launch_group, gemv_qmma), x from a plain norm prologue (m <= kGemvNormMaxM, k <= kGemvNormMaxK).
   const bool shape =
@@ -524,10 +528,7 @@ bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
   const bool h8 =
       shape && a.bits == 8 && a.k % 256 == 0 && qmma_plan8() == 5 && h8_fits(a, 5) && h8_rows(a) >= a.m;
   const bool fits = tiles || h8;
-  const bool norm_ok = n.y_w == nullptr && n.x_stride >= a.k && n.y_stride >= a.k &&
-                       aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
-                       aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0);
-  if (!fits || !norm_ok) return false;
+  if (!fits || n.y_w != nullptr || !gemv_norm_rows_ok(n, a.k)) return false;  // the plain form only
   const bool f16 = a.part[0].w.sb_dtype == DType::kF16;
   const cudaError_t e = h8    ? launch_h8_norm_kernel(stream, a, n)
                         : f16 ? (a.glu ? launch_tiles_norm<Half, true>(stream, a, n)

@@ -15,6 +15,8 @@
 // 32 bytes of each row per stage, two stages, both issued before the PDL wait; plan 6: a 4-stage
 // cp.async ring in shared memory instead, gemv_qmma_h8_ring_kernel), x comes from shared memory in natural
 // order (lane t's B fragment is x[4j .. 4j + 3] of its quarter, as its A fragment is codes 4j .. 4j + 3).
+// gemv_qmma_h8_norm_kernel (opt-in BUNSEN_QMMA_NORM, group 64): the register kernel with x computed from a
+// residual add + RMSNorm in its prologue, staged as a bf16 x would be.
 // Invariants: as gemv_qmma.cu's (the k split depends on rows, k, group and the GPU, never on m; a token's
 // bits do not depend on the other rows of x); every output element is written by exactly one lane.
 #include "kernels/cuda/gemv_norm.cuh"

@@ -138,6 +138,14 @@ struct GemvNorm {
 // launchers check sizes and alignment).
 bool gemv_norm_args(const DevAddNorm& pre, DevRows x, GemvNorm& n);
 
+// n's rows fit a prologue over k columns: strides of at least k, 16-byte aligned rows and weights (both
+// forms' pointers; a null y_w passes).
+inline bool gemv_norm_rows_ok(const GemvNorm& n, int64_t k) {
+  return aligned16(n.x_in, n.x_stride * 4) && aligned16(n.x_out, n.x_stride * 4) &&
+         aligned16(n.y, n.y_stride * (n.y_bf16 ? 2 : 4)) && aligned16(n.w, 0) && aligned16(n.y_w, 0) &&
+         n.x_stride >= k && n.y_stride >= k;
+}
+
 // Launches a norm prologue takes: m <= kGemvNormMaxM (the small launches' 64-register budget holds: no spill
 // at m = 1 but the gated one's 8 bytes, 16-52 bytes at m = 2; hundreds at m = 4, 8), k % 8 == 0, k <=
 // kGemvNormMaxK, x (m * k bf16) and the norm weights in 48 KB of shared memory.

@@ -77,8 +77,8 @@ enum class LinearQPath : uint8_t { kAuto, kGemv, kGemm, kSimple, kGemvSimt };
 void set_linear_q_path_for_testing(LinearQPath path);
 // The tensor-core GEMV's k split (1, 2, 4 or 8 warps per row tile; 0 = from the shapes).
 void set_linear_q_split_for_testing(int split);
-// Where linear_q_multi_norm / linear_q_swiglu_norm take the prologue: -1 = BUNSEN_QMMA_NORM (unset or 0:
-// never; 1: wherever it applies; 2: d <= 2048), 0 = never, 1 = wherever it applies, 2 = d <= 2048.
+// Whether linear_q_multi_norm / linear_q_swiglu_norm take the prologue: -1 = BUNSEN_QMMA_NORM (unset or 0:
+// never; 1: wherever it applies), 0 = never, 1 = wherever it applies.
 void set_qmma_norm_for_testing(int mode);
 // The tiled 4-bit group-64 tensor-core GEMV (weights staged through shared memory in whole row runs):
 // 1 on, 0 off, -1 = BUNSEN_QMMA_TILES (default on; "0" turns it off).
