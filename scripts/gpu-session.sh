@@ -134,6 +134,15 @@ qnorm() {  # the quantized GEMVs' norm prologue (BUNSEN_QMMA_NORM=0: add_rms_nor
   done
 }
 
+abenv() {  # batch-1 decode A/B of ABENV_CASES ("case:ENV=V[,ENV=V] ...") on ABENV_SHAPES ("name:shape[:bits] ...")
+  local spec name shape bits
+  for spec in ${ABENV_SHAPES:-8b_q4:llama3.1-8b:4}; do
+    IFS=: read -r name shape bits <<<"$spec"
+    # shellcheck disable=SC2086
+    ab "ab_${name}_env" "--synthetic $shape${bits:+ --quant $bits}" ${ABENV_CASES:?ABENV_CASES names the cases}
+  done
+}
+
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
   local f
   for f in 'CudaMoeTest.*' 'CudaTest.EveryFamilyConvertedTo4BitMatchesTheCpu'; do
@@ -415,7 +424,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm abenv moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

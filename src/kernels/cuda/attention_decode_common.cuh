@@ -120,10 +120,12 @@ __device__ __forceinline__ void slice_prologue() {
 }
 
 // Physical block of `key` (< the row's end) and its offset in it; -1 for an invalid sequence or block id.
+// kShift: the caller knows block_size is a power of two (block_shift >= 0), so no division is compiled.
+template <bool kShift = false>
 __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* table, bool seq_ok, int key,
                                         int& off) {
   if (!seq_ok) return -1;
-  const int bi = a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+  const int bi = kShift || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
   if (bi >= a.max_blocks) return -1;
   const int b = table[bi];
   off = key - bi * a.block_size;
@@ -246,7 +248,7 @@ __device__ __forceinline__ void merge_streams(const float* red, int h, int d, fl
 // Block epilogue. red [kStates][kG][kD + 2] f32 holds each warp's (or key stream's) (m, l, acc[head_dim])
 // per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial, then
 // (fused combine) reuses red for merge_if_last.
-template <int kG, int kD, int kStates = kWarps>
+template <int kG, int kD, int kStates = kWarps, bool kFusedCombine = true>
 __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, const Where& w) {
   static_assert(kStates * kG * (kD + 2) >= kG * (kMaxSplits + 1) + 1, "red holds merge_if_last's weights");
   __syncthreads();
@@ -267,7 +269,8 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, con
       part[2 + d] = num;
     }
   }
-  if (w.sl.n_act > 1 && a.counters != nullptr) merge_if_last<kG>(a, w, red);  // uniform over the block
+  if constexpr (kFusedCombine)
+    if (w.sl.n_act > 1 && a.counters != nullptr) merge_if_last<kG>(a, w, red);  // uniform over the block
 }
 
 // Cluster epilogue: red [kStates][kG][kD + 2] as for write_block; st [kG][kD + 2] f32 of this block's shared

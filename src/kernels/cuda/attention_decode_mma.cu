@@ -222,7 +222,8 @@ __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, 
 // copy rate (H100, 5-stage rings, the copies alone: 1.56x a warp's rate with bulk copies; the cp.async
 // kernel stops at ~2.9 TB/s on the H100 and the H200 alike). Same tiles in the same order, same arithmetic:
 // the same bits.
-template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages, bool kBulk = false>
+template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages, bool kBulk = false,
+          bool kLean = false>
 __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
                                   kPack > kWarps ? 1 : MmaShape<kD, kRows, kDepth>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   extern __shared__ __align__(128) unsigned char smem[];
   // Early copies (the cluster instance; the split instance when a.early_kv): the row's older keys are
   // copied before the PDL wait, Q and the newest block after it. The packed instance waits first.
-  const bool early = kCluster || (!kPacked && a.early_kv != 0);  // uniform over the grid
+  const bool early = kCluster || kLean || (!kPacked && a.early_kv != 0);  // uniform over the grid
   const uint64_t t_entry = stamp_if(a.timing);
   if (!early) slice_prologue();
   uint64_t t_wait = stamp_if(a.timing);  // the early instances stamp again after their wait below
@@ -289,11 +290,13 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     for (int i = 0; i < kLookups; ++i) {
       const int key = base0 + it * stride + (kBulk ? lane & (kTile - 1) : (i * 32 + lane) / S::kChunks);
       int off = 0;
-      blk[i] = it < n_it && key < w.k1 ? block_of(a, table, seq_ok, key, off) : -1;
+      blk[i] = it < n_it && key < w.k1 ? block_of<kLean>(a, table, seq_ok, key, off) : -1;
     }
   };
   // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
-  const int fresh_lo = w.sl.n_keys > 0 ? (w.sl.lo + w.sl.n_keys - 1) / a.block_size * a.block_size : 0;
+  const int fresh_lo = w.sl.n_keys <= 0 ? 0
+                       : kLean          ? (w.sl.lo + w.sl.n_keys - 1) >> a.block_shift << a.block_shift
+                                        : (w.sl.lo + w.sl.n_keys - 1) / a.block_size * a.block_size;
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
   auto issue = [&](int it, const int(&blk)[kLookups], int which = 0) {
     if constexpr (kBulk) {
@@ -314,7 +317,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       if (lane == 0) mbar_arrive_expect_tx(bar, n_copies * S::kRowBytes);
       __syncwarp();  // the phase expects the bytes before any copy can complete on it
       if (copy) {
-        const int bi = a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+        const int bi = kLean || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
         const int off = key - bi * a.block_size;
         const Bf16* src = is_v ? vc + blk[0] * a.v_s0 + off * a.v_s1 : kc + blk[0] * a.k_s0 + off * a.k_s1;
         bulk_copy_g2s(dst, src, S::kRowBytes, bar);
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
         const int key = base0 + it * stride + row;
         if (which != 0 && (key < fresh_lo) != (which == 1)) continue;
-        const int bi = a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+        const int bi = kLean || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
         const int off = key - bi * a.block_size;
         unsigned char* kd = ks + swz(row, c, S::kRowBytes);
         unsigned char* vd = vs + swz(row, c, S::kRowBytes);
@@ -407,7 +410,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float x = sc[nt][2 * r + e];
-          x = a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * qk_scale;
+          x = !kLean && a.softcap > 0.0f ? a.softcap * tanhf(x * a.scale / a.softcap) * kLog2e : x * qk_scale;
           x = key0 + nt * 8 + e < w.k1 ? x : -INFINITY;
           p[nt][2 * r + e] = x;
           tmax = fmaxf(tmax, x);  // ignores NaN: it poisons l and o, not m
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   if constexpr (kCluster)
     cluster_merge<kRows, kD, S::kStreams>(a, red, red + S::kRed / sizeof(float), w);
   else
-    write_block<kRows, kD, S::kStreams>(a, red, w);
+    write_block<kRows, kD, S::kStreams, !kLean>(a, red, w);
   record_block(a.timing, kTimingSlice, a.timing_layer, blockIdx.x | blockIdx.y << 12 | blockIdx.z << 22,
                t_entry, t_wait, t_first, t_loop, w.k1 - w.k0);
 }
@@ -506,7 +509,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
 // two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
 // clusters of up to kMaxCluster (16, non-portable) blocks.
-template <int kD, int kRows, bool kCluster, int kPack, int kDepth, bool kBulk>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth, bool kBulk, bool kLean = false>
 void prepare(const void* kernel, size_t smem) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
@@ -568,6 +571,14 @@ bool early_kv() {
 // ~90 KB 4-bit GEMV tiles). H200, 1k context, same call: 8B bf16 217.5 / 219.0 vs 212.3 / 213.4 tok/s, 4-bit
 // 388.5 / 396.7 vs 372.8 / 368.1, 1B 890.9 / 888.3 vs 864.9 / 855.3. BUNSEN_DECODE_STAGES=1 / 3 (read once)
 // forces one depth for every such launch.
+// The lean instances (the one-stage split kernel without a softcap, the fused combine's merge or a division
+// by a block size that is not a power of two): a fraction of the code, which a latency-bound launch fetches
+// cold every layer. BUNSEN_DECODE_LEAN=0 (read once) keeps the full instance.
+bool lean_ok(const DecodeArgs& a) {
+  static const bool on = env_flag("BUNSEN_DECODE_LEAN", true);
+  return on && early_kv() && a.softcap <= 0.0f && a.counters == nullptr && a.block_shift >= 0;
+}
+
 template <int kD, int kRows>
 bool one_stage(const DecodeArgs& a) {
   static const int forced = env_int("BUNSEN_DECODE_STAGES", 0);
@@ -575,10 +586,13 @@ bool one_stage(const DecodeArgs& a) {
   return a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile;
 }
 
-template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages, bool kBulk = false>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages, bool kBulk = false,
+          bool kLean = false>
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
+  if constexpr (!kCluster && kPack == 0 && kDepth == 1 && !kLean)
+    if (lean_ok(args)) return launch_shape<kD, kRows, false, 0, 1, false, true>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
     if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
                              decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
@@ -590,8 +604,8 @@ void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   a.balance_barriers = barrier_balance() ? 1 : 0;
   a.early_kv = !kCluster && kPack == 0 && early_kv() ? 1 : 0;
   constexpr size_t kSmem = smem_of<kD, kRows, kPack, kDepth, kBulk>();
-  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack, kDepth, kBulk>;
-  prepare<kD, kRows, kCluster, kPack, kDepth, kBulk>(reinterpret_cast<const void*>(kernel), kSmem);
+  auto kernel = decode_mma_kernel<kD, kRows, kCluster, kPack, kDepth, kBulk, kLean>;
+  prepare<kD, kRows, kCluster, kPack, kDepth, kBulk, kLean>(reinterpret_cast<const void*>(kernel), kSmem);
   const dim3 grid(a.n_tokens, kPack > 0 ? (n_kv_heads + kPack - 1) / kPack : n_kv_heads, a.n_splits);
   if constexpr (kPack > 0) {
     check_cuda(launch_pdl(kernel, grid, dim3(32 * kPack), kSmem, s, a), "paged_attention", [&] {
