@@ -461,6 +461,50 @@ TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
   }
 }
 
+// The lean instances (the one-stage slice kernel and the combine kernel without the code of features a
+// launch does not use) against the full ones, bit for bit, and against the reference: batch-1 and small
+// batches at the 8B and 1B shapes (one-stage rings, slices merged by the combine kernel), bf16 and f32 out,
+// a window (the lean instances keep it) and a softcap and a block size of 5 (the full instances take those).
+TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
+  if (GetParam() != 0) GTEST_SKIP() << "split path only";
+  struct Case {
+    int64_t head_dim;
+    std::vector<int64_t> lens;
+    DType out;
+    int variant;  // 0 plain, 1 window 300, 2 softcap, 3 block size 5
+  };
+  const Case cases[] = {{128, {1000}, DType::kBF16, 0},    {64, {1000}, DType::kBF16, 0},
+                        {128, {17}, DType::kF32, 0},       {128, {300, 1000, 65}, DType::kF32, 0},
+                        {64, {2048, 33}, DType::kBF16, 1}, {128, {1000}, DType::kF32, 2},
+                        {128, {999}, DType::kBF16, 3}};
+  for (const Case& c : cases) {
+    Scenario s = decode_scenario(4, c.head_dim, c.lens);
+    s.n_heads = 32;
+    s.n_kv_heads = 8;
+    s.out_dtype = c.out;
+    if (c.variant == 1) s.params.sliding_window = 300;
+    if (c.variant == 2) s.params.softcap = 30.0f;
+    if (c.variant == 3) s.block_size = 5;
+    std::mt19937 rng(415);
+    Batch b = make_batch(s, rng);
+    DeviceBatch d = upload(b, c.out, rng);
+    auto run = [&](int mode) {
+      cuda::set_attention_decode_lean_for_testing(mode);
+      scramble(d.out, rng, nullptr);
+      paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+      return values(d.out.download().tensor);
+    };
+    const std::vector<float> full = run(1), lean = run(2);
+    cuda::set_attention_decode_lean_for_testing(0);
+    const std::string what =
+        strfmt("head_dim %lld, %zu rows, variant %d", (long long)c.head_dim, c.lens.size(), c.variant);
+    expect_close(lean, full, 0.0f, what + ": lean vs full");
+    expect_close(lean, values(reference_out(b, s).tensor), tolerance(c.out, 1e-4f),
+                 what + ": lean vs reference");
+    if (HasFailure()) return;
+  }
+}
+
 // The packed kernel (the parameter's block size) on batches of 40 rows (lengths 1 .. 2999, so chosen slicing gives rows several
 // slices) with the slice count chosen, 1 and 3: the 8B shape, 16 query heads per kv head (MMA rows 8..15),
 // head_dim 64 with 2 and 6 kv heads (warps of the block past the last kv head idle), plain and with a

@@ -54,6 +54,7 @@ using namespace decode;
 constexpr int kSimtBlocksPerSm = 4;  // the SIMT kernel's residency (128 registers x 128 threads)
 
 std::atomic<int> g_variant{0};  // 0: tensor cores where they apply, else SIMT; 1: SIMT always
+std::atomic<int> g_lean{0};     // set_attention_decode_lean_for_testing
 std::atomic<int> g_combine{0};  // 0: BUNSEN_DECODE_FUSED_COMBINE (default combine_kernel); 1: fused; 2: combine_kernel
 std::atomic<int> g_path{0};     // 0: BUNSEN_DECODE_ATTN (unset: by shape); 1: split slices; 2: cluster
 std::atomic<int> g_batched{0};  // 0: BUNSEN_DECODE_BATCHED (unset: by shape); 1: never; 2: packed; 3: 8 warps
@@ -446,12 +447,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
 constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
 constexpr int64_t kPrefetchPiece = 1 << 20;  // bytes per bulk L2 prefetch instruction
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
+// kLean (see combine_lean_ok): rows of at most kCombineBatch slices, head_dim <= kThreads and no prefetch, so
+// one load batch, one pass over the dims and none of the general loops' code: the launch is latency-bound and
+// fetches its instructions cold every layer, so its code size is time (39 -> ~12 KB of sm_90a code).
+template <bool kLean>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   const uint64_t t_entry = stamp_if(a.timing);
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row / a.n_heads), D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
-  if (a.prefetch != nullptr && threadIdx.x == 0) {  // this block's slice of the next kernel's weights
+  if (!kLean && a.prefetch != nullptr &&
+      threadIdx.x == 0) {  // this block's slice of the next kernel's weights
     const int64_t total = a.prefetch_bytes & ~int64_t{15}, share = (total / gridDim.x + 15) & ~int64_t{15};
     const int64_t lo = row * share, hi = lo + share < total ? lo + share : total;
     for (int64_t p = lo; p < hi; p += kPrefetchPiece) {
@@ -482,28 +488,34 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   };
   const int dw0 = warp * 32;  // this warp's first 32 dims (warp-uniform loop bounds: the shuffles below)
   load_acc(dw0 + lane, 0);    // issued before slice_weights' loads and reductions: one round trip for all
-  float ws[kSlicesPerLane];
-  const float den = slice_weights(part, n, D, lane, ws);
+  constexpr int kPer = kLean ? 1 : kSlicesPerLane;  // lean: n <= 32
+  float ws[kPer];
+  const float den = slice_weights<kPer>(part, n, D, lane, ws);
   const uint64_t t_loaded = stamp_if(a.timing);
   const float inv_den = 1.0f / den;
   const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0 (as merge_if_last)
-  for (int dw = dw0; dw < D; dw += kThreads) {
+  for (int dw = dw0; dw < D && (!kLean || dw == dw0); dw += kThreads) {  // lean: D <= kThreads, one pass
     const int d = dw + lane;
     float num[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < n; s0 += kCombineBatch) {
-      if (dw != dw0 || s0 != 0) load_acc(d, s0);
+    for (int s0 = 0; s0 < (kLean ? 1 : n); s0 += kCombineBatch) {
+      if (!kLean && (dw != dw0 || s0 != 0)) load_acc(d, s0);
       float wsrc = ws[0];  // the lanes' weights of slices s0 .. s0 + 31 (s0 / 32 selects the register)
 #pragma unroll
-      for (int i = 1; i < kSlicesPerLane; ++i)
+      for (int i = 1; i < kPer; ++i)
         if (i == s0 / 32) wsrc = ws[i];
 #pragma unroll
       for (int j = 0; j < kCombineBatch; ++j) {
         const float w = __shfl_sync(kFull, wsrc, j);
         const int s = s0 + j;
-        if (s < n4)
+        if constexpr (kLean) {  // the same sums by selects instead of branches (less code)
+          const float a4 = fmaf(w, v[j], num[j % 4]), a0 = fmaf(w, v[j], num[0]);
+          num[j % 4] = s < n4 ? a4 : num[j % 4];
+          num[0] = s >= n4 && s < n ? a0 : num[0];
+        } else if (s < n4) {
           num[j % 4] = fmaf(w, v[j], num[j % 4]);
-        else if (s < n)
+        } else if (s < n) {
           num[0] = fmaf(w, v[j], num[0]);
+        }
       }
     }
     if (d < D)
@@ -512,6 +524,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   }
   record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded,
                stamp_if(a.timing), n);
+}
+
+// The lean combine instance takes the launch (see attention_decode_lean).
+bool combine_lean_ok(const DecodeArgs& a) {
+  return attention_decode_lean() && a.n_splits <= kCombineBatch && a.head_dim <= kThreads &&
+         a.prefetch == nullptr;
 }
 
 int pow2_at_least(int64_t v) {
@@ -689,6 +707,17 @@ void set_attention_decode_combine_for_testing(int mode) {
   g_combine.store(mode);
 }
 
+void set_attention_decode_lean_for_testing(int mode) {
+  g_lean.store(mode);
+}
+
+bool attention_decode_lean() {
+  const int mode = g_lean.load();
+  if (mode != 0) return mode == 2;
+  static const bool on = env_flag("BUNSEN_DECODE_LEAN", true);
+  return on;
+}
+
 void set_attention_decode_path_for_testing(int mode) {
   g_path.store(mode);
 }
@@ -790,7 +819,10 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
       a.prefetch = static_cast<const char*>(at.prefetch);
       a.prefetch_bytes = pf;
     }
-    check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel, a), op, detail);
+    if (combine_lean_ok(a))
+      check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<true>, a), op, detail);
+    else
+      check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<false>, a), op, detail);
   }
 }
 

@@ -137,12 +137,13 @@ __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* tabl
 // all slices in one round trip; the butterfly reductions give every lane of every warp the same bits, so the
 // fused combine (merge_if_last) and combine_kernel merge identically.
 constexpr int kSlicesPerLane = kMaxSplits / 32;
-__device__ __forceinline__ float slice_weights(const float* part, int n, int D, int lane,
-                                               float (&ws)[kSlicesPerLane]) {
-  float ms[kSlicesPerLane], ls[kSlicesPerLane];
+// kPer < kSlicesPerLane: the caller knows n <= 32 kPer (the same bits: the slices past n weigh nothing).
+template <int kPer = kSlicesPerLane>
+__device__ __forceinline__ float slice_weights(const float* part, int n, int D, int lane, float (&ws)[kPer]) {
+  float ms[kPer], ls[kPer];
   float mx = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kSlicesPerLane; ++i) {
+  for (int i = 0; i < kPer; ++i) {
     const int s = lane + 32 * i;
     ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
     ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
@@ -151,7 +152,7 @@ __device__ __forceinline__ float slice_weights(const float* part, int n, int D, 
   mx = warp_max(mx);
   float den = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kSlicesPerLane; ++i) {
+  for (int i = 0; i < kPer; ++i) {
     ws[i] = 0.0f;
     if (lane + 32 * i < n) {
       ws[i] = rescale(ms[i], mx);

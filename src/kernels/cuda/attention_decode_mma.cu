@@ -34,6 +34,7 @@
 #include <string>
 
 #include "core/env.h"
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/mma_sync.cuh"
@@ -379,7 +380,11 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   uint64_t t_first = t_wait;
-  for (int it = 0; it < n_it; ++it) {
+  // Lean: a slice holds at most one tile per stream (lean_ok), so no refill and no lookahead in the loop.
+  if constexpr (kLean)
+    if (n_it > 1) __trap();  // (a launch outside lean_ok's bounds: never silently wrong)
+  for (int it = 0; it < (kLean ? 1 : n_it); ++it) {
+    if (kLean && it >= n_it) break;
     if constexpr (kBulk)
       mbar_wait(bars + it % kDepth, (it / kDepth) & 1);  // tile `it` has landed
     else
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     if (it == 0) t_first = stamp_if(a.timing);
     if constexpr (kDepth > 1) issue(it + kAhead, blk);  // refills the stage of tile it - 1
     int next[kLookups];
-    lookup(it + kAhead + 1, next);  // in flight while this tile computes
+    if constexpr (!kLean) lookup(it + kAhead + 1, next);  // in flight while this tile computes
     const unsigned char* ks = ring + (it % kDepth) * R::kStage;
     const unsigned char* vs = ks + R::kMat;
     float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
@@ -450,12 +455,13 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       mma_m16n8k16(o[2 * dp], pl, b[0], b[1]);
       mma_m16n8k16(o[2 * dp + 1], pl, b[2], b[3]);
     }
-    if constexpr (kDepth == 1) {  // the one stage is free once every lane is done with this tile
+    if constexpr (kDepth == 1 && !kLean) {  // the one stage is free once every lane is done with this tile
       __syncwarp();
       issue(it + 1, blk);
     }
+    if constexpr (!kLean)
 #pragma unroll
-    for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
+      for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
   }
   if constexpr (S::kParts > 1 && S::kStreams > 1) {
     // Barrier balance (head_dim 256: two streams of two warps). Stream 1 starts a tile later, so when the
@@ -571,12 +577,17 @@ bool early_kv() {
 // ~90 KB 4-bit GEMV tiles). H200, 1k context, same call: 8B bf16 217.5 / 219.0 vs 212.3 / 213.4 tok/s, 4-bit
 // 388.5 / 396.7 vs 372.8 / 368.1, 1B 890.9 / 888.3 vs 864.9 / 855.3. BUNSEN_DECODE_STAGES=1 / 3 (read once)
 // forces one depth for every such launch.
-// The lean instances (the one-stage split kernel without a softcap, the fused combine's merge or a division
-// by a block size that is not a power of two): a fraction of the code, which a latency-bound launch fetches
-// cold every layer. BUNSEN_DECODE_LEAN=0 (read once) keeps the full instance.
+// The lean instance of the one-stage split kernel (the copies before the PDL wait; no softcap, no fused
+// combine's merge, no division by a block size that is not a power of two): 63 instead of 143 KB of sm_90a
+// code at head_dim 128. A batch-1 launch is latency-bound and its SMs fetch its instructions cold every
+// layer (the weight streams between evict them), so the code size is time: the block's phases after its
+// PDL wait took 4.7 + 6.2 + 2.7 us with the full instance, 1.3 + 1.4 + 1.4 us lean (H100, 8B 4-bit, block
+// timeline). attention_decode_lean() (BUNSEN_DECODE_LEAN=0: the full instance) switches it.
+template <int kD, int kRows>
 bool lean_ok(const DecodeArgs& a) {
-  static const bool on = env_flag("BUNSEN_DECODE_LEAN", true);
-  return on && early_kv() && a.softcap <= 0.0f && a.counters == nullptr && a.block_shift >= 0;
+  return attention_decode_lean() && early_kv() && a.softcap <= 0.0f && a.counters == nullptr &&
+         a.block_shift >= 0 && a.max_slice_keys > 0 &&
+         a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile;
 }
 
 template <int kD, int kRows>
@@ -592,7 +603,8 @@ void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
   if constexpr (!kCluster && kPack == 0 && kDepth == 1 && !kLean)
-    if (lean_ok(args)) return launch_shape<kD, kRows, false, 0, 1, false, true>(s, args, n_kv_heads);
+    if (lean_ok<kD, kRows>(args))
+      return launch_shape<kD, kRows, false, 0, 1, false, true>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
     if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
                              decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
