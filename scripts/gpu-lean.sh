@@ -20,8 +20,8 @@ grep -h '^\[  FAILED' "$R"/t*.txt | sort -u | head
 cases="full:BUNSEN_DECODE_LEAN=0 lean:BUNSEN_DECODE_LEAN=1"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   bash scripts/gpu-session.sh table
-  ABENV_SHAPES="8b_q4:llama3.1-8b:4" ABENV_CASES=$cases AB_T=70 bash scripts/gpu-session.sh abenv
+  ABENV_SHAPES="8b_q4:llama3.1-8b:4 e4b:gemma4-e4b" ABENV_CASES=$cases AB_T=70 bash scripts/gpu-session.sh abenv
 else
-  ABENV_SHAPES="8b_q4:llama3.1-8b:4 8b:llama3.1-8b 1b:llama3.2-1b" ABENV_CASES=$cases AB_T=70 \
+  ABENV_SHAPES="8b_q4:llama3.1-8b:4 e4b:gemma4-e4b 8b:llama3.1-8b 1b:llama3.2-1b" ABENV_CASES=$cases AB_T=70 \
     bash scripts/gpu-session.sh abenv
 fi

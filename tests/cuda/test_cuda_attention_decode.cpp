@@ -461,12 +461,14 @@ TEST_P(CudaDecodeTest, NewestKeysWrittenByTheKernelBefore) {
   }
 }
 
-// The lean instances (the one-stage slice kernel and the combine kernel without the code of features a
-// launch does not use) against the full ones, bit for bit, and against the reference: batch-1 and small
-// batches at the 8B and 1B shapes (one-stage rings, slices merged by the combine kernel), bf16 and f32 out,
-// a window (the lean instances keep it) and a softcap and a block size of 5 (the full instances take those).
+// The lean instances (the one-stage slice kernel, the cluster kernel and the combine kernel without the code
+// of features a launch does not use) against the full ones, bit for bit, and against the reference: batch-1
+// and small batches at the 8B and 1B shapes (split path: one-stage rings, slices merged by the combine
+// kernel; parameter 2: the cluster path), head_dim 256 and a 30,000-key row (three-stage rings), bf16 and f32
+// out, a window (the lean instances keep it) and a softcap and a block size of 5 (the full instances take
+// those).
 TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
-  if (GetParam() != 0) GTEST_SKIP() << "split path only";
+  if (GetParam() != 0 && GetParam() != 2) GTEST_SKIP() << "split and cluster paths only";
   struct Case {
     int64_t head_dim;
     std::vector<int64_t> lens;
@@ -476,7 +478,8 @@ TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
   const Case cases[] = {{128, {1000}, DType::kBF16, 0},    {64, {1000}, DType::kBF16, 0},
                         {128, {17}, DType::kF32, 0},       {128, {300, 1000, 65}, DType::kF32, 0},
                         {64, {2048, 33}, DType::kBF16, 1}, {128, {1000}, DType::kF32, 2},
-                        {128, {999}, DType::kBF16, 3}};
+                        {128, {999}, DType::kBF16, 3},     {256, {1000, 40}, DType::kBF16, 0},
+                        {128, {30000}, DType::kF32, 0}};
   for (const Case& c : cases) {
     Scenario s = decode_scenario(4, c.head_dim, c.lens);
     s.n_heads = 32;

@@ -380,11 +380,13 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   uint64_t t_first = t_wait;
-  // Lean: a slice holds at most one tile per stream (lean_ok), so no refill and no lookahead in the loop.
-  if constexpr (kLean)
+  // The lean split instance: a slice holds at most one tile per stream (lean_ok), so no refill and no
+  // lookahead in the loop.
+  constexpr bool kOneTile = kLean && !kCluster && kDepth == 1;
+  if constexpr (kOneTile)
     if (n_it > 1) __trap();  // (a launch outside lean_ok's bounds: never silently wrong)
-  for (int it = 0; it < (kLean ? 1 : n_it); ++it) {
-    if (kLean && it >= n_it) break;
+  for (int it = 0; it < (kOneTile ? 1 : n_it); ++it) {
+    if (kOneTile && it >= n_it) break;
     if constexpr (kBulk)
       mbar_wait(bars + it % kDepth, (it / kDepth) & 1);  // tile `it` has landed
     else
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     if (it == 0) t_first = stamp_if(a.timing);
     if constexpr (kDepth > 1) issue(it + kAhead, blk);  // refills the stage of tile it - 1
     int next[kLookups];
-    if constexpr (!kLean) lookup(it + kAhead + 1, next);  // in flight while this tile computes
+    if constexpr (!kOneTile) lookup(it + kAhead + 1, next);  // in flight while this tile computes
     const unsigned char* ks = ring + (it % kDepth) * R::kStage;
     const unsigned char* vs = ks + R::kMat;
     float sc[2][4] = {};  // S tiles of keys 0-7 and 8-15: c0, c1 = head gq, keys 2tq (+1); c2, c3 = gq + 8
@@ -455,11 +457,11 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       mma_m16n8k16(o[2 * dp], pl, b[0], b[1]);
       mma_m16n8k16(o[2 * dp + 1], pl, b[2], b[3]);
     }
-    if constexpr (kDepth == 1 && !kLean) {  // the one stage is free once every lane is done with this tile
+    if constexpr (kDepth == 1 && !kOneTile) {  // the one stage is free once every lane is done with this tile
       __syncwarp();
       issue(it + 1, blk);
     }
-    if constexpr (!kLean)
+    if constexpr (!kOneTile)
 #pragma unroll
       for (int i = 0; i < kLookups; ++i) blk[i] = next[i];
   }
@@ -583,11 +585,16 @@ bool early_kv() {
 // layer (the weight streams between evict them), so the code size is time: the block's phases after its
 // PDL wait took 4.7 + 6.2 + 2.7 us with the full instance, 1.3 + 1.4 + 1.4 us lean (H100, 8B 4-bit, block
 // timeline). attention_decode_lean() (BUNSEN_DECODE_LEAN=0: the full instance) switches it.
-template <int kD, int kRows>
+// The lean cluster instance (Gemma 4's 1-2 kv heads): no softcap, no division by the block size.
+bool cluster_lean_ok(const DecodeArgs& a) {
+  return attention_decode_lean() && a.softcap <= 0.0f && a.block_shift >= 0;
+}
+
+template <int kD, int kRows, int kDepth>
 bool lean_ok(const DecodeArgs& a) {
   return attention_decode_lean() && early_kv() && a.softcap <= 0.0f && a.counters == nullptr &&
-         a.block_shift >= 0 && a.max_slice_keys > 0 &&
-         a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile;
+         a.block_shift >= 0 &&
+         (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
 }
 
 template <int kD, int kRows>
@@ -602,9 +609,12 @@ template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages, boo
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
-  if constexpr (!kCluster && kPack == 0 && kDepth == 1 && !kLean)
-    if (lean_ok<kD, kRows>(args))
-      return launch_shape<kD, kRows, false, 0, 1, false, true>(s, args, n_kv_heads);
+  if constexpr (!kCluster && kPack == 0 && !kLean && (kDepth == 1 || kDepth == kStages))
+    if (lean_ok<kD, kRows, kDepth>(args))
+      return launch_shape<kD, kRows, false, 0, kDepth, false, true>(s, args, n_kv_heads);
+  if constexpr (kCluster && !kLean)
+    if (cluster_lean_ok(args))
+      return launch_shape<kD, kRows, true, 0, kDepth, false, true>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
     if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
                              decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
