@@ -449,15 +449,15 @@ constexpr int64_t kPrefetchPiece = 1 << 20;  // bytes per bulk L2 prefetch instr
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 // kLean (see combine_lean_ok): rows of at most kCombineBatch slices, head_dim <= kThreads and no prefetch, so
 // one load batch, one pass over the dims and none of the general loops' code: the launch is latency-bound and
-// fetches its instructions cold every layer, so its code size is time (39 -> ~12 KB of sm_90a code).
+// fetches its instructions cold every layer, so its code size is time (39 -> 23 KB of sm_90a code).
 template <bool kLean>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
   const uint64_t t_entry = stamp_if(a.timing);
   const int64_t row = blockIdx.x;
   const int t = static_cast<int>(row / a.n_heads), D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
-  if (!kLean && a.prefetch != nullptr &&
-      threadIdx.x == 0) {  // this block's slice of the next kernel's weights
+  // This block's slice of the next kernel's weights.
+  if (!kLean && a.prefetch != nullptr && threadIdx.x == 0) {
     const int64_t total = a.prefetch_bytes & ~int64_t{15}, share = (total / gridDim.x + 15) & ~int64_t{15};
     const int64_t lo = row * share, hi = lo + share < total ? lo + share : total;
     for (int64_t p = lo; p < hi; p += kPrefetchPiece) {

@@ -24,9 +24,12 @@
 // cp.async wait; masks as ref; a visible key with an invalid block id is a NaN row of K (never read from
 // global memory); launched with programmatic dependent launch, nothing an earlier kernel of the step writes
 // is read before the wait: the packed instances (and the split ones with BUNSEN_DECODE_EARLY=0) read nothing
-// before it; the cluster and split instances read before it only the step metadata (positions, seq_index, block tables: copied from the host before the step's first
-// kernel) and cache rows of keys below the block holding the row's position (a decode step writes only
-// its rows' positions: one token per sequence, n_tokens <= n_seqs), Q and the newest block after it.
+// before it; the cluster and split instances read before it only the step metadata (positions, seq_index,
+// block tables: copied from the host before the step's first kernel) and cache rows of keys below the block
+// holding the row's position (a decode step writes only its rows' positions: one token per sequence, n_tokens
+// <= n_seqs), Q and the newest block after it. Every split and cluster instance also has a lean form (kLean,
+// see lean_ok): the same loads and arithmetic with the code of the features a launch does not use compiled
+// out, because a batch-1 launch fetches its instructions cold and its code size is latency.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -579,13 +582,15 @@ bool early_kv() {
 // ~90 KB 4-bit GEMV tiles). H200, 1k context, same call: 8B bf16 217.5 / 219.0 vs 212.3 / 213.4 tok/s, 4-bit
 // 388.5 / 396.7 vs 372.8 / 368.1, 1B 890.9 / 888.3 vs 864.9 / 855.3. BUNSEN_DECODE_STAGES=1 / 3 (read once)
 // forces one depth for every such launch.
-// The lean instance of the one-stage split kernel (the copies before the PDL wait; no softcap, no fused
-// combine's merge, no division by a block size that is not a power of two): 63 instead of 143 KB of sm_90a
-// code at head_dim 128. A batch-1 launch is latency-bound and its SMs fetch its instructions cold every
-// layer (the weight streams between evict them), so the code size is time: the block's phases after its
-// PDL wait took 4.7 + 6.2 + 2.7 us with the full instance, 1.3 + 1.4 + 1.4 us lean (H100, 8B 4-bit, block
-// timeline). attention_decode_lean() (BUNSEN_DECODE_LEAN=0: the full instance) switches it.
-// The lean cluster instance (Gemma 4's 1-2 kv heads): no softcap, no division by the block size.
+// The lean instances (kLean): the split kernel with its copies before the PDL wait, without the softcap, the
+// fused combine's merge and the division by a block size that is not a power of two, and at one stage with
+// its key loop as one tile (lean_ok); the cluster kernel without the softcap and the division
+// (cluster_lean_ok). At head_dim 128 the one-stage split instance is 46 instead of 143 KB of sm_90a code, the
+// three-stage one 91 instead of 205 KB, the cluster one 100 instead of 136 KB. A batch-1 launch is
+// latency-bound and its SMs fetch its instructions cold every layer (the weight streams between evict them),
+// so the code size is time: the one-stage block's phases after its PDL wait took 4.7 + 6.2 + 2.7 us with the
+// full instance, 1.3 + 1.4 + 1.4 us lean (H100, 8B 4-bit, block timeline; decode +13 %).
+// attention_decode_lean() (BUNSEN_DECODE_LEAN=0: the full instances) switches them.
 bool cluster_lean_ok(const DecodeArgs& a) {
   return attention_decode_lean() && a.softcap <= 0.0f && a.block_shift >= 0;
 }
