@@ -190,7 +190,10 @@ struct RopeKvArgs {
   Bf16* k_cache = nullptr;
   Bf16* v_cache = nullptr;
   int64_t k_s[3] = {}, v_s[3] = {};  // cache strides (elements): block, slot, kv head
-  int64_t n_slots = 0, block_size = 0;
+  // 32-bit: the launcher takes only caches of < 2^31 slots and parts of < 2^31 rows, so the fold's index
+  // arithmetic needs no 64-bit division (whose code, even where it never runs, is fetched: a latency-bound
+  // launch's code size is time, docs/PERFORMANCE.md, twenty-seventh session).
+  int n_slots = 0, block_size = 0;
   int head_dim = 0, half = 0;  // half = rotary_dim / 2 (0: no rotation, the write only)
   float scaling = 1.0f;
   float inv_freq[kMaxRotaryDim / 2] = {};
@@ -201,7 +204,7 @@ struct RopeKvArgs {
 __device__ __forceinline__ bool rope_pair(const RopeKvArgs& rk, int64_t q, int64_t n, int64_t& first,
                                           int64_t& second) {
   if (2 * q >= n) return false;
-  const int64_t hp = rk.head_dim / 2, head = q / hp, j = q - head * hp;
+  const int qi = static_cast<int>(q), hp = rk.head_dim / 2, head = qi / hp, j = qi - head * hp;  // (n < 2^31)
   first = head * rk.head_dim + (j < rk.half ? j : 2 * rk.half + 2 * (j - rk.half));
   second = j < rk.half ? first + rk.half : first + 1;
   return true;
@@ -253,8 +256,9 @@ __device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvA
   auto cache_row = [&](Bf16* cache, const int64_t(&st)[3], int i, int64_t row) -> Bf16* {
     const int64_t slot = rk.slots[i];
     if (slot < 0 || slot >= rk.n_slots) return nullptr;
-    const int64_t block = slot / rk.block_size, off = slot - block * rk.block_size, head = row / rk.head_dim;
-    return cache + block * st[0] + off * st[1] + head * st[2] + (row - head * rk.head_dim);
+    const int sl = static_cast<int>(slot), r32 = static_cast<int>(row);  // (< n_slots, < n: both < 2^31)
+    const int block = sl / rk.block_size, off = sl - block * rk.block_size, head = r32 / rk.head_dim;
+    return cache + block * st[0] + off * st[1] + head * st[2] + (r32 - head * rk.head_dim);
   };
   if (part == 2) {
 #pragma unroll
@@ -277,7 +281,7 @@ __device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvA
       if (i >= a.m || lane != (i * kPairs + r) % 32 || !rope_pair(rk, n0 + r, p.n, first, second)) continue;
       float x1 = to_f32(from_f32<Bf16>(tot[i][r] + bias_of(p, a.bias_dtype, first)));
       float x2 = to_f32(from_f32<Bf16>(tot[i][kPairs + r] + bias_of(p, a.bias_dtype, second)));
-      const int64_t j = (n0 + r) % (rk.head_dim / 2);
+      const int j = static_cast<int>(n0 + r) % (rk.head_dim / 2);
       if (j < rk.half) {
         float sn, cs;
         sincosf(static_cast<float>(rk.positions[i]) * rk.inv_freq[j], &sn, &cs);
@@ -694,7 +698,9 @@ bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& 
                   r.rotary_dim % 2 == 0 && r.rotary_dim >= 0 && r.rotary_dim <= hd &&
                   r.rotary_dim <= kMaxRotaryDim && a.part[0].n == r.q.n_heads * hd &&
                   a.part[1].n == r.k.n_heads * hd && a.part[2].n == r.v.n_heads * hd &&
-                  r.k.n_heads == c.n_kv_heads && hd <= INT32_MAX;
+                  r.k.n_heads == c.n_kv_heads && hd <= INT32_MAX && c.n_blocks * c.block_size <= INT32_MAX &&
+                  a.part[0].n <= INT32_MAX && a.part[1].n <= INT32_MAX &&
+                  a.part[2].n <= INT32_MAX;  // (32-bit index arithmetic, see RopeKvArgs)
   if (!ok) return false;
   RopeKvArgs rk;
   rk.positions = r.positions;
@@ -705,8 +711,8 @@ bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& 
     rk.k_s[i] = c.k_strides[i];
     rk.v_s[i] = c.v_strides[i];
   }
-  rk.n_slots = c.n_blocks * c.block_size;
-  rk.block_size = c.block_size;
+  rk.n_slots = static_cast<int>(c.n_blocks * c.block_size);
+  rk.block_size = static_cast<int>(c.block_size);
   rk.head_dim = static_cast<int>(hd);
   rk.half = r.rotary_dim / 2;
   rk.scaling = r.attention_scaling;
