@@ -119,13 +119,19 @@ __device__ __forceinline__ void slice_prologue() {
   pdl_launch_dependents();
 }
 
+// Index of `key`'s block in its row's block table. kShift: the caller knows block_size is a power of two
+// (block_shift >= 0), so no division is compiled (a lean instance's code size, see attention_decode_mma.cu).
+template <bool kShift = false>
+__device__ __forceinline__ int block_index(const DecodeArgs& a, int key) {
+  return kShift || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+}
+
 // Physical block of `key` (< the row's end) and its offset in it; -1 for an invalid sequence or block id.
-// kShift: the caller knows block_size is a power of two (block_shift >= 0), so no division is compiled.
 template <bool kShift = false>
 __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* table, bool seq_ok, int key,
                                         int& off) {
   if (!seq_ok) return -1;
-  const int bi = kShift || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+  const int bi = block_index<kShift>(a, key);
   if (bi >= a.max_blocks) return -1;
   const int b = table[bi];
   off = key - bi * a.block_size;

@@ -298,9 +298,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     }
   };
   // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
-  const int fresh_lo = w.sl.n_keys <= 0 ? 0
-                       : kLean          ? (w.sl.lo + w.sl.n_keys - 1) >> a.block_shift << a.block_shift
-                                        : (w.sl.lo + w.sl.n_keys - 1) / a.block_size * a.block_size;
+  const int fresh_lo = w.sl.n_keys > 0 ? block_index<kLean>(a, w.sl.lo + w.sl.n_keys - 1) * a.block_size : 0;
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
   auto issue = [&](int it, const int(&blk)[kLookups], int which = 0) {
     if constexpr (kBulk) {
@@ -321,7 +319,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       if (lane == 0) mbar_arrive_expect_tx(bar, n_copies * S::kRowBytes);
       __syncwarp();  // the phase expects the bytes before any copy can complete on it
       if (copy) {
-        const int bi = kLean || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+        const int bi = block_index<kLean>(a, key);
         const int off = key - bi * a.block_size;
         const Bf16* src = is_v ? vc + blk[0] * a.v_s0 + off * a.v_s1 : kc + blk[0] * a.k_s0 + off * a.k_s1;
         bulk_copy_g2s(dst, src, S::kRowBytes, bar);
@@ -336,7 +334,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
         const int key = base0 + it * stride + row;
         if (which != 0 && (key < fresh_lo) != (which == 1)) continue;
-        const int bi = kLean || a.block_shift >= 0 ? key >> a.block_shift : key / a.block_size;
+        const int bi = block_index<kLean>(a, key);
         const int off = key - bi * a.block_size;
         unsigned char* kd = ks + swz(row, c, S::kRowBytes);
         unsigned char* vd = vs + swz(row, c, S::kRowBytes);
@@ -597,8 +595,7 @@ bool cluster_lean_ok(const DecodeArgs& a) {
 
 template <int kD, int kRows, int kDepth>
 bool lean_ok(const DecodeArgs& a) {
-  return attention_decode_lean() && early_kv() && a.softcap <= 0.0f && a.counters == nullptr &&
-         a.block_shift >= 0 &&
+  return cluster_lean_ok(a) && early_kv() && a.counters == nullptr &&
          (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
 }
 
