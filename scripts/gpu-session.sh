@@ -5,10 +5,10 @@
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
-# fused_sanitize, trace, trace8, trace_shapes
+# fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next H200 call: table trace_shapes lean (the H200's layer kernel by kernel
-# at the lean defaults, docs/PERFORMANCE.md "Next"), then serve_bulk bulk. scripts/gpu-timeline.sh: a block
-# timeline of the decode attention beside the kernel trace of the same run.
+# at the lean defaults, docs/PERFORMANCE.md "Next"), then serve_bulk bulk. timeline: a block timeline of the
+# decode attention beside the kernel trace of the same run (TL_SHAPES).
 # Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
@@ -408,6 +408,25 @@ d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'], d.get('p
   done
 }
 
+timeline() {  # the decode attention's block timeline (BUNSEN_DECODE_TIMING) and the kernel trace of the same run, per
+  # TL_SHAPES ("name:synthetic-shape[:bits] ..."), so a block's wait return can be set against the kernel before
+  # it (the same globaltimer): tl_NAME.{csv.xz,txt,trace.csv.xz,trace.txt} (scripts/decode_timing.py)
+  [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
+  local m name shape bits
+  for m in ${TL_SHAPES:-8b_q4:llama3.1-8b:4 8b:llama3.1-8b}; do
+    IFS=: read -r name shape bits <<<"$m"
+    LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/tl_$name.trace.csv" \
+      BUNSEN_DECODE_TIMING="$R/tl_$name.csv" timeout 90 "$G/bunsen" benchmark --device cuda --synthetic "$shape" \
+      ${bits:+--quant "$bits"} --prompt-len 1024 --prefill-lens 1024 --gen 48 --no-probe --json >"$R/tl_$name.json" 2>&1
+    python3 scripts/decode_timing.py "$R/tl_$name.csv" --skip 8 >"$R/tl_$name.txt" 2>&1
+    python3 scripts/kernel_trace.py "$R/tl_$name.trace.csv" --by-shape >"$R/tl_$name.trace.txt" 2>&1
+    echo "== timeline $name $(grep -o '"decode_tok_s": [0-9.]*' "$R/tl_$name.json")"
+    cat "$R/tl_$name.txt"
+    xz -9 "$R/tl_$name.csv" "$R/tl_$name.trace.csv"
+    snap
+  done
+}
+
 trace() {  # where the 1B's step goes (the norms in the prologues: the default for llama-like layers)
   TRACE_SHAPES="1b:llama3.2-1b" trace_shapes
 }
@@ -434,7 +453,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
 }
 
 STAGES="new tests q8 xb qnorm abenv lean moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
-serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize trace trace8 trace_shapes"
+serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
   case " $STAGES " in
