@@ -272,13 +272,14 @@ void scramble(DeviceTensor& t, std::mt19937& rng, void* stream) {
 // Contexts around the tile (16) and slice edges up to several thousand keys, as single rows and as one
 // batch of very different lengths, with the slice count forced to 1, 2, 7 and the maximum (128) or
 // chosen: the fused combine (mode 1) matches the reference, and the separate combine kernel (mode 2)
-// bit for bit.
+// bit for bit. (With the lean instances on, the default, the 8-row shapes of head_dim 64 and 128 at <= 32
+// slices take the lean fused combine, merge_if_last_lean; the others merge_if_last.)
 TEST_P(CudaDecodeTest, FusedCombineAcrossContextsAndSliceCounts) {
   const std::vector<int64_t> lens = {1, 15, 16, 17, 255, 1000, 5000};
   struct Shape {
     int64_t n_heads, n_kv_heads, head_dim;
   };
-  for (Shape sh : {Shape{32, 8, 128}, Shape{16, 4, 256}, Shape{8, 2, 512}})
+  for (Shape sh : {Shape{32, 8, 128}, Shape{32, 8, 64}, Shape{16, 4, 256}, Shape{8, 2, 512}})
     for (int splits : {1, 2, 7, 128, 0}) {
       cuda::set_attention_splits_for_testing(splits);
       std::vector<std::vector<int64_t>> batches = {lens};
@@ -491,17 +492,22 @@ TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
     std::mt19937 rng(415);
     Batch b = make_batch(s, rng);
     DeviceBatch d = upload(b, c.out, rng);
-    auto run = [&](int mode) {
+    auto run = [&](int mode, int combine) {
       cuda::set_attention_decode_lean_for_testing(mode);
+      cuda::set_attention_decode_combine_for_testing(combine);
       scramble(d.out, rng, nullptr);
       paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
       return values(d.out.download().tensor);
     };
-    const std::vector<float> full = run(1), lean = run(2);
+    // combine 2: the combine kernel; 1: the fused combine (the lean fused instance where lean_kind gives it)
+    const std::vector<float> full = run(1, 2), lean = run(2, 2), lean_fused = run(2, 1), full_fused = run(1, 1);
     cuda::set_attention_decode_lean_for_testing(0);
+    cuda::set_attention_decode_combine_for_testing(0);
     const std::string what =
         strfmt("head_dim %lld, %zu rows, variant %d", (long long)c.head_dim, c.lens.size(), c.variant);
     expect_close(lean, full, 0.0f, what + ": lean vs full");
+    expect_close(lean_fused, full, 0.0f, what + ": lean, fused combine vs full");
+    expect_close(full_fused, full, 0.0f, what + ": full, fused combine vs full");
     expect_close(lean, values(reference_out(b, s).tensor), tolerance(c.out, 1e-4f),
                  what + ": lean vs reference");
     if (HasFailure()) return;

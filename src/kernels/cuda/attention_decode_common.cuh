@@ -168,20 +168,15 @@ __device__ __forceinline__ float slice_weights(const float* part, int n, int D, 
   return warp_sum(den);
 }
 
-// The fused combine, after every thread of this block wrote its part of its slice's partial: counts the
-// block in (the partials made visible GPU-wide first); the last of the row's n_act blocks to arrive
-// (atomicInc wraps its counter back to 0 for the next launch or graph replay) merges the n_act partials of
-// the kG heads of its kv head into out[t, head] as combine_kernel does (same order: bit-identical). sm:
-// kG * (kMaxSplits + 1) + 1 floats of shared memory that no thread reads any more.
-template <int kG>
-__device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& w, float* sm) {
-  float* wts = sm;                           // [kG][kMaxSplits] slice weights 2^(m_s - max m)
-  float* inv = sm + kG * kMaxSplits;         // [kG] 1 / sum_s w_s l_s
-  float* flag = sm + kG * (kMaxSplits + 1);  // 1: this block arrived last
+// The fused combine's count, after every thread of this block wrote its part of its slice's partial: counts
+// the block in (the partials made visible GPU-wide first); true in the last of the row's n_act blocks to
+// arrive (atomicInc wraps its counter back to 0 for the next launch or graph replay). flag: a float of shared
+// memory that no thread reads any more. Uniform over the block.
+// Release: every thread fences its partial stores, the barrier orders them before thread 0's fence and count
+// (the pattern of cooperative groups' grid sync); acquire: the last block's thread 0 fences after the count,
+// the barrier orders the block's reads (through L2, not L1) after it.
+__device__ __forceinline__ bool arrived_last(const DecodeArgs& a, const Where& w, float* flag) {
   const int n = w.sl.n_act;
-  // Release: every thread fences its partial stores, the barrier orders them before thread 0's fence
-  // and count (the pattern of cooperative groups' grid sync); acquire: the last block's thread 0 fences
-  // after the count, the barrier orders the block's reads (through L2, not L1) after it.
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -193,7 +188,19 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& 
     *flag = last ? 1.0f : 0.0f;
   }
   __syncthreads();
-  if (*flag == 0.0f) return;  // uniform over the block
+  return *flag != 0.0f;
+}
+
+// The fused combine: the last slice block of a (row, kv head) to arrive (arrived_last) merges the n_act
+// partials of the kG heads of its kv head into out[t, head] as combine_kernel does (same order:
+// bit-identical). sm: kG * (kMaxSplits + 1) + 1 floats of shared memory that no thread reads any more.
+template <int kG>
+__device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& w, float* sm) {
+  float* wts = sm;                           // [kG][kMaxSplits] slice weights 2^(m_s - max m)
+  float* inv = sm + kG * kMaxSplits;         // [kG] 1 / sum_s w_s l_s
+  float* flag = sm + kG * (kMaxSplits + 1);  // 1: this block arrived last
+  const int n = w.sl.n_act;
+  if (!arrived_last(a, w, flag)) return;
   const int D = a.head_dim, G = a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* part0 = a.partials + (static_cast<int64_t>(w.t) * a.n_heads + w.g * G) * a.n_splits * (D + 2);
   for (int h = warp; h < G; h += kWarps) {
@@ -234,6 +241,71 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& 
   }
 }
 
+// The lean fused combine (the lean split instances at kG 8, kD <= 128, rows of <= 32 slices; see
+// attention_decode_mma.cu's lean_kind): merge_if_last's merge with its loads batched, since the last block's
+// merge is on the step's critical path and an L2 round trip per 4 or 16 slices and output adds up. Thread i
+// owns outputs i + kThreads j, taken kJ at a time (j chunks past G x D are skipped: uniform); a chunk's acc
+// is loaded kB slices at a time (kJ x kB = 64 registers), the first batch together with the slice weights
+// (one trip; at head_dim 64 and <= 32 slices that is the only one). Same weights, order and arithmetic as
+// merge_if_last and combine_kernel: the same bits.
+template <int kG, int kD>
+__device__ __forceinline__ void merge_if_last_lean(const DecodeArgs& a, const Where& w, float* sm) {
+  constexpr int kJ = kD <= 64 ? 2 : 4, kB = 64 / kJ, kOut = kG * kD / kThreads;
+  static_assert(kOut % kJ == 0 && 32 % kB == 0 && kB % 4 == 0, "batches of whole chains: s % 4 = i % 4");
+  float* wts = sm;            // [kG][32] slice weights (0 past n)
+  float* inv = sm + kG * 32;  // [kG] 1 / sum_s w_s l_s
+  if (!arrived_last(a, w, inv + kG)) return;
+  const int n = w.sl.n_act, D = a.head_dim, G = a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t hs = static_cast<int64_t>(a.n_splits) * (D + 2);  // one head's partials
+  const float* part0 = a.partials + (static_cast<int64_t>(w.t) * a.n_heads + w.g * G) * hs;
+  const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0
+  for (int j0 = 0; j0 < kOut && kThreads * j0 < G * D; j0 += kJ) {
+    const float* src[kJ];  // output j0 + j's acc in slice 0 (null past G x D)
+    int hj[kJ];
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const int idx = threadIdx.x + kThreads * (j0 + j), h = idx / D;
+      hj[j] = idx < G * D ? h : 0;
+      src[j] = idx < G * D ? part0 + h * hs + 2 + (idx - h * D) : nullptr;
+    }
+    float num[kJ][4] = {};
+    for (int s0 = 0; s0 < n; s0 += kB) {
+      float v[kJ][kB];
+#pragma unroll
+      for (int j = 0; j < kJ; ++j)
+#pragma unroll
+        for (int i = 0; i < kB; ++i)
+          v[j][i] = src[j] != nullptr && s0 + i < n ? __ldcg(src[j] + (s0 + i) * (D + 2)) : 0.0f;
+      if (j0 == 0 && s0 == 0) {  // the weights, while the first batch flies (uniform)
+        for (int h = warp; h < G; h += kWarps) {
+          float ws[1];
+          const float den = slice_weights<1>(part0 + h * hs, n, D, lane, ws);
+          wts[h * 32 + lane] = ws[0];
+          if (lane == 0) inv[h] = 1.0f / den;
+        }
+        __syncthreads();
+      }
+#pragma unroll
+      for (int j = 0; j < kJ; ++j)
+#pragma unroll
+        for (int i = 0; i < kB; ++i) {  // the same sums by selects instead of branches (less code)
+          const int s = s0 + i;
+          const float wt = wts[hj[j] * 32 + s], a4 = fmaf(wt, v[j][i], num[j][i % 4]),
+                      a0 = fmaf(wt, v[j][i], num[j][0]);
+          num[j][i % 4] = s < n4 ? a4 : num[j][i % 4];
+          num[j][0] = s >= n4 && s < n ? a0 : num[j][0];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      if (src[j] == nullptr) continue;
+      const int idx = threadIdx.x + kThreads * (j0 + j), h = hj[j];
+      store_any(a.out, a.out_dtype, w.t * a.o_ts + (w.g * G + h) * a.o_hs + (idx - h * D),
+                (num[j][0] + num[j][1] + num[j][2] + num[j][3]) * inv[h]);
+    }
+  }
+}
+
 // The merge of a block's kStates key streams for head h, dim d of red [kStates][kG][kD + 2] (each stream's
 // m, l, acc): the common max mx, the rescaled sum den and the rescaled acc num.
 template <int kG, int kD, int kStates>
@@ -254,8 +326,8 @@ __device__ __forceinline__ void merge_streams(const float* red, int h, int d, fl
 
 // Block epilogue. red [kStates][kG][kD + 2] f32 holds each warp's (or key stream's) (m, l, acc[head_dim])
 // per head of the group; merges them and writes out[t, head] (one slice) or this slice's partial, then
-// (fused combine) reuses red for merge_if_last.
-template <int kG, int kD, int kStates = kWarps, bool kFusedCombine = true>
+// (fused combine) reuses red for merge_if_last (kCombine 1) or merge_if_last_lean (2); 0: no fused combine.
+template <int kG, int kD, int kStates = kWarps, int kCombine = 1>
 __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, const Where& w) {
   static_assert(kStates * kG * (kD + 2) >= kG * (kMaxSplits + 1) + 1, "red holds merge_if_last's weights");
   __syncthreads();
@@ -276,8 +348,10 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, con
       part[2 + d] = num;
     }
   }
-  if constexpr (kFusedCombine)
-    if (w.sl.n_act > 1 && a.counters != nullptr) merge_if_last<kG>(a, w, red);  // uniform over the block
+  if (w.sl.n_act > 1 && a.counters != nullptr) {  // uniform over the block
+    if constexpr (kCombine == 1) merge_if_last<kG>(a, w, red);
+    if constexpr (kCombine == 2) merge_if_last_lean<kG, kD>(a, w, red);
+  }
 }
 
 // Cluster epilogue: red [kStates][kG][kD + 2] as for write_block; st [kG][kD + 2] f32 of this block's shared

@@ -28,7 +28,7 @@
 // block tables: copied from the host before the step's first kernel) and cache rows of keys below the block
 // holding the row's position (a decode step writes only its rows' positions: one token per sequence, n_tokens
 // <= n_seqs), Q and the newest block after it. Every split and cluster instance also has a lean form (kLean,
-// see lean_ok): the same loads and arithmetic with the code of the features a launch does not use compiled
+// see lean_kind): the same loads and arithmetic with the code of the features a launch does not use compiled
 // out, because a batch-1 launch fetches its instructions cold and its code size is latency.
 #include <cuda_bf16.h>
 
@@ -227,7 +227,7 @@ __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, 
 // kernel stops at ~2.9 TB/s on the H100 and the H200 alike). Same tiles in the same order, same arithmetic:
 // the same bits.
 template <int kD, int kRows, bool kCluster, int kPack = 0, int kDepth = kStages, bool kBulk = false,
-          bool kLean = false>
+          int kLean = 0>
 __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
                                   kPack > kWarps ? 1 : MmaShape<kD, kRows, kDepth>::kMinBlocks)
     decode_mma_kernel(const DecodeArgs a) {
@@ -294,11 +294,11 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     for (int i = 0; i < kLookups; ++i) {
       const int key = base0 + it * stride + (kBulk ? lane & (kTile - 1) : (i * 32 + lane) / S::kChunks);
       int off = 0;
-      blk[i] = it < n_it && key < w.k1 ? block_of<kLean>(a, table, seq_ok, key, off) : -1;
+      blk[i] = it < n_it && key < w.k1 ? block_of<(kLean != 0)>(a, table, seq_ok, key, off) : -1;
     }
   };
   // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
-  const int fresh_lo = w.sl.n_keys > 0 ? block_index<kLean>(a, w.sl.lo + w.sl.n_keys - 1) * a.block_size : 0;
+  const int fresh_lo = w.sl.n_keys > 0 ? block_index<(kLean != 0)>(a, w.sl.lo + w.sl.n_keys - 1) * a.block_size : 0;
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
   auto issue = [&](int it, const int(&blk)[kLookups], int which = 0) {
     if constexpr (kBulk) {
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       if (lane == 0) mbar_arrive_expect_tx(bar, n_copies * S::kRowBytes);
       __syncwarp();  // the phase expects the bytes before any copy can complete on it
       if (copy) {
-        const int bi = block_index<kLean>(a, key);
+        const int bi = block_index<(kLean != 0)>(a, key);
         const int off = key - bi * a.block_size;
         const Bf16* src = is_v ? vc + blk[0] * a.v_s0 + off * a.v_s1 : kc + blk[0] * a.k_s0 + off * a.k_s1;
         bulk_copy_g2s(dst, src, S::kRowBytes, bar);
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
         const int key = base0 + it * stride + row;
         if (which != 0 && (key < fresh_lo) != (which == 1)) continue;
-        const int bi = block_index<kLean>(a, key);
+        const int bi = block_index<(kLean != 0)>(a, key);
         const int off = key - bi * a.block_size;
         unsigned char* kd = ks + swz(row, c, S::kRowBytes);
         unsigned char* vd = vs + swz(row, c, S::kRowBytes);
@@ -381,11 +381,11 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   const float qk_scale = a.scale * kLog2e;
   const int mi = lane >> 3, r8 = lane & 7;  // ldmatrix: this lane addresses row r8 of matrix mi
   uint64_t t_first = t_wait;
-  // The lean split instance: a slice holds at most one tile per stream (lean_ok), so no refill and no
+  // The lean split instance: a slice holds at most one tile per stream (lean_kind), so no refill and no
   // lookahead in the loop.
   constexpr bool kOneTile = kLean && !kCluster && kDepth == 1;
   if constexpr (kOneTile)
-    if (n_it > 1) __trap();  // (a launch outside lean_ok's bounds: never silently wrong)
+    if (n_it > 1) __trap();  // (a launch outside lean_kind's bounds: never silently wrong)
   for (int it = 0; it < (kOneTile ? 1 : n_it); ++it) {
     if (kOneTile && it >= n_it) break;
     if constexpr (kBulk)
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   if constexpr (kCluster)
     cluster_merge<kRows, kD, S::kStreams>(a, red, red + S::kRed / sizeof(float), w);
   else
-    write_block<kRows, kD, S::kStreams, !kLean>(a, red, w);
+    write_block<kRows, kD, S::kStreams, kLean == 0 ? 1 : (kLean == 2 ? 2 : 0)>(a, red, w);
   record_block(a.timing, kTimingSlice, a.timing_layer, blockIdx.x | blockIdx.y << 12 | blockIdx.z << 22,
                t_entry, t_wait, t_first, t_loop, w.k1 - w.k0);
 }
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
 // Raises the kernel's dynamic shared memory limit and asks for the largest shared-memory carveout (so
 // two ~100 KB blocks fit one SM), once per device and instance; the cluster instance may also form
 // clusters of up to kMaxCluster (16, non-portable) blocks.
-template <int kD, int kRows, bool kCluster, int kPack, int kDepth, bool kBulk, bool kLean = false>
+template <int kD, int kRows, bool kCluster, int kPack, int kDepth, bool kBulk, int kLean = 0>
 void prepare(const void* kernel, size_t smem) {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
@@ -582,7 +582,7 @@ bool early_kv() {
 // forces one depth for every such launch.
 // The lean instances (kLean): the split kernel with its copies before the PDL wait, without the softcap, the
 // fused combine's merge and the division by a block size that is not a power of two, and at one stage with
-// its key loop as one tile (lean_ok); the cluster kernel without the softcap and the division
+// its key loop as one tile (lean_kind); the cluster kernel without the softcap and the division
 // (cluster_lean_ok). At head_dim 128 the one-stage split instance is 46 instead of 143 KB of sm_90a code, the
 // three-stage one 91 instead of 205 KB, the cluster one 100 instead of 136 KB. A batch-1 launch is
 // latency-bound and its SMs fetch its instructions cold every layer (the weight streams between evict them),
@@ -593,10 +593,16 @@ bool cluster_lean_ok(const DecodeArgs& a) {
   return attention_decode_lean() && a.softcap <= 0.0f && a.block_shift >= 0;
 }
 
+// Which split instance a launch takes: 0 the full one, 1 the lean one, 2 the lean one with the lean fused
+// combine (merge_if_last_lean: BUNSEN_DECODE_FUSED_COMBINE=1 at 8-row tiles, head_dim <= 128 and <= 32
+// slices; other fused launches take the full instance and its merge_if_last).
 template <int kD, int kRows, int kDepth>
-bool lean_ok(const DecodeArgs& a) {
-  return cluster_lean_ok(a) && early_kv() && a.counters == nullptr &&
-         (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
+int lean_kind(const DecodeArgs& a) {
+  const bool lean = cluster_lean_ok(a) && early_kv() &&
+                    (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
+  if (!lean) return 0;
+  if (a.counters == nullptr) return 1;
+  return kRows == 8 && kD <= 128 && a.n_splits <= 32 ? 2 : 0;
 }
 
 template <int kD, int kRows>
@@ -607,16 +613,19 @@ bool one_stage(const DecodeArgs& a) {
 }
 
 template <int kD, int kRows, bool kCluster, int kPack, int kDepth = kStages, bool kBulk = false,
-          bool kLean = false>
+          int kLean = 0>
 void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
   if constexpr (!kCluster && kPack == 0 && kDepth == kStages && kD <= 128)
     if (one_stage<kD, kRows>(args)) return launch_shape<kD, kRows, false, 0, 1>(s, args, n_kv_heads);
-  if constexpr (!kCluster && kPack == 0 && !kLean && (kDepth == 1 || kDepth == kStages))
-    if (lean_ok<kD, kRows, kDepth>(args))
-      return launch_shape<kD, kRows, false, 0, kDepth, false, true>(s, args, n_kv_heads);
+  if constexpr (!kCluster && kPack == 0 && !kLean && (kDepth == 1 || kDepth == kStages)) {
+    const int kind = lean_kind<kD, kRows, kDepth>(args);
+    if (kind == 1) return launch_shape<kD, kRows, false, 0, kDepth, false, 1>(s, args, n_kv_heads);
+    if constexpr (kRows == 8 && kD <= 128)
+      if (kind == 2) return launch_shape<kD, kRows, false, 0, kDepth, false, 2>(s, args, n_kv_heads);
+  }
   if constexpr (kCluster && !kLean)
     if (cluster_lean_ok(args))
-      return launch_shape<kD, kRows, true, 0, kDepth, false, true>(s, args, n_kv_heads);
+      return launch_shape<kD, kRows, true, 0, kDepth, false, 1>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
     if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
                              decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
