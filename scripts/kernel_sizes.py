@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 
-DEFAULT = ["attention_decode_mma", "attention_decode", "gemv", "gemv_qmma", "gemv_qmma_h8", "rope_kv", "rowwise",
-           "rowwise_fused", "activation"]
+DEFAULT = ["attention_decode_mma", "attention_decode", "attention_combine", "gemv", "gemv_qmma", "gemv_qmma_h8",
+           "rope_kv", "rowwise", "rowwise_fused", "activation"]
 
 
 def text_sections(path):

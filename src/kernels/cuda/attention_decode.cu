@@ -1,8 +1,8 @@
 // Flash-decoding over a paged bf16 or quantized (--kv-quant int8/int4/fp8) cache: one block per (query row,
 // kv head, key slice). This file holds the SIMT slice kernel (any head_dim % 8 == 0 up to 256, any q dtype;
-// the only one for quantized caches, whose codes it dequantizes in registers), the combine kernel and the
-// host side; attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128/256/512 (<= 16
-// query heads per kv head), bf16 q and cache. SIMT:
+// the only one for quantized caches, whose codes it dequantizes in registers) and the host side;
+// attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128/256/512 (<= 16 query heads
+// per kv head), bf16 q and cache; attention_combine.cu the combine kernel. SIMT:
 // each warp reads kUnroll x (32 / kL) key rows at a time, kL lanes per row with kE dims (16 or 8 bytes) per
 // lane, scores them against all query heads of the GQA group (each K/V row is read once for the group)
 // and keeps an online softmax per lane group in f32; groups and warps merge at the end. A row uses
@@ -436,102 +436,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a) {
   finish<kE, kL, kG>(a, st, red, w, ln);
 }
 
-// out[t, h] = sum_s w_s acc_s / sum_s w_s l_s, w_s = 2^(m_s - max m), over the row's n_act slices. Rows
-// with one slice were written by the slice kernel. The unfused path (merge_if_last does the same in the
-// slice kernel, in the same order: bit-identical); reads positions before its wait, which the slice kernel's
-// prologue order allows. Latency-bound at batch 1 (a block per head, a few KB of partials), so every load
-// a thread needs for its first dims is issued before any of them is used: each warp loads the (m, l) of
-// slices lane + 32 i and each thread the acc of its dim for the first kCombineBatch slices, one L2 round
-// trip after the wait; every warp then reduces m and l itself (slice_weights, as merge_if_last: the same bits
-// in every warp) and takes a slice's weight from its lane by a shuffle.
-constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
-constexpr int64_t kPrefetchPiece = 1 << 20;  // bytes per bulk L2 prefetch instruction
-static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
-// kLean (see combine_lean_ok): rows of at most kCombineBatch slices, head_dim <= kThreads and no prefetch, so
-// one load batch, one pass over the dims and none of the general loops' code: the launch is latency-bound and
-// fetches its instructions cold every layer, so its code size is time (39 -> 23 KB of sm_90a code).
-template <bool kLean>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
-  const uint64_t t_entry = stamp_if(a.timing);
-  const int64_t row = blockIdx.x;
-  const int t = static_cast<int>(row / a.n_heads), D = a.head_dim;
-  const Slices sl = slices_of(a, a.positions[t]);  // positions are not written by the slice kernel
-  // This block's slice of the next kernel's weights.
-  if (!kLean && a.prefetch != nullptr && threadIdx.x == 0) {
-    const int64_t total = a.prefetch_bytes & ~int64_t{15}, share = (total / gridDim.x + 15) & ~int64_t{15};
-    const int64_t lo = row * share, hi = lo + share < total ? lo + share : total;
-    for (int64_t p = lo; p < hi; p += kPrefetchPiece) {
-      const unsigned n = static_cast<unsigned>(hi - p < kPrefetchPiece ? hi - p : kPrefetchPiece);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a.prefetch + p), "r"(n) : "memory");
-    }
-  }
-  // Every block waits, rows with one slice too: the next kernel's wait covers this grid only, so this grid
-  // completes after the slice kernel (whose single-slice rows it reads) has.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
-  // The slice kernel has completed (its blocks left the SMs): the next kernel (the o-projection) may get its
-  // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
-  // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
-  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const uint64_t t_wait = stamp_if(a.timing);
-  const int n = sl.n_act;
-  if (n <= 1) {
-    record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
-    return;
-  }
-  const int h = static_cast<int>(row % a.n_heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float* part = a.partials + row * a.n_splits * (D + 2);
-  float v[kCombineBatch];
-  auto load_acc = [&](int d, int s0) {  // acc of dim d, slices s0 .. s0 + kCombineBatch - 1 (0 past the row)
-#pragma unroll
-    for (int j = 0; j < kCombineBatch; ++j)
-      v[j] = d < D && s0 + j < n ? __ldcg(part + (s0 + j) * (D + 2) + 2 + d) : 0.0f;
-  };
-  const int dw0 = warp * 32;  // this warp's first 32 dims (warp-uniform loop bounds: the shuffles below)
-  load_acc(dw0 + lane, 0);    // issued before slice_weights' loads and reductions: one round trip for all
-  constexpr int kPer = kLean ? 1 : kSlicesPerLane;  // lean: n <= 32
-  float ws[kPer];
-  const float den = slice_weights<kPer>(part, n, D, lane, ws);
-  const uint64_t t_loaded = stamp_if(a.timing);
-  const float inv_den = 1.0f / den;
-  const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0 (as merge_if_last)
-  for (int dw = dw0; dw < D && (!kLean || dw == dw0); dw += kThreads) {  // lean: D <= kThreads, one pass
-    const int d = dw + lane;
-    float num[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < (kLean ? 1 : n); s0 += kCombineBatch) {
-      if (!kLean && (dw != dw0 || s0 != 0)) load_acc(d, s0);
-      float wsrc = ws[0];  // the lanes' weights of slices s0 .. s0 + 31 (s0 / 32 selects the register)
-#pragma unroll
-      for (int i = 1; i < kPer; ++i)
-        if (i == s0 / 32) wsrc = ws[i];
-#pragma unroll
-      for (int j = 0; j < kCombineBatch; ++j) {
-        const float w = __shfl_sync(kFull, wsrc, j);
-        const int s = s0 + j;
-        if constexpr (kLean) {  // the same sums by selects instead of branches (less code)
-          const float a4 = fmaf(w, v[j], num[j % 4]), a0 = fmaf(w, v[j], num[0]);
-          num[j % 4] = s < n4 ? a4 : num[j % 4];
-          num[0] = s >= n4 && s < n ? a0 : num[0];
-        } else if (s < n4) {
-          num[j % 4] = fmaf(w, v[j], num[j % 4]);
-        } else if (s < n) {
-          num[0] = fmaf(w, v[j], num[0]);
-        }
-      }
-    }
-    if (d < D)
-      store_any(a.out, a.out_dtype, t * a.o_ts + h * a.o_hs + d,
-                (num[0] + num[1] + num[2] + num[3]) * inv_den);
-  }
-  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded,
-               stamp_if(a.timing), n);
-}
-
-// The lean combine instance takes the launch (see attention_decode_lean).
-bool combine_lean_ok(const DecodeArgs& a) {
-  return attention_decode_lean() && a.n_splits <= kCombineBatch && a.head_dim <= kThreads &&
-         a.prefetch == nullptr;
-}
-
 int pow2_at_least(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
@@ -801,29 +705,7 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   else
     with_quant_fmt(at.cache, [&](auto fmt) { launch_tiling<decltype(fmt)::value>(s, a, ti, n_kv_heads); });
   check_launch(op, detail);
-  if (a.n_splits > 1 && !fused) {  // launched early (programmatic dependent launch); it waits for the partials
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(at.q.n_tokens * at.q.n_heads));
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    static const bool trigger = env_flag("BUNSEN_DECODE_COMBINE_TRIGGER", true);
-    a.combine_trigger = trigger ? 1 : 0;
-    static const int64_t prefetch_cap = int64_t{env_int("BUNSEN_L2_PREFETCH", 0)} << 20;
-    const int64_t pf = std::min(at.prefetch_bytes, prefetch_cap);
-    if (at.prefetch != nullptr && pf >= 16 && reinterpret_cast<uintptr_t>(at.prefetch) % 16 == 0) {
-      a.prefetch = static_cast<const char*>(at.prefetch);
-      a.prefetch_bytes = pf;
-    }
-    if (combine_lean_ok(a))
-      check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<true>, a), op, detail);
-    else
-      check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<false>, a), op, detail);
-  }
+  if (a.n_splits > 1 && !fused) launch_combine(s, a, at);  // launched early; it waits for the partials
 }
 
 }  // namespace bunsen::kernels::cuda

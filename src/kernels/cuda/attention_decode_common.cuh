@@ -434,4 +434,9 @@ int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a 
 // Resident blocks of that kernel per SM (shared memory bound).
 int mma_blocks_per_sm(int head_dim, int group);
 
+// attention_combine.cu: the combine kernel for the partials of a (split or packed) launch of a.n_splits > 1
+// slices, launched with programmatic dependent launch after it; at gives the grid (rows x heads) and the
+// o-projection's weights to prefetch (BUNSEN_L2_PREFETCH).
+void launch_combine(cudaStream_t s, DecodeArgs a, const DevAttention& at);
+
 }  // namespace bunsen::kernels::cuda::decode
