@@ -500,7 +500,8 @@ TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
       return values(d.out.download().tensor);
     };
     // combine 2: the combine kernel; 1: the fused combine (the lean fused instance where lean_kind gives it)
-    const std::vector<float> full = run(1, 2), lean = run(2, 2), lean_fused = run(2, 1), full_fused = run(1, 1);
+    const std::vector<float> full = run(1, 2), lean = run(2, 2), lean_fused = run(2, 1),
+                             full_fused = run(1, 1);
     cuda::set_attention_decode_lean_for_testing(0);
     cuda::set_attention_decode_combine_for_testing(0);
     const std::string what =

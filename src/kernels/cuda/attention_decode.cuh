@@ -36,8 +36,8 @@ void set_attention_decode_combine_for_testing(int mode);
 void set_attention_decode_path_for_testing(int mode);
 
 // The lean instances (the split and cluster slice kernels and the combine kernel compiled without the
-// features a launch does not use, see attention_decode_mma.cu's lean_kind): 0 (default): as BUNSEN_DECODE_LEAN
-// says (unset: on); 1: off; 2: on. Both forms give the same bits. For tests and A/B runs.
+// features a launch does not use, see attention_decode_mma.cu's lean_kind): 0 (default): as
+// BUNSEN_DECODE_LEAN says (unset: on); 1: off; 2: on. Both forms give the same bits. For tests and A/B runs.
 void set_attention_decode_lean_for_testing(int mode);
 bool attention_decode_lean();  // the switch above, resolved
 

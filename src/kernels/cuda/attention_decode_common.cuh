@@ -248,12 +248,15 @@ __device__ __forceinline__ void merge_if_last(const DecodeArgs& a, const Where& 
 // is loaded kB slices at a time (kJ x kB = 64 registers), the first batch together with the slice weights
 // (one trip; at head_dim 64 and <= 32 slices that is the only one). Same weights, order and arithmetic as
 // merge_if_last and combine_kernel: the same bits.
+constexpr int kLeanMergeSlices = 32;  // the most slices merge_if_last_lean takes (one per lane)
+static_assert(kLeanMergeSlices == 32, "slice_weights<1>: one slice per lane");
 template <int kG, int kD>
 __device__ __forceinline__ void merge_if_last_lean(const DecodeArgs& a, const Where& w, float* sm) {
   constexpr int kJ = kD <= 64 ? 2 : 4, kB = 64 / kJ, kOut = kG * kD / kThreads;
-  static_assert(kOut % kJ == 0 && 32 % kB == 0 && kB % 4 == 0, "batches of whole chains: s % 4 = i % 4");
-  float* wts = sm;            // [kG][32] slice weights (0 past n)
-  float* inv = sm + kG * 32;  // [kG] 1 / sum_s w_s l_s
+  static_assert(kOut % kJ == 0 && kLeanMergeSlices % kB == 0 && kB % 4 == 0,
+                "batches of whole chains: s % 4 = i % 4");
+  float* wts = sm;                          // [kG][kLeanMergeSlices] slice weights (0 past n)
+  float* inv = sm + kG * kLeanMergeSlices;  // [kG] 1 / sum_s w_s l_s
   if (!arrived_last(a, w, inv + kG)) return;
   const int n = w.sl.n_act, D = a.head_dim, G = a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t hs = static_cast<int64_t>(a.n_splits) * (D + 2);  // one head's partials
@@ -280,7 +283,7 @@ __device__ __forceinline__ void merge_if_last_lean(const DecodeArgs& a, const Wh
         for (int h = warp; h < G; h += kWarps) {
           float ws[1];
           const float den = slice_weights<1>(part0 + h * hs, n, D, lane, ws);
-          wts[h * 32 + lane] = ws[0];
+          wts[h * kLeanMergeSlices + lane] = ws[0];
           if (lane == 0) inv[h] = 1.0f / den;
         }
         __syncthreads();
@@ -290,7 +293,7 @@ __device__ __forceinline__ void merge_if_last_lean(const DecodeArgs& a, const Wh
 #pragma unroll
         for (int i = 0; i < kB; ++i) {  // the same sums by selects instead of branches (less code)
           const int s = s0 + i;
-          const float wt = wts[hj[j] * 32 + s], a4 = fmaf(wt, v[j][i], num[j][i % 4]),
+          const float wt = wts[hj[j] * kLeanMergeSlices + s], a4 = fmaf(wt, v[j][i], num[j][i % 4]),
                       a0 = fmaf(wt, v[j][i], num[j][0]);
           num[j][i % 4] = s < n4 ? a4 : num[j][i % 4];
           num[j][0] = s >= n4 && s < n ? a0 : num[j][0];

@@ -237,6 +237,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
   constexpr int kAhead = kDepth > 1 ? kDepth - 1 : 1;
   constexpr int kR = S::kR, kPartD = S::kPartD;
   constexpr bool kPacked = kPack > 0;
+  constexpr bool kPow2Blocks = kLean != 0;  // lean instances: the host checked block_shift >= 0
   static_assert(!kPacked || (S::kParts == 1 && !kCluster), "packed: one warp covers the head, split slices");
   static_assert(!kBulk || (kPacked && kDepth > 1), "bulk copies: the packed instances' deep rings only");
   using R = Ring<S, kBulk>;
@@ -294,11 +295,12 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
     for (int i = 0; i < kLookups; ++i) {
       const int key = base0 + it * stride + (kBulk ? lane & (kTile - 1) : (i * 32 + lane) / S::kChunks);
       int off = 0;
-      blk[i] = it < n_it && key < w.k1 ? block_of<(kLean != 0)>(a, table, seq_ok, key, off) : -1;
+      blk[i] = it < n_it && key < w.k1 ? block_of<kPow2Blocks>(a, table, seq_ok, key, off) : -1;
     }
   };
   // Keys from fresh_lo on (the block of the row's position) may be written by the kernel before this one.
-  const int fresh_lo = w.sl.n_keys > 0 ? block_index<(kLean != 0)>(a, w.sl.lo + w.sl.n_keys - 1) * a.block_size : 0;
+  const int fresh_lo =
+      w.sl.n_keys > 0 ? block_index<kPow2Blocks>(a, w.sl.lo + w.sl.n_keys - 1) * a.block_size : 0;
   // which: 0 every chunk, 1 chunks of keys below fresh_lo, 2 the others; commits one group unless which is 1.
   auto issue = [&](int it, const int(&blk)[kLookups], int which = 0) {
     if constexpr (kBulk) {
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
       if (lane == 0) mbar_arrive_expect_tx(bar, n_copies * S::kRowBytes);
       __syncwarp();  // the phase expects the bytes before any copy can complete on it
       if (copy) {
-        const int bi = block_index<(kLean != 0)>(a, key);
+        const int bi = block_index<kPow2Blocks>(a, key);
         const int off = key - bi * a.block_size;
         const Bf16* src = is_v ? vc + blk[0] * a.v_s0 + off * a.v_s1 : kc + blk[0] * a.k_s0 + off * a.k_s1;
         bulk_copy_g2s(dst, src, S::kRowBytes, bar);
@@ -334,7 +336,7 @@ __global__ void __launch_bounds__(kPack > 0 ? 32 * kPack : kThreads,
         const int idx = i * 32 + lane, row = idx / S::kChunks, c = idx % S::kChunks;
         const int key = base0 + it * stride + row;
         if (which != 0 && (key < fresh_lo) != (which == 1)) continue;
-        const int bi = block_index<(kLean != 0)>(a, key);
+        const int bi = block_index<kPow2Blocks>(a, key);
         const int off = key - bi * a.block_size;
         unsigned char* kd = ks + swz(row, c, S::kRowBytes);
         unsigned char* vd = vs + swz(row, c, S::kRowBytes);
@@ -599,11 +601,12 @@ bool cluster_lean_ok(const DecodeArgs& a) {
 // even lean it measured 2.2-4.4 % slower end to end than the combine kernel (H100: 1B, 8B bf16 and 4-bit).
 template <int kD, int kRows, int kDepth>
 int lean_kind(const DecodeArgs& a) {
-  const bool lean = cluster_lean_ok(a) && early_kv() &&
-                    (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
+  const bool lean =
+      cluster_lean_ok(a) && early_kv() &&
+      (kDepth > 1 || (a.max_slice_keys > 0 && a.max_slice_keys <= MmaShape<kD, kRows>::kStreams * kTile));
   if (!lean) return 0;
   if (a.counters == nullptr) return 1;
-  return kRows == 8 && kD <= 128 && a.n_splits <= 32 ? 2 : 0;
+  return kRows == 8 && kD <= 128 && a.n_splits <= kLeanMergeSlices ? 2 : 0;
 }
 
 template <int kD, int kRows>
@@ -625,8 +628,7 @@ void launch_shape(cudaStream_t s, const DecodeArgs& args, int n_kv_heads) {
       if (kind == 2) return launch_shape<kD, kRows, false, 0, kDepth, false, 2>(s, args, n_kv_heads);
   }
   if constexpr (kCluster && !kLean)
-    if (cluster_lean_ok(args))
-      return launch_shape<kD, kRows, true, 0, kDepth, false, 1>(s, args, n_kv_heads);
+    if (cluster_lean_ok(args)) return launch_shape<kD, kRows, true, 0, kDepth, false, 1>(s, args, n_kv_heads);
   if constexpr (kPack > 0 && !kBulk)
     if (bulk_wanted() && bulk_binary_ok(reinterpret_cast<const void*>(
                              decode_mma_kernel<kD, kRows, false, kPack, kDepth, true>)))
