@@ -1,8 +1,8 @@
-// The combine kernel of flash-decoding's split path (attention_decode.cu): merges the partials of a row's key
-// slices, one block per (query row, head), launched with programmatic dependent launch right after the
-// slice kernel so its blocks are resident and wait for the partials. Rows with one slice were written by the
-// slice kernel. The fused combine (merge_if_last, merge_if_last_lean in attention_decode_common.cuh) merges
-// in the same order: the same bits. Not a public interface.
+// The combine kernel of flash-decoding's split and packed paths (attention_decode.cu): merges the partials
+// of a row's key slices, one block per (query row, head), launched with programmatic dependent launch right
+// after the slice kernel so its blocks are resident and wait for the partials. Rows with one slice were
+// written by the slice kernel. The fused combine (merge_if_last, merge_if_last_lean in
+// attention_decode_common.cuh) merges in the same order: the same bits. Not a public interface.
 #include <algorithm>
 #include <cstdint>
 #include <string>
