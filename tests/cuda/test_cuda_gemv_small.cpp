@@ -133,6 +133,31 @@ TEST_F(GemvSmallTest, BothPathsMatchReferenceOnLlama1BShapes) {
     }
 }
 
+// The weight streams' L2 policy (l2_hint.cuh) is a hint: evict_first gives the evict_normal bits on both
+// paths and every 1B decode matrix (q/k/v, o, down, gate/up).
+TEST_F(GemvSmallTest, L2EvictFirstGivesTheSameBits) {
+  RestoreGemvHooks restore;
+  struct RestoreL2 {
+    ~RestoreL2() { cuda::set_l2_evict_first_for_testing(-1); }
+  } restore_l2;
+  for (int mode : {0, 1})
+    for (int64_t m : {1, 3}) {
+      cuda::set_gemv_small_for_testing(mode);
+      std::vector<OwnedTensor> got[2];
+      for (int first : {0, 1}) {
+        cuda::set_l2_evict_first_for_testing(first);
+        got[first] = run_qkv(ctx_, x_, m, qkv_);
+        got[first].push_back(run_linear(ctx_, x_, m, o_));
+        got[first].push_back(run_linear(ctx_, xf_, m, down_));
+        got[first].push_back(run_glu(ctx_, x_, m, gate_, up_, GluAct::kSilu));
+      }
+      ASSERT_EQ(got[0].size(), got[1].size());
+      for (size_t i = 0; i < got[0].size(); ++i)
+        EXPECT_TRUE(same_bits(got[0][i], got[1][i]))
+            << "small mode " << mode << " m " << m << " launch " << i;
+    }
+}
+
 // On each path a row's bits do not depend on m (1..8), on the 1B shapes and with every forced k split.
 TEST_F(GemvSmallTest, RowResultsDoNotDependOnMOnLlama1BShapes) {
   RestoreGemvHooks restore;

@@ -231,6 +231,35 @@ TEST_F(CudaQuantTest, QuantGemvIsBatchInvariant) {
     }
 }
 
+// The weight streams' L2 policy (l2_hint.cuh) is a hint: evict_first gives the evict_normal bits on the
+// default 4-bit (tile) and 8-bit (f16 register) kernels, on a 1B decode shape (2048 x 2048, group 64).
+TEST_F(CudaQuantTest, L2EvictFirstGivesTheSameBits) {
+  std::mt19937 rng(814);
+  struct Restore {
+    ~Restore() {
+      if (cuda::device_count() > 0) cuda::set_l2_evict_first_for_testing(-1);
+    }
+  } restore;
+  for (int bits : {4, 8}) {
+    const int64_t n = 2048, k = 2048;
+    QuantPair q = make_quant(n, k, bits, 64, DType::kBF16, rng);
+    HostPair x = random_pair(DType::kBF16, {3, k}, rng);
+    DeviceTensor xd = DeviceTensor::upload(x.data.tensor);
+    for (int64_t m : {1, 3}) {
+      std::vector<float> got[2];
+      for (int first : {0, 1}) {
+        cuda::set_l2_evict_first_for_testing(first);
+        DeviceTensor od = DeviceTensor::upload(random_tensor(DType::kF32, {m, n}, rng).tensor);
+        linear_q(ctx_, od.tensor, xd.tensor.slice(0, 0, m), q.dev);
+        got[first] = values(od.download().tensor);
+      }
+      ASSERT_EQ(got[0].size(), got[1].size());
+      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * 4), 0)
+          << "bits " << bits << " m " << m;
+    }
+  }
+}
+
 // x too wide for one launch's shared memory at m = 8 (k = 14,720: 8 rows of bf16 x need 236 KB at 4 bits)
 // runs as several launches of the shared-memory kernel: every token still matches the CPU, and a token's
 // bits are the same at m = 8 and m = 1; f32 x (hi + lo parts) stays at f32 accuracy. 8 bits take the other

@@ -46,6 +46,8 @@ std::atomic<int> g_split{0};  // test hook: 0 = choose from the shapes
 // Small-launch path: -1 = read BUNSEN_GEMV_SMALL once (unset or 1: one-wave launches; 0: never), 0 = never,
 // 1 = launches one wave covers, 2 = every aligned launch (tests).
 std::atomic<int> g_small{-1};
+// The weight streams' L2 policy: -1 = read BUNSEN_L2_EVICT_FIRST once, 0 = evict_normal, 1 = evict_first.
+std::atomic<int> g_l2_first{-1};
 
 int small_mode() {
   int v = g_small.load();
@@ -55,15 +57,6 @@ int small_mode() {
     g_small.store(v);
   }
   return v;
-}
-
-// 16 bytes of weights, read once: bypass L1 (nothing else reads them in this kernel).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
 }
 
 // The 16 bytes of a chunk as 16 / sizeof(WT) floats.
@@ -300,17 +293,19 @@ __device__ __forceinline__ void store_rope(const GemvMultiArgs& a, const RopeKvA
     }
 }
 
-// kU chunks of each of the kRows rows, starting at chunk c0 + lane (zeros past the row or for a null row).
+// kU chunks of each of the kRows rows, starting at chunk c0 + lane (zeros past the row or for a null row),
+// 16 bytes each, read once: bypass L1 (nothing else reads them in this kernel), L2 policy pol (l2_hint.cuh).
 template <typename WT, int kRows, int kU>
-__device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* const (&rows)[kRows], int64_t c0,
-                                            int64_t n_chunks, int lane) {
+__device__ __forceinline__ void load_chunks(uint4 (&wv)[kU][kRows], const WT* const (&rows)[kRows],
+                                            int64_t c0, int64_t n_chunks, int lane, uint64_t pol) {
   constexpr int kE = 16 / sizeof(WT);
 #pragma unroll
   for (int u = 0; u < kU; ++u)
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t c = c0 + u * 32 + lane;
-      wv[u][r] = c < n_chunks && rows[r] != nullptr ? load_stream(rows[r] + c * kE) : make_uint4(0, 0, 0, 0);
+      wv[u][r] =
+          c < n_chunks && rows[r] != nullptr ? ldg_weights16(rows[r] + c * kE, pol) : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -380,9 +375,10 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
   float acc[kM][kRows] = {};
   uint4 wa[kU][kRows], wb[kU][kRows];
   int64_t c0 = slice * 32 * kU;
-  if (active) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane);
+  const uint64_t pol = weight_l2_policy(a.l2_evict_first);
+  if (active) load_chunks<WT, kRows, kU>(wa, rows, c0, n_chunks, lane, pol);
   if constexpr (kEarly) {
-    if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
+    if (active) load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane, pol);
   }
   if constexpr (kNorm) gemv_norm::prefetch_w<kThreads>(*nm, a.m, a.k, reinterpret_cast<char*>(gemv_x_smem));
   pdl_wait();
@@ -393,15 +389,15 @@ __device__ __forceinline__ void gemv_vec_body(const GemvMultiArgs& a, int split,
   if constexpr (kEarly) {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
-      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane, pol);
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
-      load_chunks<WT, kRows, kU>(wb, rows, c0 + 3 * step, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wb, rows, c0 + 3 * step, n_chunks, lane, pol);
     }
   } else {
     for (; active && c0 < n_chunks; c0 += 2 * step) {
-      load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wb, rows, c0 + step, n_chunks, lane, pol);
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wa, x, x_stride, a.m, c0, n_chunks, lane);
-      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane);
+      load_chunks<WT, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane, pol);
       fma_chunks<WT, XT, kM, kRows, kU, kNorm>(acc, wb, x, x_stride, a.m, c0 + step, n_chunks, lane);
     }
   }
@@ -652,6 +648,19 @@ std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) 
 }
 
 }  // namespace
+
+bool l2_weights_evict_first() {
+  int v = g_l2_first.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = env_int("BUNSEN_L2_EVICT_FIRST", 0) != 0 ? 1 : 0;
+    g_l2_first.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+void set_l2_evict_first_for_testing(int mode) {
+  g_l2_first.store(mode < 0 ? -1 : mode != 0 ? 1 : 0);
+}
 
 void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
   if (a.m == 0 || total_groups(a, 2) == 0) return;

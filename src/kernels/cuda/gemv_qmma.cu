@@ -173,12 +173,14 @@ __device__ __forceinline__ void tile_body(const QMmaArgs& a, int split, const Ge
     sb_src = static_cast<const unsigned short*>(lane < 16 ? w.scales : w.biases) +
              tile_row<kGlu>(a, part, n0, r) * w.sb_stride;
   }
+  const uint64_t pol = weight_l2_policy(a.l2_evict_first);
   auto issue = [&](int st, WTile& wt) {  // every stage is whole: tiles_fit wants k % 512 == 0
     const int grp0 = st * kTileGroups;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      cp_async_16(&wt.codes[2 * i + (lane >> 4)][(lane & 15) * 16], src[i] + static_cast<int64_t>(grp0) * 32);
-    cp_async_16(lane < 16 ? wt.sc[lane & 15] : wt.bi[lane & 15], sb_src + grp0);
+      cp_async_weights16(&wt.codes[2 * i + (lane >> 4)][(lane & 15) * 16],
+                         src[i] + static_cast<int64_t>(grp0) * 32, pol);
+    cp_async_weights16(lane < 16 ? wt.sc[lane & 15] : wt.bi[lane & 15], sb_src + grp0, pol);
     cp_async_commit_group();
   };
   char* wsm = reinterpret_cast<char*>(tiles + (kWarps - warp) * kTileStages);  // after every warp's tiles

@@ -7,6 +7,7 @@
 // (sum_g scale_g * sum(q * x) + bias_g * sum(x)); the k split depends on (rows, k, bits, group) only, never
 // on m, and a token's result does not depend on the other rows of x (batch invariant).
 #pragma once
+#include "kernels/cuda/l2_hint.cuh"
 #include "kernels/cuda/qmma_plan.h"
 #include "kernels/cuda/quant_common.cuh"
 
@@ -34,6 +35,7 @@ struct QMmaArgs {
   int64_t x_stride = 0, m = 0, k = 0;
   int bits = 4, group_size = 64;
   DType x_dtype = DType::kBF16, out_dtype = DType::kF32, bias_dtype = DType::kF32;
+  bool l2_evict_first = l2_weights_evict_first();  // the weight copies' L2 policy (l2_hint.cuh)
 };
 
 // True when the launch fits the tensor-core kernels: bits 4 or 8, 16-byte aligned rows of bf16 x (or f32 x,

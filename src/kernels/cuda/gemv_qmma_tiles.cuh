@@ -103,6 +103,7 @@ struct LaneRows {
   const uint32_t* w[2];
   const SBT* s[2];
   const SBT* b[2];
+  uint64_t pol;  // the codes' L2 policy (l2_hint.cuh)
 };
 
 // Tile `tile` of the launch: plain launches walk the parts (ceil(n / 16) tiles each) and give rows n0 ..
@@ -158,6 +159,7 @@ __device__ __forceinline__ WarpTile warp_tile(const QMmaArgs& a, int split) {
 template <bool kGlu, typename SBT>
 __device__ __forceinline__ LaneRows<SBT> lane_rows(const QMmaArgs& a, int part, int64_t n0, int g, int lane_words) {
   LaneRows<SBT> lr;
+  lr.pol = weight_l2_policy(a.l2_evict_first);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const QuantView& w = a.part[kGlu ? r : part].w;
@@ -169,6 +171,23 @@ __device__ __forceinline__ LaneRows<SBT> lane_rows(const QMmaArgs& a, int part, 
     lr.b[r] = static_cast<const SBT*>(w.biases) + row * w.sb_stride;
   }
   return lr;
+}
+
+// load_chunk (quant_common.cuh) with L2 policy pol on its 16-byte loads.
+template <int kBits>
+__device__ __forceinline__ void load_chunk(const uint32_t* p, uint32_t (&w)[kBits], uint64_t pol) {
+  if constexpr (kBits % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < kBits / 4; ++j) {
+      const uint4 v = ldg_weights16(p + 4 * j, pol);
+      w[4 * j] = v.x;
+      w[4 * j + 1] = v.y;
+      w[4 * j + 2] = v.z;
+      w[4 * j + 3] = v.w;
+    }
+  } else {
+    cuda::load_chunk<kBits>(p, w);
+  }
 }
 
 // One pipeline stage: kU groups of the lane's 2 rows (codes, scales, biases).
@@ -189,7 +208,7 @@ __device__ __forceinline__ void load_stage(Stage<kBits, kGroup, SBT, kU>& st, co
     if (grp >= ng) break;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      load_chunk<G::kWpg>(lr.w[r] + grp * G::kGroupWords, st.w[u][r]);
+      load_chunk<G::kWpg>(lr.w[r] + grp * G::kGroupWords, st.w[u][r], lr.pol);
       st.s[u][r] = load_sb(lr.s[r] + grp);
       st.b[u][r] = load_sb(lr.b[r] + grp);
     }

@@ -5,6 +5,7 @@
 // contiguous rows; a GEMV output's summation order depends on (n, k, dtypes) only, never on m.
 #pragma once
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/l2_hint.cuh"
 
 namespace bunsen::kernels::cuda {
 
@@ -110,6 +111,7 @@ struct GemvMultiArgs {
   const void* x = nullptr;  // [m, k] f32|bf16, row stride x_stride
   int64_t x_stride = 0, m = 0, k = 0;
   DType w_dtype = DType::kBF16, x_dtype = DType::kF32, out_dtype = DType::kF32, bias_dtype = DType::kF32;
+  bool l2_evict_first = l2_weights_evict_first();  // the weight loads' L2 policy (l2_hint.cuh)
 };
 
 // Runs one launch per kGemvMaxM rows of x.

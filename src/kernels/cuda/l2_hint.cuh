@@ -1,0 +1,43 @@
+// The L2 eviction priority of the decode GEMVs' weight streams. A batch-1 decode step streams every weight
+// once through the 50 MB L2; at the default priority those lines push out what the next launches want again:
+// their instructions (fetched cold every layer: a launch pays its code size on the critical path, see
+// docs/PERFORMANCE.md, twenty-seventh session), the KV cache, the activations and norm weights. With
+// `evict_first` the weight lines replace one another first. The hint is a cache policy operand on the loads
+// and copies (`.L2::cache_hint`); it changes no value. Host side: BUNSEN_L2_EVICT_FIRST=0|1 (read once,
+// gemv.cu), carried to the kernels by GemvMultiArgs / QMmaArgs. Invariants: hints only (sm_80+ instructions;
+// the same bits with either policy); weights only, never the KV cache or activations.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/mma_sync.cuh"
+
+namespace bunsen::kernels::cuda {
+
+// Whether weight streams carry the evict_first policy (BUNSEN_L2_EVICT_FIRST, read once; default off).
+bool l2_weights_evict_first();
+
+// The policy operand of a weight stream: evict_first, or evict_normal (the default priority).
+__device__ __forceinline__ uint64_t weight_l2_policy(bool evict_first) {
+  uint64_t first, normal;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return evict_first ? first : normal;
+}
+
+// 16 bytes of a weight stream into registers: non-allocating in L1, read-only path, with L2 policy pol.
+__device__ __forceinline__ uint4 ldg_weights16(const void* p, uint64_t pol) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p), "l"(pol));
+  return r;
+}
+
+// cp_async_16 (mma_sync.cuh) of weights, with L2 policy pol.
+__device__ __forceinline__ void cp_async_weights16(void* dst, const void* src, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src), "l"(pol)
+               : "memory");
+}
+
+}  // namespace bunsen::kernels::cuda
