@@ -3,14 +3,15 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next H200 call: table trace_shapes (the H200's layer kernel by kernel at
-# the lean defaults, docs/PERFORMANCE.md "Next"), then serve_bulk bulk. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call: l2 (~4 minutes: the unmeasured evict_first policy), then on an
+# H200 table trace_shapes (the H200's layer kernel by kernel at the lean defaults, docs/PERFORMANCE.md "Next"),
+# then serve_bulk bulk. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
-# Times (H100/H200): tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# Times (H100/H200): l2 ~4 minutes (estimated), tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
@@ -151,6 +152,13 @@ lean() {  # the lean decode-attention instances: their tests (bit for bit agains
   NEW_TESTS='*LeanInstances*:*CudaDecodeTest*/0:*CudaDecodeTest*/2' NEW_T=${NEW_T:-150} new
   ABENV_SHAPES=${LEAN_SHAPES:-8b_q4:llama3.1-8b:4 e4b:gemma4-e4b qwen35:qwen3.5-4b 8b:llama3.1-8b 1b:llama3.2-1b} \
     ABENV_CASES="full:BUNSEN_DECODE_LEAN=0 lean:BUNSEN_DECODE_LEAN=1" abenv
+}
+
+l2() {  # the weight streams' L2 evict_first policy (l2_hint.cuh): its bit-identity tests, then batch-1 decode with
+  # BUNSEN_L2_EVICT_FIRST 0|1 on L2_SHAPES (the 1B, the 8B at 4, bf16 and 8 bits)
+  NEW_TESTS='*L2EvictFirst*' NEW_T=${NEW_T:-100} new
+  ABENV_SHAPES=${L2_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b 8b_q8:llama3.1-8b:8} \
+    ABENV_CASES="normal:BUNSEN_L2_EVICT_FIRST=0 first:BUNSEN_L2_EVICT_FIRST=1" abenv
 }
 
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
@@ -453,7 +461,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do
