@@ -4,8 +4,10 @@
 // docs/PERFORMANCE.md, twenty-seventh session), the KV cache, the activations and norm weights. With
 // `evict_first` the weight lines replace one another first. The hint is a cache policy operand on the loads
 // and copies (`.L2::cache_hint`); it changes no value. Host side: BUNSEN_L2_EVICT_FIRST=0|1 (read once,
-// gemv.cu), carried to the kernels by GemvMultiArgs / QMmaArgs. Invariants: hints only (sm_80+ instructions;
-// the same bits with either policy); weights only, never the KV cache or activations.
+// gemv.cu; off until a GPU A/B says otherwise: docs/PERFORMANCE.md, twenty-ninth session), carried to the
+// kernels by GemvMultiArgs / QMmaArgs. Users: gemv.cu's vec kernels, the 4-bit tile kernel's copies and the
+// register kernels' stage loads (gemv_qmma_tiles.cuh load_stage). Invariants: hints only (sm_80+
+// instructions; the same bits with either policy); weights only, never the KV cache or activations.
 #pragma once
 #include <cstdint>
 
