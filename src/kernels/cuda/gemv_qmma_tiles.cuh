@@ -177,14 +177,7 @@ __device__ __forceinline__ LaneRows<SBT> lane_rows(const QMmaArgs& a, int part, 
 template <int kBits>
 __device__ __forceinline__ void load_chunk(const uint32_t* p, uint32_t (&w)[kBits], uint64_t pol) {
   if constexpr (kBits % 4 == 0) {
-#pragma unroll
-    for (int j = 0; j < kBits / 4; ++j) {
-      const uint4 v = ldg_weights16(p + 4 * j, pol);
-      w[4 * j] = v.x;
-      w[4 * j + 1] = v.y;
-      w[4 * j + 2] = v.z;
-      w[4 * j + 3] = v.w;
-    }
+    load_chunk16(p, w, [pol](const uint32_t* q) { return ldg_weights16(q, pol); });
   } else {
     cuda::load_chunk<kBits>(p, w);
   }

@@ -79,19 +79,26 @@ __device__ __forceinline__ uint32_t ldg_stream1(const uint32_t* p) {
   return r;
 }
 
+// The kBits (a multiple of 4) words at p as kBits / 4 16-byte loads load16(p + 4 j).
+template <int kBits, typename Load16>
+__device__ __forceinline__ void load_chunk16(const uint32_t* p, uint32_t (&w)[kBits], Load16 load16) {
+  static_assert(kBits % 4 == 0, "16-byte loads need whole uint4s");
+#pragma unroll
+  for (int j = 0; j < kBits / 4; ++j) {
+    const uint4 v = load16(p + 4 * j);
+    w[4 * j] = v.x;
+    w[4 * j + 1] = v.y;
+    w[4 * j + 2] = v.z;
+    w[4 * j + 3] = v.w;
+  }
+}
+
 // The kBits words of a chunk at p: 16-byte loads when kBits % 4 == 0 (p 16-byte aligned), 8-byte loads
 // when kBits % 2 == 0 (p 8-byte aligned), else word loads.
 template <int kBits>
 __device__ __forceinline__ void load_chunk(const uint32_t* p, uint32_t (&w)[kBits]) {
   if constexpr (kBits % 4 == 0) {
-#pragma unroll
-    for (int j = 0; j < kBits / 4; ++j) {
-      const uint4 v = ldg_stream4(p + 4 * j);
-      w[4 * j] = v.x;
-      w[4 * j + 1] = v.y;
-      w[4 * j + 2] = v.z;
-      w[4 * j + 3] = v.w;
-    }
+    load_chunk16(p, w, [](const uint32_t* q) { return ldg_stream4(q); });
   } else if constexpr (kBits % 2 == 0) {
 #pragma unroll
     for (int j = 0; j < kBits / 2; ++j) {
