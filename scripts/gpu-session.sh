@@ -6,12 +6,11 @@
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next call: l2 (~4 minutes: the unmeasured evict_first policy), then on an
-# H200 table trace_shapes (the H200's layer kernel by kernel at the lean defaults, docs/PERFORMANCE.md "Next"),
-# then serve_bulk bulk. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call: on an H200, table trace_shapes (the H200's figures and layer
+# kernel by kernel at the current defaults, docs/PERFORMANCE.md "Next"), then serve_bulk bulk. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
-# Times (H100/H200): l2 ~4 minutes (estimated), tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# Times (H100/H200): l2 ~0.3-1 minute per shape (H100), tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,

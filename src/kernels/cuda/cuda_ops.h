@@ -293,8 +293,9 @@ void set_gemv_split_for_testing(int split);
 // Test/bench hook: the GEMV's small-launch path. -1 = BUNSEN_GEMV_SMALL (unset/1: launches one wave covers,
 // 0: never), 0 = never, 1 = launches one wave covers, 2 = every aligned launch.
 void set_gemv_small_for_testing(int mode);
-// Test/bench hook: the L2 policy of the decode GEMVs' weight streams (l2_hint.cuh), for the args built after
-// the call. -1 = BUNSEN_L2_EVICT_FIRST (unset: off), 0 = evict_normal, 1 = evict_first.
+// Test/bench hook: the L2 policy of the decode GEMVs' weight streams (l2_hint.cuh), for the launches after
+// the call. -1 = BUNSEN_L2_EVICT_FIRST (unset: evict_first except for 4-bit weights), 0 = evict_normal
+// everywhere, 1 = evict_first everywhere.
 void set_l2_evict_first_for_testing(int mode);
 
 // ---- test hooks (process-wide) ----

@@ -46,7 +46,8 @@ std::atomic<int> g_split{0};  // test hook: 0 = choose from the shapes
 // Small-launch path: -1 = read BUNSEN_GEMV_SMALL once (unset or 1: one-wave launches; 0: never), 0 = never,
 // 1 = launches one wave covers, 2 = every aligned launch (tests).
 std::atomic<int> g_small{-1};
-// The weight streams' L2 policy: -1 = read BUNSEN_L2_EVICT_FIRST once, 0 = evict_normal, 1 = evict_first.
+// The weight streams' L2 policy: -1 = read BUNSEN_L2_EVICT_FIRST once, 0 = evict_normal, 1 = evict_first
+// everywhere, -2 = the per-family defaults (l2_weights_evict_first).
 std::atomic<int> g_l2_first{-1};
 
 int small_mode() {
@@ -649,13 +650,15 @@ std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) 
 
 }  // namespace
 
-bool l2_weights_evict_first() {
+bool l2_weights_evict_first(int bits) {
   int v = g_l2_first.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = env_int("BUNSEN_L2_EVICT_FIRST", 0) != 0 ? 1 : 0;
+  if (v == -1) {  // BUNSEN_L2_EVICT_FIRST once: 0 or 1 force a policy everywhere; unset: the defaults (-2)
+    v = env_int("BUNSEN_L2_EVICT_FIRST", -2);
+    v = v == -2 ? -2 : v != 0 ? 1 : 0;
     g_l2_first.store(v, std::memory_order_relaxed);
   }
-  return v != 0;
+  if (v >= 0) return v != 0;
+  return bits != 4;  // the defaults: see l2_hint.cuh
 }
 
 void set_l2_evict_first_for_testing(int mode) {

@@ -480,7 +480,9 @@ bool qmma_fits(const QMmaArgs& a) {
   return !a.glu || a.part[0].w.rows == a.part[1].w.rows;
 }
 
-void gemv_qmma(cudaStream_t stream, const QMmaArgs& a) {
+void gemv_qmma(cudaStream_t stream, const QMmaArgs& args) {
+  QMmaArgs a = args;
+  a.l2_evict_first = l2_weights_evict_first(a.bits);
   auto one = [&](const QMmaArgs& q) {
     const cudaError_t e = q.bits == 4 ? launch_bits<4>(stream, q) : launch_bits<8>(stream, q);
     check_cuda(e, "linear_q (tensor-core GEMV)", [&] {
@@ -518,8 +520,10 @@ bool qmma_norm_wanted() {
 }
 }  // namespace
 
-bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& a, const GemvNorm& n) {
+bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& args, const GemvNorm& n) {
   if (!qmma_norm_wanted()) return false;
+  QMmaArgs a = args;
+  a.l2_evict_first = l2_weights_evict_first(a.bits);
   // The launches that take the 4-bit tile kernel at plan 0 or the 8-bit f16 register kernel in one launch
   // (launch_group, gemv_qmma), x from a plain norm prologue (m <= kGemvNormMaxM, k <= kGemvNormMaxK).
   const bool shape =

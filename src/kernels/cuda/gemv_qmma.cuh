@@ -35,7 +35,8 @@ struct QMmaArgs {
   int64_t x_stride = 0, m = 0, k = 0;
   int bits = 4, group_size = 64;
   DType x_dtype = DType::kBF16, out_dtype = DType::kF32, bias_dtype = DType::kF32;
-  bool l2_evict_first = l2_weights_evict_first();  // the weight copies' L2 policy (l2_hint.cuh)
+  // The weight copies' L2 policy (l2_hint.cuh): set by gemv_qmma / gemv_qmma_norm from the bits.
+  bool l2_evict_first = false;
 };
 
 // True when the launch fits the tensor-core kernels: bits 4 or 8, 16-byte aligned rows of bf16 x (or f32 x,

@@ -3,11 +3,13 @@
 // their instructions (fetched cold every layer: a launch pays its code size on the critical path, see
 // docs/PERFORMANCE.md, twenty-seventh session), the KV cache, the activations and norm weights. With
 // `evict_first` the weight lines replace one another first. The hint is a cache policy operand on the loads
-// and copies (`.L2::cache_hint`); it changes no value. Host side: BUNSEN_L2_EVICT_FIRST=0|1 (read once,
-// gemv.cu; off until a GPU A/B says otherwise: docs/PERFORMANCE.md, twenty-ninth session), carried to the
-// kernels by GemvMultiArgs / QMmaArgs. Users: gemv.cu's vec kernels, the 4-bit tile kernel's copies and the
-// register kernels' stage loads (gemv_qmma_tiles.cuh load_stage). Invariants: hints only (sm_80+
-// instructions; the same bits with either policy); weights only, never the KV cache or activations.
+// and copies (`.L2::cache_hint`); it changes no value. Host side: l2_weights_evict_first(bits), carried to
+// the kernels by GemvMultiArgs / QMmaArgs. Default (measured, H100, tg128 after 1,024, docs/PERFORMANCE.md,
+// thirtieth session): evict_first for float weights (1B +2.2 %, 8B +2.2 %) and 8-bit (8B +1.6 %),
+// evict_normal for 4-bit (8B -3.1 %, 1B +1.1 %: the 8B is the target shape); BUNSEN_L2_EVICT_FIRST=0|1 forces
+// one policy everywhere. Users: gemv.cu's vec kernels, the 4-bit tile kernel's copies and the register
+// kernels' stage loads (gemv_qmma_tiles.cuh load_stage). Invariants: hints only (sm_80+ instructions; the
+// same bits with either policy); weights only, never the KV cache or activations.
 #pragma once
 #include <cstdint>
 
@@ -15,8 +17,9 @@
 
 namespace bunsen::kernels::cuda {
 
-// Whether weight streams carry the evict_first policy (BUNSEN_L2_EVICT_FIRST, read once; default off).
-bool l2_weights_evict_first();
+// Whether the weight streams of a launch over `bits`-bit weights (16: float weights) carry the evict_first
+// policy: BUNSEN_L2_EVICT_FIRST (read once) or set_l2_evict_first_for_testing when set, else bits != 4.
+bool l2_weights_evict_first(int bits = 16);
 
 // The policy operand of a weight stream: evict_first, or evict_normal (the default priority).
 __device__ __forceinline__ uint64_t weight_l2_policy(bool evict_first) {
