@@ -3,7 +3,7 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next call: on an H200, table trace_shapes (the H200's figures and layer
@@ -158,6 +158,13 @@ l2() {  # the weight streams' L2 evict_first policy (l2_hint.cuh): its bit-ident
   NEW_TESTS='*L2EvictFirst*' NEW_T=${NEW_T:-100} new
   ABENV_SHAPES=${L2_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b 8b_q8:llama3.1-8b:8} \
     ABENV_CASES="normal:BUNSEN_L2_EVICT_FIRST=0 first:BUNSEN_L2_EVICT_FIRST=1" abenv
+}
+
+staged() {  # the staged combine (attention_combine.cu): its bit-identity test and the lean one, then batch-1 decode
+  # with BUNSEN_DECODE_COMBINE_STAGED 0|1 on STAGED_SHAPES (the 1B, the 8B at 4 bits and bf16)
+  NEW_TESTS='*StagedCombine*:*LeanInstances*' NEW_T=${NEW_T:-150} new
+  ABENV_SHAPES=${STAGED_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b} \
+    ABENV_CASES="lean:BUNSEN_DECODE_COMBINE_STAGED=0 staged:BUNSEN_DECODE_COMBINE_STAGED=1" abenv
 }
 
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
@@ -460,7 +467,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean l2 moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 staged moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

@@ -515,6 +515,56 @@ TEST_P(CudaDecodeTest, LeanInstancesGiveTheFullInstancesBits) {
   }
 }
 
+// The staged combine (the partials copied into shared memory by 16-byte cp.async copies over their 16-byte
+// aligned span, merged by rolled loops) against the lean combine kernel, bit for bit, and against the
+// reference, on every path of the parameter (split, SIMT with head_dim 80 and 40, packed; the cluster path
+// has no combine launch): the 8B and 1B shapes at batch 1, head_dim 64 and 80 (8-byte aligned partials of odd
+// heads), rows of 2..32 slices (forced 2, 7, 32 and chosen), bf16 and f32 out, and 40-row batches.
+TEST_P(CudaDecodeTest, StagedCombineGivesTheLeanCombinesBits) {
+  struct Case {
+    int64_t group, head_dim;
+    std::vector<int64_t> lens;
+    DType out;
+  };
+  std::vector<int64_t> many;
+  for (int i = 0; i < 40; ++i) many.push_back(1 + (i * 379) % 2999);
+  const Case cases[] = {{4, 128, {1000}, DType::kBF16},
+                        {4, 64, {1000}, DType::kBF16},
+                        {4, 64, {300, 1000, 65}, DType::kF32},
+                        {3, 80, {1000, 17, 4097}, DType::kF32},
+                        {8, 40, {2049, 2}, DType::kBF16},
+                        {4, 128, many, DType::kF32},
+                        {2, 64, many, DType::kBF16}};
+  for (const Case& c : cases)
+    for (int splits : {0, 2, 7, 32}) {
+      Scenario s = decode_scenario(c.group, c.head_dim, c.lens);
+      s.n_kv_heads = c.lens.size() == 1 ? 8 : 2;
+      s.n_heads = s.n_kv_heads * c.group;
+      s.out_dtype = c.out;
+      std::mt19937 rng(416);
+      Batch b = make_batch(s, rng);
+      DeviceBatch d = upload(b, c.out, rng);
+      cuda::set_attention_splits_for_testing(splits);
+      cuda::set_attention_decode_lean_for_testing(2);
+      auto run = [&](bool staged) {
+        cuda::set_attention_combine_staged_for_testing(staged ? 2 : 1);
+        scramble(d.out, rng, nullptr);
+        paged_attention(ctx_, d.out.tensor, d.q.tensor, d.cache(), d.meta(), s.params);
+        return values(d.out.download().tensor);
+      };
+      const std::vector<float> lean = run(false), staged = run(true);
+      cuda::set_attention_combine_staged_for_testing(0);
+      cuda::set_attention_decode_lean_for_testing(0);
+      cuda::set_attention_splits_for_testing(0);
+      const std::string what = strfmt("group %lld head_dim %lld, %zu rows, splits %d", (long long)c.group,
+                                      (long long)c.head_dim, c.lens.size(), splits);
+      expect_close(staged, lean, 0.0f, what + ": staged vs lean combine");
+      expect_close(staged, values(reference_out(b, s).tensor), tolerance(c.out, 1e-4f),
+                   what + ": staged vs reference");
+      if (HasFailure()) return;
+    }
+}
+
 // The packed kernel (the parameter's block size) on batches of 40 rows (lengths 1 .. 2999, so chosen slicing gives rows several
 // slices) with the slice count chosen, 1 and 3: the 8B shape, 16 query heads per kv head (MMA rows 8..15),
 // head_dim 64 with 2 and 6 kv heads (warps of the block past the last kv head idle), plain and with a

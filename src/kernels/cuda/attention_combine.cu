@@ -1,15 +1,18 @@
 // The combine kernel of flash-decoding's split and packed paths (attention_decode.cu): merges the partials
 // of a row's key slices, one block per (query row, head), launched with programmatic dependent launch right
 // after the slice kernel so its blocks are resident and wait for the partials. Rows with one slice were
-// written by the slice kernel. The fused combine (merge_if_last, merge_if_last_lean in
+// written by the slice kernel. Lean launches may take a staged form (combine_staged_kernel: the partials
+// through shared memory, rolled loops, less code). The fused combine (merge_if_last, merge_if_last_lean in
 // attention_decode_common.cuh) merges in the same order: the same bits. Not a public interface.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "core/env.h"
 #include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_decode_common.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 
 namespace bunsen::kernels::cuda {
 namespace {
@@ -106,10 +109,76 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
                stamp_if(a.timing), n);
 }
 
+// The staged lean combine (combine_staged(); the lean kernel's conditions: n <= 32 slices, D <= kThreads):
+// after the wait the block copies the head's n partials (n x (D + 2) floats, <= 16.6 KB) into shared memory
+// with 16-byte cp.async copies (L2 only) in a rolled loop, all in flight at once, then merges from shared
+// memory with rolled loops in combine_kernel's order and arithmetic (the same bits). The lean kernel holds
+// its 32 loads per thread in registers, unrolled: 23 KB of sm_90a code that a batch-1 launch fetches cold
+// every layer (its 1.4 us of loads after the wait on the H100 1B timeline were more than one L2 trip).
+// The copies cover the 16-byte-aligned span around the partials: up to 8 bytes of a neighbour before and
+// after (never used; decode_attention asks the arena for 16 bytes past the last partial).
+constexpr int kStagedFloats = kCombineBatch * (kThreads + 2) + 4;
+__global__ void __launch_bounds__(kThreads) combine_staged_kernel(const DecodeArgs a) {
+  __shared__ __align__(16) float sp[kStagedFloats];
+  const uint64_t t_entry = stamp_if(a.timing);
+  const int row = static_cast<int>(blockIdx.x);  // 32-bit index arithmetic: less code
+  const int t = row / a.n_heads, h = row - t * a.n_heads, D = a.head_dim;
+  const Slices sl = slices_of(a, a.positions[t]);       // positions are not written by the slice kernel
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (as combine_kernel)
+  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  const uint64_t t_wait = stamp_if(a.timing);
+  const int n = sl.n_act;
+  if (n <= 1) {
+    record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
+    return;
+  }
+  const float* part = a.partials + static_cast<int64_t>(row) * a.n_splits * (D + 2);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(part), al = lo & ~uintptr_t{15};
+  const int chunks =
+      static_cast<int>((lo - al + static_cast<uintptr_t>(n) * (D + 2) * sizeof(float) + 15) / 16);
+#pragma unroll 1
+  for (int c = threadIdx.x; c < chunks; c += kThreads)
+    cp_async_16(sp + 4 * c, reinterpret_cast<const void*>(al + 16 * static_cast<uintptr_t>(c)));
+  cp_async_commit_group();
+  cp_async_wait_group<0>();
+  __syncthreads();
+  const float* p = sp + (lo - al) / sizeof(float);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, d = warp * 32 + lane;
+  if (warp * 32 >= D) return;  // uniform over the warp; thread 0 (warp 0) records below
+  float ws[1];
+  const float den = slice_weights<1, true>(p, n, D, lane, ws);
+  const uint64_t t_loaded = stamp_if(a.timing);
+  const float inv_den = 1.0f / den;
+  const float* v = p + 2 + (d < D ? d : D - 1);  // lanes past D read a valid dim and store nothing
+  const int n4 = n & ~3;  // chains by slice index mod 4 below n4, the tail into chain 0 (as combine_kernel)
+  float num[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int s = 0;
+#pragma unroll 1
+  for (; s < n4; s += 4)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) num[j] = fmaf(__shfl_sync(kFull, ws[0], s + j), v[(s + j) * (D + 2)], num[j]);
+#pragma unroll 1
+  for (; s < n; ++s) num[0] = fmaf(__shfl_sync(kFull, ws[0], s), v[s * (D + 2)], num[0]);
+  if (d < D)
+    store_any(a.out, a.out_dtype, t * a.o_ts + h * a.o_hs + d, (num[0] + num[1] + num[2] + num[3]) * inv_den);
+  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_loaded,
+               stamp_if(a.timing), n);
+}
+
 // The lean combine instance takes the launch (see attention_decode_lean).
 bool combine_lean_ok(const DecodeArgs& a) {
   return attention_decode_lean() && a.n_splits <= kCombineBatch && a.head_dim <= kThreads &&
          a.prefetch == nullptr;
+}
+
+// Whether lean launches take the staged form: the testing switch, else BUNSEN_DECODE_COMBINE_STAGED (0 / 1,
+// read once; default off until measured against the lean kernel).
+std::atomic<int> g_staged{0};  // set_attention_combine_staged_for_testing: 0 the environment; 1 off; 2 on
+bool combine_staged() {
+  const int mode = g_staged.load();
+  if (mode != 0) return mode == 2;
+  static const bool on = env_flag("BUNSEN_DECODE_COMBINE_STAGED", false);
+  return on;
 }
 
 }  // namespace
@@ -136,11 +205,18 @@ void launch_combine(cudaStream_t s, DecodeArgs a, const DevAttention& at) {
     a.prefetch = static_cast<const char*>(at.prefetch);
     a.prefetch_bytes = pf;
   }
-  if (combine_lean_ok(a))
+  if (combine_lean_ok(a) && combine_staged())
+    check_cuda(cudaLaunchKernelEx(&cfg, combine_staged_kernel, a), op, detail);
+  else if (combine_lean_ok(a))
     check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<true>, a), op, detail);
   else
     check_cuda(cudaLaunchKernelEx(&cfg, combine_kernel<false>, a), op, detail);
 }
 
 }  // namespace decode
+
+void set_attention_combine_staged_for_testing(int mode) {
+  g_staged.store(mode);
+}
+
 }  // namespace bunsen::kernels::cuda

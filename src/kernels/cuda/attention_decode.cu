@@ -693,8 +693,9 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   }
   const bool fused = a.n_splits > 1 && !packed && fused_combine();  // packed: combine_kernel only
   if (a.n_splits > 1) {
+    // (+16: the staged combine's aligned copies may read up to 8 bytes past the last partial)
     const size_t bytes =
-        static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float);
+        static_cast<size_t>(a.n_tokens) * a.n_heads * a.n_splits * (a.head_dim + 2) * sizeof(float) + 16;
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
     if (fused) a.counters = arrival_counters(s, static_cast<int64_t>(a.n_tokens) * n_kv_heads, op);
   }

@@ -41,4 +41,9 @@ void set_attention_decode_path_for_testing(int mode);
 void set_attention_decode_lean_for_testing(int mode);
 bool attention_decode_lean();  // the switch above, resolved
 
+// Whether lean combine launches take the staged form (attention_combine.cu: the partials copied into shared
+// memory by 16-byte cp.async copies, merged by rolled loops; the same bits): 0 (default): as
+// BUNSEN_DECODE_COMBINE_STAGED says (unset: off); 1: off; 2: on. For tests and A/B runs.
+void set_attention_combine_staged_for_testing(int mode);
+
 }  // namespace bunsen::kernels::cuda

@@ -144,15 +144,17 @@ __device__ __forceinline__ int block_of(const DecodeArgs& a, const int32_t* tabl
 // fused combine (merge_if_last) and combine_kernel merge identically.
 constexpr int kSlicesPerLane = kMaxSplits / 32;
 // kPer < kSlicesPerLane: the caller knows n <= 32 kPer (the same bits: the slices past n weigh nothing).
-template <int kPer = kSlicesPerLane>
+// kShared: `part` is a copy of the partials in shared memory (the staged combine), read with plain loads.
+template <int kPer = kSlicesPerLane, bool kShared = false>
 __device__ __forceinline__ float slice_weights(const float* part, int n, int D, int lane, float (&ws)[kPer]) {
+  auto ld = [](const float* p) { return kShared ? *p : __ldcg(p); };
   float ms[kPer], ls[kPer];
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int s = lane + 32 * i;
-    ms[i] = s < n ? __ldcg(part + s * (D + 2)) : -INFINITY;
-    ls[i] = s < n ? __ldcg(part + s * (D + 2) + 1) : 0.0f;
+    ms[i] = s < n ? ld(part + s * (D + 2)) : -INFINITY;
+    ls[i] = s < n ? ld(part + s * (D + 2) + 1) : 0.0f;
     mx = fmaxf(mx, ms[i]);
   }
   mx = warp_max(mx);
