@@ -10,7 +10,7 @@
 # kernel by kernel at the current defaults, docs/PERFORMANCE.md "Next"), then serve_bulk bulk. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
-# Times (H100/H200): l2 ~0.3-1 minute per shape (H100), tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
@@ -153,11 +153,15 @@ lean() {  # the lean decode-attention instances: their tests (bit for bit agains
     ABENV_CASES="full:BUNSEN_DECODE_LEAN=0 lean:BUNSEN_DECODE_LEAN=1" abenv
 }
 
-l2() {  # the weight streams' L2 evict_first policy (l2_hint.cuh): its bit-identity tests, then batch-1 decode with
-  # BUNSEN_L2_EVICT_FIRST 0|1 on L2_SHAPES (the 1B, the 8B at 4, bf16 and 8 bits)
+l2() {  # the weight streams' L2 policy (l2_hint.cuh): its bit-identity tests, then batch-1 decode of the 4-bit
+  # L2_SHAPES with BUNSEN_L2_EVICT_FIRST 0 | unset (the defaults: 4-bit launches evict_first when their weights fit
+  # the L2) | 1, and of L2_SIZE_SHAPES (float and 8-bit weights) with the defaults (evict_first) | 2 (the size
+  # rule for them too)
   NEW_TESTS='*L2EvictFirst*' NEW_T=${NEW_T:-100} new
-  ABENV_SHAPES=${L2_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b 8b_q8:llama3.1-8b:8} \
-    ABENV_CASES="normal:BUNSEN_L2_EVICT_FIRST=0 first:BUNSEN_L2_EVICT_FIRST=1" abenv
+  ABENV_SHAPES=${L2_SHAPES:-1b_q4:llama3.2-1b:4 8b_q4:llama3.1-8b:4} \
+    ABENV_CASES="normal:BUNSEN_L2_EVICT_FIRST=0 default: first:BUNSEN_L2_EVICT_FIRST=1" abenv
+  ABENV_SHAPES=${L2_SIZE_SHAPES:-8b:llama3.1-8b 8b_q8:llama3.1-8b:8 1b:llama3.2-1b} \
+    ABENV_CASES="default: size:BUNSEN_L2_EVICT_FIRST=2" abenv
 }
 
 staged() {  # the staged combine (attention_combine.cu): its bit-identity test and the lean one, then batch-1 decode

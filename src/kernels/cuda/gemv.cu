@@ -650,22 +650,45 @@ std::string linear_desc(const DevRows& out, const DevRows& x, const DevRows& w) 
 
 }  // namespace
 
-bool l2_weights_evict_first(int bits) {
+bool l2_weights_evict_first(int bits, int64_t weight_bytes) {
   int v = g_l2_first.load(std::memory_order_relaxed);
-  if (v == -1) {  // BUNSEN_L2_EVICT_FIRST once: 0 or 1 force a policy everywhere; unset: the defaults (-2)
+  if (v == -1) {  // BUNSEN_L2_EVICT_FIRST once: 0 / 1 force a policy everywhere, 2 by size everywhere;
+                  // unset (or another value): the defaults (-2)
     v = env_int("BUNSEN_L2_EVICT_FIRST", -2);
-    v = v == -2 ? -2 : v != 0 ? 1 : 0;
+    v = v == 0 || v == 1 || v == 2 ? v : -2;
     g_l2_first.store(v, std::memory_order_relaxed);
   }
-  if (v >= 0) return v != 0;
-  return bits != 4;  // the defaults: see l2_hint.cuh
+  if (v == 0 || v == 1) return v != 0;
+  if (v == -2 && bits != 4) return true;  // the defaults: see l2_hint.cuh
+  static const int64_t l2 = [] {
+    int bytes = 0;
+    return cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, current_device()) == cudaSuccess &&
+                   bytes > 0
+               ? int64_t{bytes}
+               : int64_t{50} << 20;
+  }();
+  return weight_bytes <= l2;
 }
 
 void set_l2_evict_first_for_testing(int mode) {
-  g_l2_first.store(mode < 0 ? -1 : mode != 0 ? 1 : 0);
+  g_l2_first.store(mode < 0 ? -1 : mode == 2 ? 2 : mode != 0 ? 1 : 0);
 }
 
-void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
+namespace {
+// a with its weight streams' L2 policy for the launch's weight bytes (l2_weights_evict_first; the member's
+// initializer knows no size).
+GemvMultiArgs with_l2_policy(const GemvMultiArgs& a) {
+  GemvMultiArgs b = a;
+  int64_t bytes = 0;
+  for (int p = 0; p < a.n_parts; ++p)
+    bytes += a.part[p].n * a.k * static_cast<int64_t>(dtype_size(a.w_dtype));
+  b.l2_evict_first = a.l2_evict_first && l2_weights_evict_first(16, bytes);
+  return b;
+}
+}  // namespace
+
+void gemv_multi(cudaStream_t stream, const GemvMultiArgs& args) {
+  const GemvMultiArgs a = with_l2_policy(args);
   if (a.m == 0 || total_groups(a, 2) == 0) return;
   const int64_t x_elem = dtype_size(a.x_dtype), out_elem = dtype_size(a.out_dtype);
   for (int64_t i0 = 0; i0 < a.m; i0 += kGemvMaxM) {
@@ -687,7 +710,8 @@ void gemv_multi(cudaStream_t stream, const GemvMultiArgs& a) {
   }
 }
 
-bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvNorm& n) {
+bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& args, const GemvNorm& n) {
+  const GemvMultiArgs a = with_l2_policy(args);
   bool ok = norm_ok(a, n);
   for (int p = 0; p < a.n_parts; ++p) ok = ok && aligned16(a.part[p].w, a.part[p].w_stride * 2);
   if (!ok || total_groups(a, 2) == 0) return false;
@@ -729,7 +753,7 @@ bool gemv_rope_kv(cudaStream_t stream, const GemvMultiArgs& a, const DevRopeKv& 
   rk.half = r.rotary_dim / 2;
   rk.scaling = r.attention_scaling;
   for (int i = 0; i < rk.half; ++i) rk.inv_freq[i] = r.inv_freq_host[i];
-  return launch_rope(stream, a, rk, n);
+  return launch_rope(stream, with_l2_policy(a), rk, n);
 }
 
 void set_gemv_split_for_testing(int split) {

@@ -480,9 +480,22 @@ bool qmma_fits(const QMmaArgs& a) {
   return !a.glu || a.part[0].w.rows == a.part[1].w.rows;
 }
 
+namespace {
+// The launch's weight bytes (codes, scales and biases), for its L2 policy (l2_weights_evict_first).
+int64_t qmma_weight_bytes(const QMmaArgs& a) {
+  int64_t bytes = 0;
+  for (int p = 0; p < a.n_parts && a.group_size > 0; ++p) {
+    const QuantView& w = a.part[p].w;
+    bytes +=
+        w.rows * (a.k * a.bits / 8 + 2 * (a.k / a.group_size) * static_cast<int64_t>(dtype_size(w.sb_dtype)));
+  }
+  return bytes;
+}
+}  // namespace
+
 void gemv_qmma(cudaStream_t stream, const QMmaArgs& args) {
   QMmaArgs a = args;
-  a.l2_evict_first = l2_weights_evict_first(a.bits);
+  a.l2_evict_first = l2_weights_evict_first(a.bits, qmma_weight_bytes(a));
   auto one = [&](const QMmaArgs& q) {
     const cudaError_t e = q.bits == 4 ? launch_bits<4>(stream, q) : launch_bits<8>(stream, q);
     check_cuda(e, "linear_q (tensor-core GEMV)", [&] {
@@ -523,7 +536,7 @@ bool qmma_norm_wanted() {
 bool gemv_qmma_norm(cudaStream_t stream, const QMmaArgs& args, const GemvNorm& n) {
   if (!qmma_norm_wanted()) return false;
   QMmaArgs a = args;
-  a.l2_evict_first = l2_weights_evict_first(a.bits);
+  a.l2_evict_first = l2_weights_evict_first(a.bits, qmma_weight_bytes(a));
   // The launches that take the 4-bit tile kernel at plan 0 or the 8-bit f16 register kernel in one launch
   // (launch_group, gemv_qmma), x from a plain norm prologue (m <= kGemvNormMaxM, k <= kGemvNormMaxK).
   const bool shape =
