@@ -30,6 +30,22 @@ using namespace decode;
 constexpr int kCombineBatch = 32;  // slices whose acc a thread loads at once (one per lane: the shuffles)
 constexpr int64_t kPrefetchPiece = 1 << 20;  // bytes per bulk L2 prefetch instruction
 static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
+// A combine block's wait for the slice kernel; true (recorded, nothing to merge) for a row of n <= 1 slices,
+// which the slice kernel wrote. Every block waits, rows with one slice too: the next kernel's wait covers
+// this grid only, so this grid completes after the slice kernel (whose single-slice rows it reads) has.
+__device__ __forceinline__ bool wait_for_partials(const DecodeArgs& a, int n, uint64_t t_entry,
+                                                  uint64_t& t_wait) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
+  // The slice kernel has completed (its blocks left the SMs): the next kernel (the o-projection) may get its
+  // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
+  // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
+  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  t_wait = stamp_if(a.timing);
+  if (n > 1) return false;
+  record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
+  return true;
+}
+
 // kLean (see combine_lean_ok): rows of at most kCombineBatch slices, head_dim <= kThreads and no prefetch, so
 // one load batch, one pass over the dims and none of the general loops' code: the launch is latency-bound and
 // fetches its instructions cold every layer, so its code size is time (39 -> 23 KB of sm_90a code).
@@ -48,19 +64,9 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const DecodeArgs a) {
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(a.prefetch + p), "r"(n) : "memory");
     }
   }
-  // Every block waits, rows with one slice too: the next kernel's wait covers this grid only, so this grid
-  // completes after the slice kernel (whose single-slice rows it reads) has.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
-  // The slice kernel has completed (its blocks left the SMs): the next kernel (the o-projection) may get its
-  // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
-  // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
-  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const uint64_t t_wait = stamp_if(a.timing);
+  uint64_t t_wait;
   const int n = sl.n_act;
-  if (n <= 1) {
-    record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
-    return;
-  }
+  if (wait_for_partials(a, n, t_entry, t_wait)) return;
   const int h = static_cast<int>(row % a.n_heads), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float* part = a.partials + row * a.n_splits * (D + 2);
   float v[kCombineBatch];
@@ -124,14 +130,9 @@ __global__ void __launch_bounds__(kThreads) combine_staged_kernel(const DecodeAr
   const int row = static_cast<int>(blockIdx.x);  // 32-bit index arithmetic: less code
   const int t = row / a.n_heads, h = row - t * a.n_heads, D = a.head_dim;
   const Slices sl = slices_of(a, a.positions[t]);       // positions are not written by the slice kernel
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (as combine_kernel)
-  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const uint64_t t_wait = stamp_if(a.timing);
+  uint64_t t_wait;
   const int n = sl.n_act;
-  if (n <= 1) {
-    record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
-    return;
-  }
+  if (wait_for_partials(a, n, t_entry, t_wait)) return;
   const float* part = a.partials + static_cast<int64_t>(row) * a.n_splits * (D + 2);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(part), al = lo & ~uintptr_t{15};
   const int chunks =
