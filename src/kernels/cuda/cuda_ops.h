@@ -294,8 +294,8 @@ void set_gemv_split_for_testing(int split);
 // 0: never), 0 = never, 1 = launches one wave covers, 2 = every aligned launch.
 void set_gemv_small_for_testing(int mode);
 // Test/bench hook: the L2 policy of the decode GEMVs' weight streams (l2_hint.cuh), for the launches after
-// the call. -1 = BUNSEN_L2_EVICT_FIRST (unset: evict_first except for 4-bit weights), 0 = evict_normal
-// everywhere, 1 = evict_first everywhere.
+// the call. -1 = BUNSEN_L2_EVICT_FIRST (unset: evict_first, for 4-bit weights only on launches whose weights
+// fit the L2), 0 = evict_normal everywhere, 1 = evict_first everywhere, 2 = the size rule everywhere.
 void set_l2_evict_first_for_testing(int mode);
 
 // ---- test hooks (process-wide) ----

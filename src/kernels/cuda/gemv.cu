@@ -47,7 +47,8 @@ std::atomic<int> g_split{0};  // test hook: 0 = choose from the shapes
 // 1 = launches one wave covers, 2 = every aligned launch (tests).
 std::atomic<int> g_small{-1};
 // The weight streams' L2 policy: -1 = read BUNSEN_L2_EVICT_FIRST once, 0 = evict_normal, 1 = evict_first
-// everywhere, -2 = the per-family defaults (l2_weights_evict_first).
+// everywhere, 2 = evict_first where the launch's weights fit the L2, -2 = the defaults
+// (l2_weights_evict_first).
 std::atomic<int> g_l2_first{-1};
 
 int small_mode() {
@@ -675,14 +676,13 @@ void set_l2_evict_first_for_testing(int mode) {
 }
 
 namespace {
-// a with its weight streams' L2 policy for the launch's weight bytes (l2_weights_evict_first; the member's
-// initializer knows no size).
+// a with its weight streams' L2 policy for the launch's weight bytes (l2_weights_evict_first).
 GemvMultiArgs with_l2_policy(const GemvMultiArgs& a) {
   GemvMultiArgs b = a;
   int64_t bytes = 0;
   for (int p = 0; p < a.n_parts; ++p)
     bytes += a.part[p].n * a.k * static_cast<int64_t>(dtype_size(a.w_dtype));
-  b.l2_evict_first = a.l2_evict_first && l2_weights_evict_first(16, bytes);
+  b.l2_evict_first = l2_weights_evict_first(16, bytes);
   return b;
 }
 }  // namespace

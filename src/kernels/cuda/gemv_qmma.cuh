@@ -35,7 +35,7 @@ struct QMmaArgs {
   int64_t x_stride = 0, m = 0, k = 0;
   int bits = 4, group_size = 64;
   DType x_dtype = DType::kBF16, out_dtype = DType::kF32, bias_dtype = DType::kF32;
-  // The weight copies' L2 policy (l2_hint.cuh): set by gemv_qmma / gemv_qmma_norm from the bits.
+  // The weight copies' L2 policy (l2_hint.cuh): set by gemv_qmma / gemv_qmma_norm from the bits and bytes.
   bool l2_evict_first = false;
 };
 

@@ -3,17 +3,17 @@
 // their instructions (fetched cold every layer: a launch pays its code size on the critical path, see
 // docs/PERFORMANCE.md, twenty-seventh session), the KV cache, the activations and norm weights. With
 // `evict_first` the weight lines replace one another first. The hint is a cache policy operand on the loads
-// and copies (`.L2::cache_hint`); it changes no value. Host side: l2_weights_evict_first(bits), carried to
-// the kernels by GemvMultiArgs / QMmaArgs (per launch: gemv.cu's with_l2_policy, gemv_qmma's weight bytes).
-// Default (measured, H100, tg128 after 1,024, docs/PERFORMANCE.md, thirtieth and thirty-first sessions):
-// evict_first for float weights (1B +2.2 %, 8B +2.2 %) and 8-bit (8B +1.6 %); for 4-bit only on launches
-// whose weights fit the L2 (evict_first everywhere: 8B -3.1 %, 1B +1.1 %; kernel traces of both policies put
-// the 8B's loss in its two launches larger than the L2, gate/up 66 MB +4.1 us and the 295 MB lm_head +14 us
-// per token, while down (33 MB) and o (9 MB) got faster, as did every 1B launch up to its 148 MB lm_head,
-// which lost 3.4 us). BUNSEN_L2_EVICT_FIRST=0|1 forces one policy everywhere, 2 the size rule everywhere.
-// Users: gemv.cu's vec kernels, the 4-bit tile kernel's copies and the register kernels' stage loads
-// (gemv_qmma_tiles.cuh load_stage). Invariants: hints only (sm_80+ instructions; the same bits with either
-// policy); weights only, never the KV cache or activations.
+// and copies (`.L2::cache_hint`); it changes no value. Host side: l2_weights_evict_first(bits, bytes),
+// carried to the kernels by GemvMultiArgs / QMmaArgs (per launch: gemv.cu's with_l2_policy, gemv_qmma's
+// weight bytes). Default (measured, H100, tg128 after 1,024, docs/PERFORMANCE.md, thirtieth and thirty-first
+// sessions): evict_first for float weights (1B +2.2 %, 8B +2.2 %) and 8-bit (8B +1.6 %); for 4-bit only on
+// launches whose weights fit the L2 (evict_first everywhere: 8B -3.1 %, 1B +1.1 %; kernel traces of both
+// policies put the 8B's loss in its two launches larger than the L2, gate/up 66 MB +130 us and the 295 MB
+// lm_head +14 us per token, while down (33 MB) and o (9 MB) got faster, as did every 1B launch up to its 19
+// MB gate/up; its 148 MB lm_head lost 3.6 us). Not yet A/B'd end to end. BUNSEN_L2_EVICT_FIRST=0|1 forces one
+// policy everywhere, 2 the size rule everywhere. Users: gemv.cu's vec kernels, the 4-bit tile kernel's copies
+// and the register kernels' stage loads (gemv_qmma_tiles.cuh load_stage). Invariants: hints only (sm_80+
+// instructions; the same bits with either policy); weights only, never the KV cache or activations.
 #pragma once
 #include <cstdint>
 

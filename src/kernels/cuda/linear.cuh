@@ -111,7 +111,9 @@ struct GemvMultiArgs {
   const void* x = nullptr;  // [m, k] f32|bf16, row stride x_stride
   int64_t x_stride = 0, m = 0, k = 0;
   DType w_dtype = DType::kBF16, x_dtype = DType::kF32, out_dtype = DType::kF32, bias_dtype = DType::kF32;
-  bool l2_evict_first = l2_weights_evict_first();  // the weight loads' L2 policy (l2_hint.cuh)
+  // The weight loads' L2 policy (l2_hint.cuh): set per launch by gemv_multi, gemv_multi_norm and
+  // gemv_rope_kv.
+  bool l2_evict_first = false;
 };
 
 // Runs one launch per kGemvMaxM rows of x.
