@@ -173,7 +173,8 @@ bool combine_lean_ok(const DecodeArgs& a) {
 }
 
 // Whether lean launches take the staged form: the testing switch, else BUNSEN_DECODE_COMBINE_STAGED (0 / 1,
-// read once; default off until measured against the lean kernel).
+// read once; default off: against the lean kernel it measured 1B -5.8 %, 8B bf16 -2.9 %, 8B 4-bit +0.3 %,
+// H200 batch-1 decode).
 std::atomic<int> g_staged{0};  // set_attention_combine_staged_for_testing: 0 the environment; 1 off; 2 on
 bool combine_staged() {
   const int mode = g_staged.load();
