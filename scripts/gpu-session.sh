@@ -3,7 +3,7 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): staged l2 on any GPU (~5 minutes on
@@ -170,6 +170,15 @@ staged() {  # the staged combine (attention_combine.cu): its bit-identity test a
   NEW_TESTS='*StagedCombine*:*LeanInstances*' NEW_T=${NEW_T:-150} new
   ABENV_SHAPES=${STAGED_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b} \
     ABENV_CASES="lean:BUNSEN_DECODE_COMBINE_STAGED=0 staged:BUNSEN_DECODE_COMBINE_STAGED=1" abenv
+}
+
+boundary() {  # the step's head and tail: the fused tail (BUNSEN_FUSED_TAIL), the argmax writing the pinned ids
+  # (BUNSEN_IDS_DIRECT) and the vectorised embedding: their tests and the decode suites that cross a step, then
+  # batch-1 decode with both switches on (the defaults) | both off | the tail alone on BOUNDARY_SHAPES
+  NEW_TESTS='*Embedding*:*Argmax*:*Graph*:*Pipelined*:*Golden*:*EveryFamily*:*DecodeRows*:*BatchedDecode*:*Greedy*' \
+    NEW_T=${NEW_T:-240} new
+  ABENV_SHAPES=${BOUNDARY_SHAPES:-1b:llama3.2-1b 8b:llama3.1-8b 8b_q4:llama3.1-8b:4 qwen35:qwen3.5-4b e4b:gemma4-e4b} \
+    ABENV_CASES="default: off:BUNSEN_FUSED_TAIL=0,BUNSEN_IDS_DIRECT=0 tail:BUNSEN_IDS_DIRECT=0" abenv
 }
 
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)
@@ -472,7 +481,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean l2 staged moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

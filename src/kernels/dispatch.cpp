@@ -4,6 +4,7 @@
 // every error is Error("kernels", "<op>: ...") naming the op and the offending tensors' shapes; CPU
 // kernels never see an index that is out of range; on CUDA, where index tensors live on the device,
 // only their dtypes and shapes are checked (the CUDA kernels never dereference a bad index).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -387,15 +388,16 @@ void softmax(Context& ctx, Tensor x) {
   use_ref() ? ref::softmax(x) : cpu::softmax(pool_of(ctx), x);
 }
 
-void argmax(Context& ctx, Tensor out, Tensor x) {
+void argmax(Context& ctx, Tensor out, Tensor x, int32_t* host_out) {
   const char* op = "argmax";
   const bool gpu = on_cuda(op, {&out, &x});
   need_rows(op, "x", x, gpu);
   if (x.dim(-1) < 1) fail(op, desc("x", x) + " has empty rows");
   need_dtype(op, "out", out, DType::kI32);
   need_vector(op, "out", out, as_rows(x).n_rows);
-  if (gpu) return cuda_route::argmax(ctx, out, x);
+  if (gpu) return cuda_route::argmax(ctx, out, x, host_out);
   use_ref() ? ref::argmax(out, x) : cpu::argmax(pool_of(ctx), out, x);
+  if (host_out != nullptr) std::copy_n(out.ptr<int32_t>(), out.numel(), host_out);
 }
 
 void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> rows) {

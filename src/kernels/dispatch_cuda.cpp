@@ -150,9 +150,9 @@ void softmax(Context& ctx, Tensor x) {
   cuda::softmax(ctx.cuda_stream, rows(x));
 }
 
-void argmax(Context& ctx, Tensor out, Tensor x) {
+void argmax(Context& ctx, Tensor out, Tensor x, int32_t* host_out) {
   need_current_device("argmax", x);
-  cuda::argmax(ctx.cuda_stream, out.ptr<int32_t>(), rows(x));
+  cuda::argmax(ctx.cuda_stream, out.ptr<int32_t>(), rows(x), host_out);
 }
 
 void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> specs) {
@@ -215,7 +215,7 @@ void softcap(Context&, Tensor, float) {
 void softmax(Context&, Tensor) {
   not_built("softmax");
 }
-void argmax(Context&, Tensor, Tensor) {
+void argmax(Context&, Tensor, Tensor, int32_t*) {
   not_built("argmax");
 }
 void sample(Context&, Tensor, Tensor, std::span<const SampleSpec>) {

@@ -32,7 +32,7 @@ void silu_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 void gelu_tanh_mul(Context& ctx, Tensor out, Tensor gate, Tensor up);
 void softcap(Context& ctx, Tensor x, float cap);
 void softmax(Context& ctx, Tensor x);
-void argmax(Context& ctx, Tensor out, Tensor x);
+void argmax(Context& ctx, Tensor out, Tensor x, int32_t* host_out);
 void sample(Context& ctx, Tensor out, Tensor x, std::span<const SampleSpec> rows);
 void gather_rows(Context& ctx, Tensor out, Tensor x, Tensor rows);
 

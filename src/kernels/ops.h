@@ -215,8 +215,10 @@ void softcap(Context& ctx, Tensor x, float cap);
 void softmax(Context& ctx, Tensor x);
 
 // Index of the row maximum (first one on ties; NaN never wins; -1 when the row is all NaN).
-//   out [m] i32; x [m, n] f32.
-void argmax(Context& ctx, Tensor out, Tensor x);
+//   out [m] i32; x [m, n] f32. host_out (optional, [m] i32): host memory that gets the ids too -- on CUDA
+// pinned memory that the kernel writes over the bus (no copy launch; visible once the stream has passed the
+// launch, e.g. after an event recorded behind it), on the CPU a copy.
+void argmax(Context& ctx, Tensor out, Tensor x, int32_t* host_out = nullptr);
 
 // One token drawn per row, with sampling::sample's semantics given that call's uniform draw u in [0, 1):
 // candidates are the non-NaN, non -inf logits (only the +inf ones when any is +inf, equally likely), at

@@ -181,20 +181,40 @@ bool fused_glu_enabled() {
   static const bool on = env_flag("BUNSEN_FUSED_GLU", true);
   return on;
 }
+
+// Where the final norm writes: bf16_buf's first rows for a quantized head on CUDA (final_norm), else xo.
+Tensor head_input_buffer(const Linear& head, Tensor xo, Tensor bf16_buf) {
+  const int64_t n_out = xo.dim(0);
+  static const bool f32_head = env_flag("BUNSEN_HEAD_F32", false);  // 1: keep f32 x (A/B runs)
+  if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 &&
+      bf16_buf.dim(0) >= n_out && bf16_buf.dim(1) == xo.dim(1))
+    return bf16_buf.slice(0, 0, n_out);
+  return xo;
+}
 }  // namespace
 
 Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor bf16_buf, Tensor w, float eps,
                   float w_offset) {
-  const int64_t n_out = xo.dim(0);
-  static const bool f32_head = env_flag("BUNSEN_HEAD_F32", false);  // 1: keep f32 x (A/B runs)
-  if (!f32_head && head.quantized() && xo.device.is_cuda() && bf16_buf.dtype == DType::kBF16 &&
-      bf16_buf.dim(0) >= n_out && bf16_buf.dim(1) == xo.dim(1)) {
-    Tensor ho = bf16_buf.slice(0, 0, n_out);
-    kernels::rms_norm(ctx, ho, xo, w, eps, w_offset);
+  const Tensor ho = head_input_buffer(head, xo, bf16_buf);
+  kernels::rms_norm(ctx, ho, xo, w, eps, w_offset);
+  return ho;
+}
+
+Tensor head_input(kernels::Context& ctx, const Linear& head, const StepBatch& b, Tensor x, Tensor y,
+                  float y_scale, Tensor xo, Tensor bf16_buf, Tensor w, float eps, float w_offset) {
+  static const bool fused = env_flag("BUNSEN_FUSED_TAIL", true);
+  const int64_t n = b.n_tokens();
+  if (fused && x.device.is_cuda() && b.n_single == n && b.n_out() == n && x.dim(0) == n) {
+    const Tensor ho = head_input_buffer(head, xo, bf16_buf);
+    if (y.empty())
+      kernels::rms_norm(ctx, ho, x, w, eps, w_offset);
+    else
+      kernels::add_rms_norm(ctx, ho, x, y, w, eps, y_scale, w_offset);
     return ho;
   }
-  kernels::rms_norm(ctx, xo, xo, w, eps, w_offset);
-  return xo;
+  if (!y.empty()) kernels::add_scaled(ctx, x, y, y_scale);
+  kernels::gather_rows(ctx, xo, x, b.logit_rows);
+  return final_norm(ctx, head, xo, bf16_buf, w, eps, w_offset);
 }
 
 void gated_mlp(kernels::Context& ctx, const Linear& gate, const Linear& up, const Linear& down, Tensor h,

@@ -11,6 +11,7 @@
 
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/weights.h"
 
 namespace bunsen::model {
@@ -101,6 +102,15 @@ inline bool norms_in_projections(bool hooked, int64_t n_tokens, bool by_default)
 // far below the 4-bit or 8-bit weights' own error; bf16 heads and the CPU keep f32.
 Tensor final_norm(kernels::Context& ctx, const Linear& head, Tensor xo, Tensor bf16_buf, Tensor w, float eps,
                   float w_offset = 0.0f);
+
+// The output head's input after the last layer: x += y * y_scale (the last residual add; y empty: none), then
+// the rows b.logit_rows of x through the final RMSNorm, into xo or bf16_buf as final_norm. On CUDA, where the
+// step's tokens are its logits rows in order (decode steps: n_single == n_out == n_tokens), the gather is the
+// identity and is skipped: the add and the norm are one add_rms_norm launch (y empty: one rms_norm) reading
+// x, instead of the add, the gather and the norm (H200 8B bf16: ~9 us of launches per token). x keeps the sum
+// either way. BUNSEN_FUSED_TAIL=0 (read once): the three launches everywhere.
+Tensor head_input(kernels::Context& ctx, const Linear& head, const StepBatch& b, Tensor x, Tensor y,
+                  float y_scale, Tensor xo, Tensor bf16_buf, Tensor w, float eps, float w_offset = 0.0f);
 
 // One 2-D workspace tensor of a step.
 struct WorkspaceSpec {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "kernels/device.h"
 
 namespace bunsen::kernels::test {
 namespace {
@@ -17,23 +18,26 @@ TEST_F(CudaTest, EmbeddingMatchesReference) {
   const int64_t vocab = 50, n = 17;
   for (DType table_dt : kWeightDtypes)
     for (DType out_dt : kActDtypes)
-      for (int64_t d : kWidths) {
+      for (int64_t d : {int64_t{1}, int64_t{3}, int64_t{31}, int64_t{33}, int64_t{127}, int64_t{4095},
+                        int64_t{8}, int64_t{4096}, int64_t{8192}}) {
+        // Widths of whole 16-byte groups at an aligned column take the vectorised kernel.
+        const int64_t off = d % 8 == 0 ? 8 : 2;
         OwnedTensor table = random_tensor(table_dt, {vocab, d}, rng);
         OwnedTensor ids = OwnedTensor::make(DType::kI32, {n});
         for (int64_t i = 0; i < n; ++i) ids.tensor.ptr<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
         OwnedTensor want = OwnedTensor::make(DType::kF32, {n, d});
         ref::embedding(want.tensor, table.tensor, ids.tensor, 0.5f);
         // out is a column slice of a wider garbage-filled tensor: the pad columns must stay as they were.
-        OwnedTensor out_host = random_tensor(out_dt, {n, d + 4}, rng);
+        OwnedTensor out_host = random_tensor(out_dt, {n, d + 2 * off}, rng);
         DeviceTensor t = DeviceTensor::upload(table.tensor), i = DeviceTensor::upload(ids.tensor);
         DeviceTensor o = DeviceTensor::upload(out_host.tensor);
-        embedding(ctx_, o.tensor.slice(1, 2, 2 + d), t.tensor, i.tensor, 0.5f);
+        embedding(ctx_, o.tensor.slice(1, off, off + d), t.tensor, i.tensor, 0.5f);
         OwnedTensor got = o.download();
         const std::string what = strfmt("embedding table %s out %s d %lld", dtype_name(table_dt),
                                         dtype_name(out_dt), (long long)d);
-        expect_close(got.tensor.slice(1, 2, 2 + d), want.tensor, tolerance(out_dt, 0.0f), what);
+        expect_close(got.tensor.slice(1, off, off + d), want.tensor, tolerance(out_dt, 0.0f), what);
         for (int64_t r = 0; r < n; ++r)
-          for (int64_t c : {0, 1, (int)d + 2, (int)d + 3})
+          for (int64_t c : {int64_t{0}, off - 1, off + d, 2 * off + d - 1})
             ASSERT_EQ(load_f(got.tensor.row_ptr(r), out_dt, c), load_f(out_host.tensor.row_ptr(r), out_dt, c))
                 << what;
       }
@@ -41,18 +45,20 @@ TEST_F(CudaTest, EmbeddingMatchesReference) {
 
 TEST_F(CudaTest, EmbeddingIdOutOfRangeGivesNanRowWithoutFaulting) {
   std::mt19937 rng(102);
-  OwnedTensor table = random_tensor(DType::kBF16, {10, 33}, rng);
-  OwnedTensor ids = OwnedTensor::make(DType::kI32, {3});
-  const int32_t id_values[3] = {-1, 4, 10};
-  std::memcpy(ids.tensor.data, id_values, sizeof(id_values));
-  DeviceTensor t = DeviceTensor::upload(table.tensor), i = DeviceTensor::upload(ids.tensor);
-  DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {3, 33}, rng).tensor);
-  embedding(ctx_, o.tensor, t.tensor, i.tensor);
-  OwnedTensor got = o.download();
-  for (int64_t j = 0; j < 33; ++j) {
-    EXPECT_TRUE(std::isnan(got.tensor.ptr<float>()[j])) << j;
-    EXPECT_EQ(got.tensor.ptr<float>()[33 + j], load_f(table.tensor.row_ptr(4), DType::kBF16, j)) << j;
-    EXPECT_TRUE(std::isnan(got.tensor.ptr<float>()[66 + j])) << j;
+  for (int64_t d : {int64_t{33}, int64_t{64}}) {  // the plain and the vectorised kernel
+    OwnedTensor table = random_tensor(DType::kBF16, {10, d}, rng);
+    OwnedTensor ids = OwnedTensor::make(DType::kI32, {3});
+    const int32_t id_values[3] = {-1, 4, 10};
+    std::memcpy(ids.tensor.data, id_values, sizeof(id_values));
+    DeviceTensor t = DeviceTensor::upload(table.tensor), i = DeviceTensor::upload(ids.tensor);
+    DeviceTensor o = DeviceTensor::upload(random_tensor(DType::kF32, {3, d}, rng).tensor);
+    embedding(ctx_, o.tensor, t.tensor, i.tensor);
+    OwnedTensor got = o.download();
+    for (int64_t j = 0; j < d; ++j) {
+      EXPECT_TRUE(std::isnan(got.tensor.ptr<float>()[j])) << j;
+      EXPECT_EQ(got.tensor.ptr<float>()[d + j], load_f(table.tensor.row_ptr(4), DType::kBF16, j)) << j;
+      EXPECT_TRUE(std::isnan(got.tensor.ptr<float>()[2 * d + j])) << j;
+    }
   }
 }
 
@@ -219,12 +225,19 @@ TEST_F(CudaTest, ArgmaxFirstMaximumNanNeverWins) {
         DeviceTensor xd = DeviceTensor::upload(x.tensor);
         DeviceTensor od = DeviceTensor::upload(want.tensor);
         cuda::copy_to_device(od.tensor.data, std::vector<int32_t>(m, -7).data(), m * sizeof(int32_t));
-        argmax(ctx_, od.tensor, xd.tensor);
+        // The ids also land in pinned host memory, written by the kernel (the Runner's greedy decode).
+        DeviceMemory host = DeviceMemory::pinned_host(m * sizeof(int32_t));
+        auto* host_ids = static_cast<int32_t*>(host.data());
+        std::fill_n(host_ids, m, -9);
+        argmax(ctx_, od.tensor, xd.tensor, host_ids);
+        kernels::synchronize(ctx_);
         OwnedTensor got = od.download();
         const std::string what =
             strfmt("parts %d %s n %lld", parts, dtype_name(dt), static_cast<long long>(n));
-        for (int64_t i = 0; i < m; ++i)
+        for (int64_t i = 0; i < m; ++i) {
           EXPECT_EQ(got.tensor.ptr<int32_t>()[i], want.tensor.ptr<int32_t>()[i]) << what << " row " << i;
+          EXPECT_EQ(host_ids[i], want.tensor.ptr<int32_t>()[i]) << what << " host row " << i;
+        }
         if (n >= 3) {
           EXPECT_EQ(got.tensor.ptr<int32_t>()[1], 1) << what;
           EXPECT_EQ(got.tensor.ptr<int32_t>()[6], 1) << what;

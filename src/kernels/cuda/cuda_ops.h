@@ -207,7 +207,9 @@ void silu_mul(void* stream, DevRows out, DevRows gate, DevRows up);
 void gelu_tanh_mul(void* stream, DevRows out, DevRows gate, DevRows up);  // activation.cu
 void softcap(void* stream, DevRows x, float cap);                          // activation.cu
 void softmax(void* stream, DevRows x);
-void argmax(void* stream, int32_t* out, DevRows x);  // out [x.n_rows] i32, contiguous
+// out [x.n_rows] i32, contiguous; host_out (optional): pinned host memory that the kernel writes the ids to
+// as well (visible to the host once the stream has passed the launch).
+void argmax(void* stream, int32_t* out, DevRows x, int32_t* host_out = nullptr);
 // Blocks per argmax row: 0 = BUNSEN_ARGMAX_SPLIT (unset: from the shapes), -1 = from the shapes (long rows
 // over several blocks), 1 = one, n = n (capped).
 void set_argmax_parts_for_testing(int parts);

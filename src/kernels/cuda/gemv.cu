@@ -641,6 +641,11 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   }
   const int split = launch_split<Bf16, Bf16, kGlu>(a);
   constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew;
+  // BUNSEN_GEMV_GLU_ROWS=2 (read once; A/B runs): gated m = 1 launches with 1 gate + 1 up row per warp group
+  // (fewer registers, more resident blocks; the same bits, kUnroll being shared).
+  static const bool glu2 = env_int("BUNSEN_GEMV_GLU_ROWS", kRowsGlu) == 2;
+  if constexpr (kGlu)
+    if (glu2 && a.m == 1) return go(gemv_vec_norm_kernel<1, 2, kGlu, false, kPost>, 2, split);
   if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false, kPost>, kR1, split);
   return go(gemv_vec_norm_kernel<2, kR1, kGlu, false, kPost>, kR1, split);
 }

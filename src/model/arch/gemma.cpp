@@ -227,12 +227,12 @@ void Gemma::forward(const ForwardArgs& a) {
     kernels::rms_norm(ctx, proj, proj, l.post_ff_norm, eps, kNormOffset);
     if (i + 1 < layers_.size())
       kernels::add_rms_norm(ctx, h, x, proj, layers_[i + 1].in_norm, eps, 1.0f, kNormOffset);
-    else
+    else if (a.hook)  // the hook sees the last layer's output; otherwise head_input adds it
       kernels::add_scaled(ctx, x, proj, 1.0f);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), x);
   }
-  kernels::gather_rows(ctx, xo, x, b.logit_rows);
-  const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps, kNormOffset);
+  const Tensor y_last = a.hook || layers_.empty() ? Tensor{} : proj;
+  const Tensor ho = head_input(ctx, lm_head_, b, x, y_last, 1.0f, xo, h, final_norm_, eps, kNormOffset);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);
   if (cfg_.final_logit_softcap > 0) kernels::softcap(ctx, a.logits, static_cast<float>(cfg_.final_logit_softcap));

@@ -333,8 +333,7 @@ void Gemma4::forward(const ForwardArgs& a) {
     if (!fused_norms_ && l.layer_scalar != 1.0f) kernels::scale(ctx, s.x, l.layer_scalar);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), s.x);
   }
-  kernels::gather_rows(ctx, s.xo, s.x, b.logit_rows);
-  const Tensor ho = final_norm(ctx, w_.lm_head, s.xo, s.h, w_.final_norm, eps);
+  const Tensor ho = head_input(ctx, w_.lm_head, b, s.x, Tensor{}, 1.0f, s.xo, s.h, w_.final_norm, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   w_.lm_head(ctx, a.logits, ho);
   if (p_.final_softcap > 0.0f) kernels::softcap(ctx, a.logits, p_.final_softcap);

@@ -291,7 +291,7 @@ void LlamaLike::forward(const ForwardArgs& a) {
   if (a.hook) a.hook->on("embed", -1, x);
   if (cfg_.embedding_multiplier != 1.0) kernels::scale(ctx, x, static_cast<float>(cfg_.embedding_multiplier));
   if (a.hook) a.hook->on("decoder_in", -1, x);
-  Tensor x_last = x;  // the residual stream leaving the last layer
+  Tensor x_last = x, y_last;  // the residual stream leaving the last layer, and its pending last add
   if (!fused_decode(a, x, t[12])) {
     // Each residual add is fused with the norm that follows it (the next layer's input norm, or this layer's
     // post-attention norm); only the last layer's MLP output is a plain add. With norms_in_projections
@@ -310,14 +310,15 @@ void LlamaLike::forward(const ForwardArgs& a) {
       mlp_block(ctx, l, h, proj, res.add_norm(ctx, h, proj, l.post_norm));
       if (i + 1 < layers_.size())
         pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
-      else
+      else if (a.hook)  // the hook sees the last layer's output; otherwise head_input adds it
         kernels::add_scaled(ctx, res.x(), proj, residual);
+      else
+        y_last = proj;
       if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
     }
     x_last = res.x();
   }
-  kernels::gather_rows(ctx, xo, x_last, b.logit_rows);
-  const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps);
+  const Tensor ho = head_input(ctx, lm_head_, b, x_last, y_last, residual, xo, h, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);
   if (cfg_.logits_scaling != 1.0) kernels::scale(ctx, a.logits, static_cast<float>(1.0 / cfg_.logits_scaling));

@@ -274,12 +274,12 @@ void Hybrid::forward(const ForwardArgs& a) {
     if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
     if (i + 1 < w_.layers.size())
       pre = res.add_norm(ctx, h, proj, w_.layers[i + 1].in_norm);
-    else
+    else if (a.hook)  // the hook sees the last layer's output; otherwise head_input adds it
       kernels::add_scaled(ctx, res.x(), proj, 1.0f);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
   }
-  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
-  const Tensor ho = final_norm(ctx, w_.lm_head, xo, h, w_.final_norm, eps, off);
+  const Tensor y_last = a.hook || w_.layers.empty() ? Tensor{} : proj;
+  const Tensor ho = head_input(ctx, w_.lm_head, b, res.x(), y_last, 1.0f, xo, h, w_.final_norm, eps, off);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   w_.lm_head(ctx, a.logits, ho);
   if (a.hook) a.hook->on("logits", -1, a.logits);

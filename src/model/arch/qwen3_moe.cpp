@@ -244,12 +244,12 @@ void Qwen3Moe::forward(const ForwardArgs& a) {
     if (l.moe) hook_routing(a.hook, static_cast<int>(i), moe_buf_);
     if (i + 1 < layers_.size())
       pre = res.add_norm(ctx, h, proj, layers_[i + 1].in_norm);
-    else
+    else if (a.hook)  // the hook sees the last layer's output; otherwise head_input adds it
       kernels::add_scaled(ctx, res.x(), proj);
     if (a.hook) a.hook->on("layer", static_cast<int>(i), res.x());
   }
-  kernels::gather_rows(ctx, xo, res.x(), b.logit_rows);
-  const Tensor ho = final_norm(ctx, lm_head_, xo, h, final_norm_, eps);
+  const Tensor y_last = a.hook || layers_.empty() ? Tensor{} : proj;
+  const Tensor ho = head_input(ctx, lm_head_, b, res.x(), y_last, 1.0f, xo, h, final_norm_, eps);
   if (a.hook) a.hook->on("final_norm", -1, ho);
   lm_head_(ctx, a.logits, ho);
   if (a.hook) a.hook->on("logits", -1, a.logits);
