@@ -13,6 +13,7 @@
 // is written by exactly one lane; the path (default or small), chunks in flight and k split depend on the
 // launch's (n, k, dtypes) and the GPU, never on m, and the rows per warp never change a lane's chunks, so a
 // row's result is the same for any m <= kGemvMaxM (batch invariance).
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
@@ -50,6 +51,15 @@ std::atomic<int> g_small{-1};
 // everywhere, 2 = evict_first where the launch's weights fit the L2, -2 = the defaults
 // (l2_weights_evict_first).
 std::atomic<int> g_l2_first{-1};
+std::atomic<int> g_stride{
+    -1};  // set_gemv_stride_for_testing: -1 = BUNSEN_GEMV_STRIDE (read once), 0 off, 1 on
+
+bool gemv_strided() {
+  const int mode = g_stride.load();
+  if (mode >= 0) return mode == 1;
+  static const bool on = env_flag("BUNSEN_GEMV_STRIDE", false);  // A/B runs
+  return on;
+}
 
 int small_mode() {
   int v = g_small.load();
@@ -449,6 +459,53 @@ __global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
   gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, kGlu, kEarly, false, true, kPost>(a, split, nullptr, &nm);
 }
 
+// gemv_vec_norm_kernel's m = 1, split = 1, pre-norm form over a grid of resident blocks
+// (BUNSEN_GEMV_STRIDE=1, for A/B runs): a launch of more warp groups than resident warps (the 8B's gate/up:
+// 7,168 groups of 4 rows over 2,112 warps at 2 blocks per SM, 3.4 rounds) walks them in rounds -- warp w of
+// block b takes groups b + w * gridDim.x, then each further one the grid's warp count on -- so every SM keeps
+// about the same number of warps streaming to the last round instead of the launch ending on a partial wave
+// of whole blocks. Each group sums gemv_vec_body's chunks in its order: the same bits.
+template <int kRows, bool kGlu>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv_vec_norm_strided_kernel(const __grid_constant__ GemvMultiArgs a,
+                                 const __grid_constant__ GemvNorm nm) {
+  constexpr int kE = 16 / sizeof(Bf16), kU = kUnroll;
+  extern __shared__ uint4 gemv_x_smem[];
+  pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  int64_t g = static_cast<int64_t>(warp) * gridDim.x + blockIdx.x;
+  const Bf16* rows[kRows];
+  int part = 0;
+  int64_t n0 = 0;
+  bool active = locate<Bf16, kRows, kGlu>(a, g, part, n0, rows);
+  const int64_t n_chunks = a.k / kE, step = 32 * kU;
+  const uint64_t pol = weight_l2_policy(a.l2_evict_first);
+  uint4 wa[kU][kRows], wb[kU][kRows];
+  if (active) load_chunks<Bf16, kRows, kU>(wa, rows, 0, n_chunks, lane, pol);
+  char* smem = reinterpret_cast<char*>(gemv_x_smem);
+  gemv_norm::prefetch_w<kThreads>(nm, 1, a.k, smem);
+  pdl_wait();
+  gemv_norm::prologue<kThreads, 1>(nm, 1, a.k, smem);
+  const Bf16* x = reinterpret_cast<const Bf16*>(gemv_x_smem);
+  while (active) {  // per warp: no block-wide step inside
+    float acc[1][kRows] = {};
+    for (int64_t c0 = 0; c0 < n_chunks; c0 += 2 * step) {
+      load_chunks<Bf16, kRows, kU>(wb, rows, c0 + step, n_chunks, lane, pol);
+      fma_chunks<Bf16, Bf16, 1, kRows, kU, true>(acc, wa, x, a.k, 1, c0, n_chunks, lane);
+      load_chunks<Bf16, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane, pol);
+      fma_chunks<Bf16, Bf16, 1, kRows, kU, true>(acc, wb, x, a.k, 1, c0 + step, n_chunks, lane);
+    }
+    float tot[1][kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) tot[0][r] = warp_sum(acc[0][r]);
+    store_outputs<1, kRows, kGlu>(a, tot, part, n0, lane);
+    g += stride;
+    active = locate<Bf16, kRows, kGlu>(a, g, part, n0, rows);
+    if (active) load_chunks<Bf16, kRows, kU>(wa, rows, 0, n_chunks, lane, pol);
+  }
+}
+
 // The q/k/v fold (bf16 weights, x and outputs; plain launches of three parts), with or without the norm
 // prologue.
 template <int kM, int kRows, bool kEarly, bool kNorm>
@@ -646,6 +703,13 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   static const bool glu2 = env_int("BUNSEN_GEMV_GLU_ROWS", kRowsGlu) == 2;
   if constexpr (kGlu)
     if (glu2 && a.m == 1) return go(gemv_vec_norm_kernel<1, 2, kGlu, false, kPost>, 2, split);
+  if (!kPost && gemv_strided() && a.m == 1 && split == 1) {
+    constexpr auto kernel = gemv_vec_norm_strided_kernel<kR1, kGlu>;
+    static const int64_t resident = static_cast<int64_t>(sm_count()) * occupancy(kernel, kThreads);
+    const int64_t blocks = (total_groups(a, kR1) + kWarps - 1) / kWarps;
+    const dim3 grid(static_cast<unsigned>(std::min(blocks, resident)));
+    return launch_pdl(kernel, grid, dim3(kThreads), norm_smem(a, n), stream, a, n);
+  }
   if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false, kPost>, kR1, split);
   return go(gemv_vec_norm_kernel<2, kR1, kGlu, false, kPost>, kR1, split);
 }
@@ -678,6 +742,10 @@ bool l2_weights_evict_first(int bits, int64_t weight_bytes) {
 
 void set_l2_evict_first_for_testing(int mode) {
   g_l2_first.store(mode < 0 ? -1 : mode == 2 ? 2 : mode != 0 ? 1 : 0);
+}
+
+void set_gemv_stride_for_testing(int mode) {
+  g_stride.store(mode < 0 ? -1 : mode != 0 ? 1 : 0);
 }
 
 namespace {
