@@ -6,8 +6,8 @@
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): boundary (the leaner step boundary's
-# tests and A/B, ~5 minutes) and gateup (~4 minutes), then on the H200 table trace_shapes. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): gateup (~4 minutes), then on the
+# H200 table trace_shapes. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
 # Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
@@ -180,11 +180,14 @@ boundary() {  # the step's head and tail: the fused tail (BUNSEN_FUSED_TAIL), th
     ABENV_CASES="default: off:BUNSEN_FUSED_TAIL=0,BUNSEN_IDS_DIRECT=0 tail:BUNSEN_IDS_DIRECT=0" abenv
 }
 
-gateup() {  # the 8B gate/up launch's 3.4 waves: the strided norm GEMV's test, then batch-1 decode at the defaults |
-  # BUNSEN_GEMV_GLU_ROWS=2 | BUNSEN_GEMV_STRIDE=1 | BUNSEN_DECODE_SPLITS=8 on GATEUP_SHAPES
+gateup() {  # the strided norm GEMV (the default since the thirty-third session): its test (also with
+  # BUNSEN_GEMV_GLU_ROWS=2, whose strided form has 2 rows per warp group), then batch-1 decode at the defaults |
+  # BUNSEN_GEMV_STRIDE=0 (the blocked launches) | BUNSEN_GEMV_GLU_ROWS=2 on GATEUP_SHAPES
   NEW_TESTS='*StridedNorm*:*FusedNorm*' NEW_T=${NEW_T:-120} new
+  mv "$R/new_tests.txt" "$R/new_tests_rows4.txt"
+  BUNSEN_GEMV_GLU_ROWS=2 NEW_TESTS='*StridedNorm*:*FusedNorm*' NEW_T=${NEW_T:-120} new
   ABENV_SHAPES=${GATEUP_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b} \
-    ABENV_CASES="default: glu2:BUNSEN_GEMV_GLU_ROWS=2 stride:BUNSEN_GEMV_STRIDE=1 s8:BUNSEN_DECODE_SPLITS=8" abenv
+    ABENV_CASES="default: blocked:BUNSEN_GEMV_STRIDE=0 glu2:BUNSEN_GEMV_GLU_ROWS=2" abenv
 }
 
 moe() {  # the MoE tests and kernel bench, then decode and prefill of both MoE shapes at 4 bits (MOE_AB=0: tests only)

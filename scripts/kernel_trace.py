@@ -2,12 +2,13 @@
 """Per-step breakdown of a kernel timeline written by libbunsen_kernel_trace.so (tools/kernel_trace).
 
   LD_PRELOAD=build/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE=t.csv bunsen benchmark --device cuda ...
-  scripts/kernel_trace.py t.csv [--graph auto|ID] [--skip 2] [--gap-us 20] [--by-shape] [--json]
+  scripts/kernel_trace.py t.csv [--graph auto|ID] [--skip 2] [--gap-us 5] [--by-shape] [--json]
   scripts/kernel_trace.py new.csv --baseline old.csv      # the same breakdown side by side, with deltas
   scripts/kernel_trace.py serve.csv --whole [--after-idle-ms 500]  # a whole run (a server under load): busy/idle
 
 Steps are the launches of one CUDA graph (default: the graph with the most kernel launches, i.e. the decode
-step), split where the GPU was idle for more than --gap-us. Within a step, kernels are ordered by start;
+step), split where the GPU was idle for more than --gap-us (default 5: inside a graph the kernels follow
+within ~1 us, while the host leaves ~10 us between two decode steps). Within a step, kernels are ordered by start;
 a kernel's *marginal* time is how far it pushed the step's end: end - max(earlier ends), at least 0. The
 marginals sum to the step's span, so they say where the wall time of a step goes even when programmatic
 dependent launch overlaps neighbouring kernels (duration - marginal is the part hidden under others).
@@ -182,7 +183,8 @@ def main():
     ap.add_argument("--baseline", help="a second trace to compare against (same options)")
     ap.add_argument("--graph", default="auto", help="graph id of the steps (auto: the one with the most kernels)")
     ap.add_argument("--skip", type=int, default=2, help="steps skipped at the start (warm-up)")
-    ap.add_argument("--gap-us", type=float, default=20.0, help="idle time that separates two steps")
+    ap.add_argument("--gap-us", type=float, default=None,
+                    help="idle us that separates two steps (default 5 for graph steps, 20 with --whole)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--by-shape", action="store_true", help="key kernels by name, grid and shared memory")
     ap.add_argument("--json", action="store_true", help="print the breakdown as JSON")
@@ -192,6 +194,8 @@ def main():
     args = ap.parse_args()
 
     width = 100 if args.by_shape else 70
+    if args.gap_us is None:
+        args.gap_us = 20.0 if args.whole else 5.0
     if args.whole:
         w = whole(load(args.csv, args.by_shape), args.gap_us, args.after_idle_ms)
         if args.json:
