@@ -126,12 +126,12 @@ TEST_F(CudaTest, FusedNormSwigluEqualsAddRmsNormThenSwiglu) {
 
 // The strided norm GEMV (BUNSEN_GEMV_STRIDE): launches with more warp groups than resident warps, so warps
 // walk several rounds (the 8B's gate/up at 14,336 + 3 outputs, a partial last group; plain parts of 12,289
-// rows), with and without the next group's loads ahead, bit for bit against the blocked kernel: outputs and
-// x_out.
+// rows), bit for bit against the blocked kernel: outputs and x_out.
 TEST_F(CudaTest, StridedNormGemvGivesTheDefaultsBits) {
   std::mt19937 rng(2031);
   kernels::set_fused_norm_for_testing(1);
   for (const NormCase& c : {kNormCases[0], kNormCases[3]}) {
+    SCOPED_TRACE(strfmt("d %lld", (long long)c.d));
     auto rnd = [&](std::initializer_list<int64_t> shape) {
       return DeviceTensor::upload(kernels::test::random_tensor(DType::kBF16, shape, rng).tensor);
     };
@@ -139,25 +139,21 @@ TEST_F(CudaTest, StridedNormGemvGivesTheDefaultsBits) {
     const DeviceTensor wg = rnd({f, c.d}), wu = rnd({f, c.d}), wa = rnd({n0, c.d}), wb = rnd({n1, c.d});
     NormInputs in(c, 1, rng);
     const OwnedTensor garbage = kernels::test::random_tensor(DType::kBF16, {1, f}, rng);
-    for (int mode = 1; mode <= 2; ++mode) {
-      SCOPED_TRACE(strfmt("d %lld mode %d", (long long)c.d, mode));
-      DeviceTensor act[2] = {DeviceTensor::upload(garbage.tensor), DeviceTensor::upload(garbage.tensor)};
-      DeviceTensor a[2] = {rnd({1, n0}), rnd({1, n0})}, b[2] = {rnd({1, n1}), rnd({1, n1})};
-      for (int way = 0; way < 2; ++way) {
-        kernels::cuda::set_gemv_stride_for_testing(way == 0 ? 0 : mode);
-        const kernels::AddRmsNorm p = in.pre(c, way);
-        kernels::linear_swiglu(ctx_, act[way].tensor, in.h[way].tensor, wg.tensor, wu.tensor, {}, {},
-                               kernels::GluAct::kSilu, &p);
-        const kernels::LinearPart parts[2] = {{a[way].tensor, wa.tensor, {}}, {b[way].tensor, wb.tensor, {}}};
-        kernels::linear_multi(ctx_, in.h[way].tensor, parts, &p);
-      }
-      kernels::cuda::set_gemv_stride_for_testing(-1);
-      EXPECT_TRUE(same_bytes(act[0], act[1])) << "act";
-      EXPECT_TRUE(same_bytes(a[0], a[1])) << "a";
-      EXPECT_TRUE(same_bytes(b[0], b[1])) << "b";
-      EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
-      if (HasFailure()) break;
+    DeviceTensor act[2] = {DeviceTensor::upload(garbage.tensor), DeviceTensor::upload(garbage.tensor)};
+    DeviceTensor a[2] = {rnd({1, n0}), rnd({1, n0})}, b[2] = {rnd({1, n1}), rnd({1, n1})};
+    for (int way = 0; way < 2; ++way) {
+      kernels::cuda::set_gemv_stride_for_testing(way);
+      const kernels::AddRmsNorm p = in.pre(c, way);
+      kernels::linear_swiglu(ctx_, act[way].tensor, in.h[way].tensor, wg.tensor, wu.tensor, {}, {},
+                             kernels::GluAct::kSilu, &p);
+      const kernels::LinearPart parts[2] = {{a[way].tensor, wa.tensor, {}}, {b[way].tensor, wb.tensor, {}}};
+      kernels::linear_multi(ctx_, in.h[way].tensor, parts, &p);
     }
+    kernels::cuda::set_gemv_stride_for_testing(-1);
+    EXPECT_TRUE(same_bytes(act[0], act[1])) << "act";
+    EXPECT_TRUE(same_bytes(a[0], a[1])) << "a";
+    EXPECT_TRUE(same_bytes(b[0], b[1])) << "b";
+    EXPECT_TRUE(same_bytes(in.x_out[0], in.x_out[1])) << "x_out";
     if (HasFailure()) break;
   }
   kernels::set_fused_norm_for_testing(-1);

@@ -300,7 +300,7 @@ void set_gemv_small_for_testing(int mode);
 // fit the L2), 0 = evict_normal everywhere, 1 = evict_first everywhere, 2 = the size rule everywhere.
 void set_l2_evict_first_for_testing(int mode);
 // Test/bench hook: the strided norm GEMV (gemv_vec_norm_strided_kernel) for m = 1, split = 1 norm launches.
-// -1 = BUNSEN_GEMV_STRIDE (unset: on), 0 = off, 1 = on, 2 = on with the next group's loads ahead.
+// -1 = BUNSEN_GEMV_STRIDE (unset: on), 0 = off, 1 = on.
 void set_gemv_stride_for_testing(int mode);
 
 // ---- test hooks (process-wide) ----

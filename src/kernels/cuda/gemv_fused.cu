@@ -2,7 +2,7 @@
 // add + RMSNorm, gemv_norm.cuh: gemv_multi_norm, pre- and post-norm forms) and the q/k/v projection with
 // rope_kv_write folded into its store (gemv_rope_kv). They take the plain launch's path, rows per warp group
 // and k split, so they give its bits; m = 1, split = 1 pre-norm launches take the strided form over a grid
-// of resident blocks (gemv_stride_mode). False (nothing launched) where a launch is not theirs: the caller
+// of resident blocks (gemv_strided). False (nothing launched) where a launch is not theirs: the caller
 // runs the unfused ops. Not a public interface.
 #include <algorithm>
 #include <atomic>
@@ -14,20 +14,17 @@
 namespace bunsen::kernels::cuda {
 namespace {
 
-// set_gemv_stride_for_testing: -1 = BUNSEN_GEMV_STRIDE (read once), 0 off, 1 on, 2 on with the next group's
-// loads ahead (gemv_vec_norm_strided_kernel's kNext).
+// set_gemv_stride_for_testing: -1 = BUNSEN_GEMV_STRIDE (read once), 0 off, 1 on.
 std::atomic<int> g_stride{-1};
 
-// The strided norm GEMV's mode (0 off, 1 on, 2 on with kNext). Default 1: against the blocked launches, H100
-// batch-1 decode 8B +0.7 / +1.3 % (two calls), Qwen3.5-4B +2.2 %, 1B, e4b and Qwen3-8B within 0.1 %.
-int gemv_stride_mode() {
+// Whether m = 1, split = 1 pre-norm launches take the strided form. Default on: against the blocked
+// launches, H100 batch-1 decode 8B +0.7 / +0.9 / +1.3 % (three calls), Qwen3.5-4B +2.2 %, 1B, e4b and
+// Qwen3-8B within 0.1 %.
+bool gemv_strided() {
   const int mode = g_stride.load();
-  if (mode >= 0) return mode;
-  static const int env = [] {
-    const int v = env_int("BUNSEN_GEMV_STRIDE", 1);
-    return v == 0 || v == 2 ? v : 1;
-  }();
-  return env;
+  if (mode >= 0) return mode == 1;
+  static const bool on = env_flag("BUNSEN_GEMV_STRIDE", true);
+  return on;
 }
 
 // gemv_vec_kernel with the norm prologue (bf16 weights and x); kPost: its post-norm form (nm.y_w set).
@@ -38,16 +35,15 @@ __global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
   gemv_vec_body<Bf16, Bf16, kM, kRows, kUnroll, kGlu, kEarly, false, true, kPost>(a, split, nullptr, &nm);
 }
 
-// gemv_vec_norm_kernel's m = 1, split = 1, pre-norm form over a grid of resident blocks
-// (gemv_stride_mode(): the default; BUNSEN_GEMV_STRIDE=0 turns it off): a launch of more warp groups than
-// resident warps (the 8B's gate/up: 7,168 groups of 4 rows over 2,112 warps at 2 blocks per SM, 3.4 rounds)
-// walks them in rounds -- warp w of block b takes groups b + w * gridDim.x, then each further one the grid's
-// warp count on -- so every SM keeps about the same number of warps streaming to the last round instead of
-// the launch ending on a partial wave of whole blocks. kNext (BUNSEN_GEMV_STRIDE=2, for A/B runs): a group's
-// last load (past its rows) fetches the warp's next group's first chunks instead, so the weight stream does
-// not stop for the sums and stores between two groups. Each group sums gemv_vec_body's chunks in its order:
-// the same bits.
-template <int kRows, bool kGlu, bool kNext>
+// gemv_vec_norm_kernel's m = 1, split = 1, pre-norm form over a grid of resident blocks (gemv_strided(): the
+// default; BUNSEN_GEMV_STRIDE=0 turns it off): a launch of more warp groups than resident warps (the 8B's
+// gate/up: 7,168 groups of 4 rows over 2,112 warps at 2 blocks per SM, 3.4 rounds) walks them in rounds --
+// warp w of block b takes groups b + w * gridDim.x, then each further one the grid's warp count on -- so
+// every SM keeps about the same number of warps streaming to the last round instead of the launch ending on a
+// partial wave of whole blocks. Each group sums gemv_vec_body's chunks in its order: the same bits. (Loading
+// the warp's next group's first chunks in place of a group's last, past-the-row load measured -0.1 % on the
+// H100 8B and 1B: not kept.)
+template <int kRows, bool kGlu>
 __global__ void __launch_bounds__(kThreads, 2)
     gemv_vec_norm_strided_kernel(const __grid_constant__ GemvMultiArgs a,
                                  const __grid_constant__ GemvNorm nm) {
@@ -72,33 +68,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Bf16* x = reinterpret_cast<const Bf16*>(gemv_x_smem);
   while (active) {  // per warp: no block-wide step inside
     float acc[1][kRows] = {};
-    bool next = false;  // kNext: whether the warp has a next group (its first chunks are in wa)
     for (int64_t c0 = 0; c0 < n_chunks; c0 += 2 * step) {
       load_chunks<Bf16, kRows, kU>(wb, rows, c0 + step, n_chunks, lane, pol);
       fma_chunks<Bf16, Bf16, 1, kRows, kU, true>(acc, wa, x, a.k, 1, c0, n_chunks, lane);
-      if (!kNext || c0 + 2 * step < n_chunks) {
-        load_chunks<Bf16, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane, pol);
-      } else {  // this group's last pass: rows (and part, n0) move on to the next group
-        next = locate<Bf16, kRows, kGlu>(a, g + stride, part, n0, rows);
-        if (next) load_chunks<Bf16, kRows, kU>(wa, rows, 0, n_chunks, lane, pol);
-      }
+      load_chunks<Bf16, kRows, kU>(wa, rows, c0 + 2 * step, n_chunks, lane, pol);
       fma_chunks<Bf16, Bf16, 1, kRows, kU, true>(acc, wb, x, a.k, 1, c0 + step, n_chunks, lane);
     }
     float tot[1][kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) tot[0][r] = warp_sum(acc[0][r]);
-    if constexpr (kNext) {
-      const Bf16* mine[kRows];  // (only part and n0 are used: this group's, for the store)
-      locate<Bf16, kRows, kGlu>(a, g, part, n0, mine);
-      store_outputs<1, kRows, kGlu>(a, tot, part, n0, lane);
-      g += stride;
-      active = next;
-    } else {
-      store_outputs<1, kRows, kGlu>(a, tot, part, n0, lane);
-      g += stride;
-      active = locate<Bf16, kRows, kGlu>(a, g, part, n0, rows);
-      if (active) load_chunks<Bf16, kRows, kU>(wa, rows, 0, n_chunks, lane, pol);
-    }
+    store_outputs<1, kRows, kGlu>(a, tot, part, n0, lane);
+    g += stride;
+    active = locate<Bf16, kRows, kGlu>(a, g, part, n0, rows);
+    if (active) load_chunks<Bf16, kRows, kU>(wa, rows, 0, n_chunks, lane, pol);
   }
 }
 
@@ -191,18 +173,17 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   // BUNSEN_GEMV_GLU_ROWS=2 (read once; A/B runs): gated m = 1 launches with 1 gate + 1 up row per warp group
   // (fewer registers, more resident blocks; the same bits, kUnroll being shared).
   static const bool glu2 = env_int("BUNSEN_GEMV_GLU_ROWS", kRowsGlu) == 2;
-  // The strided form (gemv_stride_mode) of m = 1, split = 1 pre-norm launches: a grid of resident blocks.
+  // The strided form (gemv_strided) of m = 1, split = 1 pre-norm launches: a grid of resident blocks.
   auto strided = [&](auto kernel, int rows) {
     static const int64_t resident = static_cast<int64_t>(sm_count()) * occupancy(kernel, kThreads);
     const int64_t blocks = (total_groups(a, rows) + kWarps - 1) / kWarps;
     const dim3 grid(static_cast<unsigned>(std::min(blocks, resident)));
     return launch_pdl(kernel, grid, dim3(kThreads), norm_smem(a, n), stream, a, n);
   };
-  if (const int mode = gemv_stride_mode(); !kPost && mode > 0 && a.m == 1 && split == 1) {
+  if (!kPost && gemv_strided() && a.m == 1 && split == 1) {
     if constexpr (kGlu)
-      if (glu2) return strided(gemv_vec_norm_strided_kernel<2, kGlu, false>, 2);
-    if (mode == 2) return strided(gemv_vec_norm_strided_kernel<kR1, kGlu, true>, kR1);
-    return strided(gemv_vec_norm_strided_kernel<kR1, kGlu, false>, kR1);
+      if (glu2) return strided(gemv_vec_norm_strided_kernel<2, kGlu>, 2);
+    return strided(gemv_vec_norm_strided_kernel<kR1, kGlu>, kR1);
   }
   if constexpr (kGlu)
     if (glu2 && a.m == 1) return go(gemv_vec_norm_kernel<1, 2, kGlu, false, kPost>, 2, split);
@@ -213,7 +194,7 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
 }  // namespace
 
 void set_gemv_stride_for_testing(int mode) {
-  g_stride.store(mode < 0 ? -1 : mode == 2 ? 2 : mode != 0 ? 1 : 0);
+  g_stride.store(mode < 0 ? -1 : mode != 0 ? 1 : 0);
 }
 
 bool gemv_multi_norm(cudaStream_t stream, const GemvMultiArgs& args, const GemvNorm& n) {

@@ -359,6 +359,7 @@ __device__ __forceinline__ uint64_t arg_key(float v, int64_t j) {
 
 template <typename XT>
 __global__ void argmax_parts_kernel(uint64_t* keys, const XT* x, int64_t xs, int64_t n_cols, int64_t chunk) {
+  pdl_launch_dependents();  // the merge's block may wait on the SMs meanwhile
   const int64_t r = blockIdx.y, c0 = static_cast<int64_t>(blockIdx.x) * chunk;
   float v = -INFINITY;
   int64_t idx = -1;
@@ -371,6 +372,7 @@ constexpr int kMergeWarps = 4;
 
 __global__ void __launch_bounds__(kMergeWarps * 32)
     argmax_merge_kernel(int32_t* out, int32_t* host_out, const uint64_t* keys, int64_t n_rows, int parts) {
+  pdl_wait();  // launched with PDL after argmax_parts_kernel: its keys
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kMergeWarps + (threadIdx.x >> 5);
   if (r >= n_rows) return;
   const int lane = threadIdx.x & 31;
@@ -617,8 +619,11 @@ void argmax(void* stream, int32_t* out, DevRows x, int32_t* host_out) {
     argmax_parts_kernel<XT>
         <<<dim3(static_cast<unsigned>(parts), static_cast<unsigned>(x.n_rows)), 256, 0, as_stream(stream)>>>(
             keys, static_cast<const XT*>(x.data), x.stride, x.n_cols, chunk);
-    argmax_merge_kernel<<<static_cast<unsigned>((x.n_rows + kMergeWarps - 1) / kMergeWarps), kMergeWarps * 32,
-                          0, as_stream(stream)>>>(out, host_out, keys, x.n_rows, parts);
+    // With PDL: the merge's launch overlaps the parts (a 2.1 us gap between them on the H100 8B trace).
+    const cudaError_t e = launch_pdl(
+        argmax_merge_kernel, dim3(static_cast<unsigned>((x.n_rows + kMergeWarps - 1) / kMergeWarps)),
+        dim3(kMergeWarps * 32), 0, as_stream(stream), out, host_out, keys, x.n_rows, parts);
+    check_cuda(e, "argmax", [&] { return rows_desc("x", x) + " (merge)"; });
   });
   check_launch("argmax", [&] { return rows_desc("x", x); });
 }
