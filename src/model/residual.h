@@ -33,6 +33,19 @@ class Residual {
     return &pre_;
   }
 
+  // h = rms_norm(x) * (w + w_offset): the first layer's input norm. With in_proj, the pre that adds nothing
+  // (y = x scaled by 0: x_in + 0 * x_in is x_in exactly for finite x, and the norm then has rms_norm's bits),
+  // so the first projection computes the norm in its prologue too; x becomes the other buffer, as add_norm.
+  const kernels::AddRmsNorm* norm(kernels::Context& ctx, Tensor h, Tensor w) {
+    if (!in_proj_) {
+      kernels::rms_norm(ctx, h, x_, w, eps_, w_offset_);
+      return nullptr;
+    }
+    pre_ = {x_, x_, alt_, w, eps_, 0.0f, w_offset_};
+    std::swap(x_, alt_);
+    return &pre_;
+  }
+
   // The post-norm form (y_scale must be 1): x = (x + rms_norm(y) * (y_w + w_offset)) * x_scale, then h =
   // rms_norm(x) * (w + w_offset); y is unspecified afterwards. Without in_proj kernels::post_norm_residual
   // runs now (null); with it, as add_norm.

@@ -301,8 +301,8 @@ void LlamaLike::forward(const ForwardArgs& a) {
     // q/k-norm layers (plain q/k/v launch) measured -1.6 % on the 8B shape.
     const bool by_default = x.device.is_cuda() && !layers_.empty() && layers_[0].q_norm.empty();
     Residual res(x, t[11], norms_in_projections(a.hook != nullptr, n, by_default), eps, residual);
-    if (!layers_.empty()) kernels::rms_norm(ctx, h, x, layers_[0].in_norm, eps);
-    const kernels::AddRmsNorm* pre = nullptr;  // the norm that produces h, when left to its projection
+    // The norm that produces h, when left to its projection (the first layer's input norm as well).
+    const kernels::AddRmsNorm* pre = layers_.empty() ? nullptr : res.norm(ctx, h, layers_[0].in_norm);
     for (size_t i = 0; i < layers_.size(); ++i) {
       Layer& l = layers_[i];
       l.rope = {rope_.inv_freq.data(), cfg_.use_rope[i] ? rope_.rotary_dim : 0, rope_.attention_scaling};
