@@ -181,11 +181,9 @@ boundary() {  # the step's head and tail: the fused tail (BUNSEN_FUSED_TAIL), th
 }
 
 gateup() {  # the strided norm GEMV (the default since the thirty-third session) and the GEMV tests after
-  # gemv.cu's split (gemv_body.cuh, gemv_fused.cu): the tests (the strided one also with BUNSEN_GEMV_GLU_ROWS=2),
-  # then batch-1 decode at the defaults | BUNSEN_GEMV_STRIDE=0 (the blocked launches) on GATEUP_SHAPES
+  # gemv.cu's split (gemv_body.cuh, gemv_fused.cu): the tests, then batch-1 decode at the defaults |
+  # BUNSEN_GEMV_STRIDE=0 (the blocked launches) on GATEUP_SHAPES
   NEW_TESTS='*StridedNorm*:*FusedNorm*:*Linear*:*Gemv*:*QkvRope*:*Rope*:*Golden*' NEW_T=${NEW_T:-200} new
-  mv "$R/new_tests.txt" "$R/new_tests_gemv.txt"
-  BUNSEN_GEMV_GLU_ROWS=2 NEW_TESTS='*StridedNorm*' NEW_T=60 new
   ABENV_SHAPES=${GATEUP_SHAPES:-8b:llama3.1-8b 1b:llama3.2-1b qwen35:qwen3.5-4b} \
     ABENV_CASES="default: blocked:BUNSEN_GEMV_STRIDE=0" abenv
 }

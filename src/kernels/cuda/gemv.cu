@@ -15,6 +15,8 @@
 // a row's result is the same for any m <= kGemvMaxM (batch invariance). This file: the plain launches and the
 // switches; the kernel body they share: gemv_body.cuh; the norm-prologue launches and the q/k/v + RoPE fold:
 // gemv_fused.cu.
+#include <atomic>
+
 #include "core/env.h"
 #include "kernels/cuda/gemv_body.cuh"
 

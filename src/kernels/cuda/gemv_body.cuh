@@ -4,8 +4,6 @@
 // k split, the small-launch path). gemv.cu's head comment states the invariants. Included by those two
 // files only: its kernels and helpers have internal linkage, a copy in each. Not a public interface.
 #pragma once
-#include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/activation.cuh"

@@ -40,9 +40,9 @@ __global__ void __launch_bounds__(kThreads, kEarly ? kSmallMinBlocks : 1)
 // gate/up: 7,168 groups of 4 rows over 2,112 warps at 2 blocks per SM, 3.4 rounds) walks them in rounds --
 // warp w of block b takes groups b + w * gridDim.x, then each further one the grid's warp count on -- so
 // every SM keeps about the same number of warps streaming to the last round instead of the launch ending on a
-// partial wave of whole blocks. Each group sums gemv_vec_body's chunks in its order: the same bits. (Loading
-// the warp's next group's first chunks in place of a group's last, past-the-row load measured -0.1 % on the
-// H100 8B and 1B: not kept.)
+// partial wave of whole blocks. Each group sums gemv_vec_body's chunks in its order: the same bits. (Measured
+// and not kept, H100: loading the warp's next group's first chunks in place of a group's last, past-the-row
+// load, 8B and 1B -0.1 %; 1 gate + 1 up row per warp group, 8B -0.7 %, 1B -1.9 %.)
 template <int kRows, bool kGlu>
 __global__ void __launch_bounds__(kThreads, 2)
     gemv_vec_norm_strided_kernel(const __grid_constant__ GemvMultiArgs a,
@@ -170,23 +170,14 @@ cudaError_t launch_norm(cudaStream_t stream, const GemvMultiArgs& a, const GemvN
   }
   const int split = launch_split<Bf16, Bf16, kGlu>(a);
   constexpr int kR1 = kGlu ? kRowsGlu : kRowsFew;
-  // BUNSEN_GEMV_GLU_ROWS=2 (read once; A/B runs): gated m = 1 launches with 1 gate + 1 up row per warp group
-  // (fewer registers, more resident blocks; the same bits, kUnroll being shared).
-  static const bool glu2 = env_int("BUNSEN_GEMV_GLU_ROWS", kRowsGlu) == 2;
   // The strided form (gemv_strided) of m = 1, split = 1 pre-norm launches: a grid of resident blocks.
-  auto strided = [&](auto kernel, int rows) {
+  if (!kPost && gemv_strided() && a.m == 1 && split == 1) {
+    constexpr auto kernel = gemv_vec_norm_strided_kernel<kR1, kGlu>;
     static const int64_t resident = static_cast<int64_t>(sm_count()) * occupancy(kernel, kThreads);
-    const int64_t blocks = (total_groups(a, rows) + kWarps - 1) / kWarps;
+    const int64_t blocks = (total_groups(a, kR1) + kWarps - 1) / kWarps;
     const dim3 grid(static_cast<unsigned>(std::min(blocks, resident)));
     return launch_pdl(kernel, grid, dim3(kThreads), norm_smem(a, n), stream, a, n);
-  };
-  if (!kPost && gemv_strided() && a.m == 1 && split == 1) {
-    if constexpr (kGlu)
-      if (glu2) return strided(gemv_vec_norm_strided_kernel<2, kGlu>, 2);
-    return strided(gemv_vec_norm_strided_kernel<kR1, kGlu>, kR1);
   }
-  if constexpr (kGlu)
-    if (glu2 && a.m == 1) return go(gemv_vec_norm_kernel<1, 2, kGlu, false, kPost>, 2, split);
   if (a.m == 1) return go(gemv_vec_norm_kernel<1, kR1, kGlu, false, kPost>, kR1, split);
   return go(gemv_vec_norm_kernel<2, kR1, kGlu, false, kPost>, kR1, split);
 }

@@ -1,12 +1,12 @@
-// The norm prologue of gemv.cu's GEMV kernels (linear.cuh's GemvNorm): every block computes its x =
-// bf16(rms_norm(x_in + y * y_scale) * (w + w_offset)) into dynamic shared memory with rms_norm_vec_kernel's
-// arithmetic and reduction tree (rowwise.cu), so the same bits as add_rms_norm followed by the plain GEMV;
-// block 0 also stores x_out = x_in + y * y_scale. The post-norm form (GemvNorm::y_w: Gemma's sandwich norms)
-// adds y as post_norm_residual_kernel does (rowwise_fused.cu): rms_norm(y) * (y_w + w_offset) rounded to y's
-// dtype, then the scale. Device code only, included by gemv.cu.
-// Invariants: keep in step with rms_norm_vec_kernel<kAdd, Bf16, float, YT, WT> and post_norm_residual_kernel<
-// true, true, float, YT, Bf16>; d % 8 == 0, d <= kGemvNormMaxK, the x_in/y/w/y_w rows 16-byte aligned
-// (gemv.cu's norm_ok checks all of it).
+// The norm prologue of the GEMV kernels (gemv_body.cuh, launched by gemv_fused.cu) (linear.cuh's GemvNorm):
+// every block computes its x = bf16(rms_norm(x_in + y * y_scale) * (w + w_offset)) into dynamic shared memory
+// with rms_norm_vec_kernel's arithmetic and reduction tree (rowwise.cu), so the same bits as add_rms_norm
+// followed by the plain GEMV; block 0 also stores x_out = x_in + y * y_scale. The post-norm form
+// (GemvNorm::y_w: Gemma's sandwich norms) adds y as post_norm_residual_kernel does (rowwise_fused.cu):
+// rms_norm(y) * (y_w + w_offset) rounded to y's dtype, then the scale. Device code only, included by
+// gemv_body.cuh. Invariants: keep in step with rms_norm_vec_kernel<kAdd, Bf16, float, YT, WT> and
+// post_norm_residual_kernel< true, true, float, YT, Bf16>; d % 8 == 0, d <= kGemvNormMaxK, the x_in/y/w/y_w
+// rows 16-byte aligned (gemv_fused.cu's norm_ok checks all of it).
 #pragma once
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/linear.cuh"

@@ -4,7 +4,7 @@
 // docs/PERFORMANCE.md, twenty-seventh session), the KV cache, the activations and norm weights. With
 // `evict_first` the weight lines replace one another first. The hint is a cache policy operand on the loads
 // and copies (`.L2::cache_hint`); it changes no value. Host side: l2_weights_evict_first(bits, bytes),
-// carried to the kernels by GemvMultiArgs / QMmaArgs (per launch: gemv.cu's with_l2_policy, gemv_qmma's
+// carried to the kernels by GemvMultiArgs / QMmaArgs (per launch: gemv_body.cuh's with_l2_policy, gemv_qmma's
 // weight bytes). Default (measured, H100, tg128 after 1,024, docs/PERFORMANCE.md, thirtieth and thirty-first
 // sessions): evict_first for float weights (1B +2.2 %, 8B +2.2 %) and 8-bit (8B +1.6 %); for 4-bit only on
 // launches whose weights fit the L2 (evict_first everywhere: 8B -3.1 %, 1B +1.1 %; kernel traces of both

@@ -1,8 +1,8 @@
 // Host entry points of the fused decode projections: linear_multi (q/k/v or any matrices sharing x in one
 // GEMV launch), linear_qkv_rope_kv (q/k/v with the rope and cache write in the store) and linear_swiglu
 // (gate/up GEMV with silu(gate) * up or gelu_tanh(gate) * up in the store).
-// Not kernels (gemv.cu) and not validation (dispatch_fused.cpp). Invariants: linear_multi runs the GEMV
-// kernel linear() runs (f32 accumulation, batch invariant) and falls back to one linear() per part
+// Not kernels (gemv.cu, gemv_fused.cu) and not validation (dispatch_fused.cpp). Invariants: linear_multi runs
+// the GEMV kernel linear() runs (f32 accumulation, batch invariant) and falls back to one linear() per part
 // whenever the parts cannot share a launch or m is GEMM-sized; linear_swiglu never rounds gate or up
 // before the gating.
 #include "kernels/cuda/linear.cuh"

@@ -1,5 +1,5 @@
 // The rotation every CUDA rope path applies (rope_kv.cu's kernels and the q/k/v GEMV with the rope folded
-// into its store, gemv.cu), in one place so they round alike. Not the cos/sin table: callers compute
+// into its store, gemv_fused.cu), in one place so they round alike. Not the cos/sin table: callers compute
 // sincosf((float)pos * inv_freq[i]) and multiply both by attention_scaling first.
 // Invariants: explicit fmas, so a rotated pair has the same bits whichever kernel computes it.
 #pragma once
