@@ -62,10 +62,11 @@ snap() {
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$R/smi.txt" 2>&1
 
 NEW_TESTS=${NEW_TESTS:-'*FusedNorm*:*QuantNormPrologue*'}  # (a call may name others)
-new() {  # only the tests of the unvalidated paths
-  timeout "${NEW_T:-150}" "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$R/new_tests.txt" 2>&1
-  echo "new tests rc=$?: $(grep -c '^\[       OK' "$R/new_tests.txt") ok, $(grep -c '^\[  FAILED' "$R/new_tests.txt") failed"
-  grep -h '^\[  FAILED' "$R"/new_tests.txt | sort -u | head -20
+new() {  # only the tests of the unvalidated paths (NEW_OUT: the output's name, default new_tests)
+  local out="$R/${NEW_OUT:-new_tests}.txt"
+  timeout "${NEW_T:-150}" "$G/test_cuda" --gtest_filter="$NEW_TESTS" >"$out" 2>&1
+  echo "${NEW_OUT:-new tests} rc=$?: $(grep -c '^\[       OK' "$out") ok, $(grep -c '^\[  FAILED' "$out") failed"
+  grep -h '^\[  FAILED' "$out" | sort -u | head -20
   snap
 }
 tests() {

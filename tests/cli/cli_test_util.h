@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "../support/remove_at_exit.h"
+
 namespace bunsen::cli_test {
 
 struct Proc {
@@ -19,11 +21,12 @@ struct Proc {
   std::string out, err;
 };
 
-// TempDir()/bunsen_cli.<pid>: private to this test process.
+// TempDir()/bunsen_cli.<pid>: private to this test process, removed when it exits.
 inline std::string scratch_dir() {
   static const std::string dir = [] {
     auto p = std::filesystem::path(testing::TempDir()) / ("bunsen_cli." + std::to_string(::getpid()));
     std::filesystem::create_directories(p);
+    test_support::remove_at_exit(p);
     return p.string();
   }();
   return dir;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "../support/remove_at_exit.h"
 #include "core/status.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
@@ -50,6 +51,7 @@ std::string build_checkpoint(const Fixture& f, DType dtype, const std::string& t
                        (tag + "_" + f.name + "_" + dtype_name(dtype) + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  test_support::remove_at_exit(dir);
   fs::copy_file(f.dir + "/config.json", dir / "config.json");
   std::vector<OwnedTensor> owned;
   std::vector<std::pair<std::string, Tensor>> tensors;

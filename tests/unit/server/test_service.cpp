@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "../../support/remove_at_exit.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "hub/demo_model.h"
@@ -24,6 +25,7 @@ using Json = nlohmann::ordered_json;
 const std::string& demo_dir() {
   static const std::string dir = [] {
     auto root = std::filesystem::temp_directory_path() / ("bunsen_service_test_" + std::to_string(::getpid()));
+    test_support::remove_at_exit(root);
     return hub::ensure_demo_model(root.string());
   }();
   return dir;
