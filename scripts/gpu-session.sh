@@ -3,8 +3,8 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, ctrig, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# defaults, table, serve, serve_kv, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): NEW_TESTS='*FusedNorm*:*Golden*:
 # *Pipelined*:*QkvRope*' new (the first-norm prologue), then on the H200 gateup table trace_shapes. timeline: a block timeline of the
@@ -179,6 +179,13 @@ boundary() {  # the step's head and tail: the fused tail (BUNSEN_FUSED_TAIL), th
     NEW_T=${NEW_T:-240} new
   ABENV_SHAPES=${BOUNDARY_SHAPES:-1b:llama3.2-1b 8b:llama3.1-8b 8b_q4:llama3.1-8b:4 qwen35:qwen3.5-4b e4b:gemma4-e4b} \
     ABENV_CASES="default: off:BUNSEN_FUSED_TAIL=0,BUNSEN_IDS_DIRECT=0 tail:BUNSEN_IDS_DIRECT=0" abenv
+}
+
+ctrig() {  # the combine letting the o-projection launch before its own wait (BUNSEN_DECODE_COMBINE_TRIGGER=2)
+  # against after it (the default, 1): the decode tests under it, then batch-1 decode on CTRIG_SHAPES
+  BUNSEN_DECODE_COMBINE_TRIGGER=2 NEW_OUT=ctrig_tests NEW_TESTS='*CudaDecodeTest*:*Pipelined*' NEW_T=${NEW_T:-90} new
+  ABENV_SHAPES=${CTRIG_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b} \
+    ABENV_CASES="default: early:BUNSEN_DECODE_COMBINE_TRIGGER=2" abenv
 }
 
 gateup() {  # the strided norm GEMV (the default since the thirty-third session) and the GEMV tests after
@@ -356,6 +363,11 @@ serve() {  # 64 streams of the 8B, greedy and sampled (device sampling on), then
   [ "${SERVE_256:-1}" = 1 ] && serve_run 256 "greedy:2"
 }
 
+serve_kv() {  # 64 streams of the 8B with a quantized KV cache (SERVE_KV: --kv-quant modes, default "fp8 8")
+  local q
+  for q in ${SERVE_KV:-fp8 8}; do SERVE_ARGS="--kv-quant $q" TAG=_kv$q serve_run 64 "greedy:3"; done
+}
+
 serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle and where the busy time goes
   [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
   LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_serve.csv" TAG=_traced \
@@ -489,7 +501,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary ctrig gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_kv serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

@@ -35,13 +35,16 @@ static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 // this grid only, so this grid completes after the slice kernel (whose single-slice rows it reads) has.
 __device__ __forceinline__ bool wait_for_partials(const DecodeArgs& a, int n, uint64_t t_entry,
                                                   uint64_t& t_wait) {
+  // BUNSEN_DECODE_COMBINE_TRIGGER=2 (an A/B): before the wait, so the o-projection's blocks get resident
+  // while the slice kernel runs.
+  if (a.combine_trigger == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
   // The slice kernel has completed (its blocks left the SMs): the next kernel (the o-projection) may get its
   // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
   // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
   // Earlier still (this kernel and the slice kernel both triggering before their waits, so the o-projection's
   // blocks get resident while the slice kernel runs) loses on the H100: 1B -6.5 %, 8B -8.9 % (4-bit +0.8 %).
-  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (a.combine_trigger == 1) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   t_wait = stamp_if(a.timing);
   if (n > 1) return false;
   record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
@@ -201,8 +204,11 @@ void launch_combine(cudaStream_t s, DecodeArgs a, const DevAttention& at) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  static const bool trigger = env_flag("BUNSEN_DECODE_COMBINE_TRIGGER", true);
-  a.combine_trigger = trigger ? 1 : 0;
+  static const int trigger = [] {
+    const int v = env_int("BUNSEN_DECODE_COMBINE_TRIGGER", 1);
+    return v >= 0 && v <= 2 ? v : 1;
+  }();
+  a.combine_trigger = trigger;
   static const int64_t prefetch_cap = int64_t{env_int("BUNSEN_L2_PREFETCH", 0)} << 20;
   const int64_t pf = std::min(at.prefetch_bytes, prefetch_cap);
   if (at.prefetch != nullptr && pf >= 16 && reinterpret_cast<uintptr_t>(at.prefetch) % 16 == 0) {
