@@ -32,6 +32,17 @@ inline std::string scratch_dir() {
   return dir;
 }
 
+// TempDir()/bunsen_cli_cache: the BUNSEN_CACHE of every CLI test process on purpose (kept between runs), so
+// the demo model is created once per machine, concurrently (see hub/).
+inline std::string shared_cache() {
+  static const std::string dir = [] {
+    auto p = std::filesystem::path(testing::TempDir()) / "bunsen_cli_cache";
+    std::filesystem::create_directories(p);
+    return p.string();
+  }();
+  return dir;
+}
+
 inline std::string write_scratch(const std::string& name, const std::string& text) {
   const std::string path = scratch_dir() + "/" + name;
   std::ofstream(path, std::ios::binary) << text;
@@ -58,6 +69,11 @@ inline Proc run_bunsen(const std::string& args, const std::string& stdin_text = 
   std::remove(err_path.c_str());
   std::remove(in_path.c_str());
   return r;
+}
+
+// run_bunsen with the shared cache as BUNSEN_CACHE.
+inline Proc run_cached(const std::string& args) {
+  return run_bunsen(args, {}, "BUNSEN_CACHE=" + shared_cache());
 }
 
 // A directory of the npm tokenizer packages (tokenizer.json + tokenizer_config.json).

@@ -22,17 +22,12 @@ namespace fs = std::filesystem;
 
 using cli_test::Proc;
 
-// Shared by every test process on purpose: the demo model is created once, concurrently (see hub/).
 std::string cache() {
-  static const std::string dir = [] {
-    fs::path p = fs::path(testing::TempDir()) / "bunsen_cli_cache";
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return dir;
+  return cli_test::shared_cache();
 }
-
-Proc run(const std::string& args) { return cli_test::run_bunsen(args, {}, "BUNSEN_CACHE=" + cache()); }
+Proc run(const std::string& args) {
+  return cli_test::run_cached(args);
+}
 
 std::string golden_ids(const char* key, std::vector<int32_t>* out_vec = nullptr) {
   auto store = bunsen::model::WeightStore::open_file(std::string(BUNSEN_SOURCE_DIR) +

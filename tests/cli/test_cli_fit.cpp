@@ -25,17 +25,12 @@ namespace fs = std::filesystem;
 using cli_test::Proc;
 using nlohmann::json;
 
-// Shared with test_cli.cpp's cache on purpose: the demo model is built once per machine run.
 std::string cache() {
-  static const std::string dir = [] {
-    fs::path p = fs::path(testing::TempDir()) / "bunsen_cli_cache";
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return dir;
+  return cli_test::shared_cache();
 }
-
-Proc run(const std::string& args) { return cli_test::run_bunsen(args, {}, "BUNSEN_CACHE=" + cache()); }
+Proc run(const std::string& args) {
+  return cli_test::run_cached(args);
+}
 
 const json* target(const json& list, const std::string& name) {
   for (const json& t : list)

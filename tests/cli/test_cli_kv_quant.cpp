@@ -16,15 +16,11 @@ namespace fs = std::filesystem;
 using cli_test::Proc;
 
 std::string cache() {
-  static const std::string dir = [] {
-    fs::path p = fs::path(testing::TempDir()) / "bunsen_cli_cache";
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return dir;
+  return cli_test::shared_cache();
 }
-
-Proc run(const std::string& args) { return cli_test::run_bunsen(args, {}, "BUNSEN_CACHE=" + cache()); }
+Proc run(const std::string& args) {
+  return cli_test::run_cached(args);
+}
 
 std::vector<int32_t> ids_of(const Proc& r) {
   return nlohmann::json::parse(r.out).at("generated_ids").get<std::vector<int32_t>>();
