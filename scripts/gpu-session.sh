@@ -6,11 +6,11 @@
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, ctrig, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_kv, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): NEW_TESTS='*FusedNorm*:*Golden*:
-# *Pipelined*:*QkvRope*' new (the first-norm prologue), then on the H200 gateup table trace_shapes. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table trace_shapes, then
+# SERVE_KV="off fp8" serve_kv and ctrig. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
-# Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, ctrig ~3, serve_kv ~1.2 per mode, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
