@@ -5,7 +5,7 @@
 // (GemvNorm::y_w: Gemma's sandwich norms) adds y as post_norm_residual_kernel does (rowwise_fused.cu):
 // rms_norm(y) * (y_w + w_offset) rounded to y's dtype, then the scale. Device code only, included by
 // gemv_body.cuh. Invariants: keep in step with rms_norm_vec_kernel<kAdd, Bf16, float, YT, WT> and
-// post_norm_residual_kernel< true, true, float, YT, Bf16>; d % 8 == 0, d <= kGemvNormMaxK, the x_in/y/w/y_w
+// post_norm_residual_kernel<true, true, float, YT, Bf16>; d % 8 == 0, d <= kGemvNormMaxK, the x_in/y/w/y_w
 // rows 16-byte aligned (gemv_fused.cu's norm_ok checks all of it).
 #pragma once
 #include "kernels/cuda/cuda_common.cuh"
