@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "../golden/golden_file.h"
-#include "../unit/model/safetensors_test_util.h"
+#include "../support/scratch_dir.h"
 #include "cuda_test_util.h"
 #include "golden_cuda_util.h"
 #include "kernels/cuda/quant_ops.h"
@@ -190,7 +190,7 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
   const std::string &a = kConfigA, &b = kConfigB, &q4 = kQ4, &q8 = kQ8;
   for (const std::string& config : {a + "}", b + "}", c + "}", a + q4 + "}", b + q4 + "}", c + q4 + "}",
                                     a + q8 + "}", b + q8 + "}", c + q8 + "}"}) {
-    model::testutil::ScratchDir dir;
+    test_support::ScratchDir dir("bunsen_st");
     write_checkpoint(dir.path(), config);
     auto m = load(dir.path(), Device::cuda(0));
     const int64_t vocab = m->config().vocab_size;
@@ -228,7 +228,7 @@ TEST_F(CudaTest, FusedDecodeStepMatchesThePerOpStepAtWiderShapes) {
 TEST_F(CudaTest, QuantNormPrologueDecodesBitForBitLikeAddRmsNorm) {
   for (const std::string& config :
        {kConfigA + kQ4 + "}", kConfigB + kQ4 + "}", kConfigA + kQ8 + "}", kConfigB + kQ8 + "}"}) {
-    model::testutil::ScratchDir dir;
+    test_support::ScratchDir dir("bunsen_st");
     write_checkpoint(dir.path(), config);
     auto m = load(dir.path(), Device::cuda(0));
     const int64_t vocab = m->config().vocab_size;

@@ -4,17 +4,16 @@
 // and on cuda:0. Prompt logits (prefill: the dequantize + cuBLASLt path) and teacher-forced decode logits
 // (one token per step: the GEMV path, from CUDA graphs) must match the CPU's: cosine >= 0.999 per row and
 // the same argmax wherever the CPU's top-1 wins by a clear margin.
-#include <stdlib.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 
+#include "../support/scratch_dir.h"
 #include "cuda_test_util.h"
-#include "golden_cuda_util.h"
 #include "engine/generator.h"
 #include "engine/runner.h"
+#include "golden_cuda_util.h"
 #include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
@@ -41,24 +40,6 @@ constexpr const char* kConfig = R"({"model_type":"llama","vocab_size":300,"hidde
 
 constexpr double kMinCosine = 0.999;
 constexpr double kClearMargin = 0.1;  // top-1 minus top-2, in units of the row's standard deviation
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = testing::TempDir() + "bunsen_qm_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Writes the quantized checkpoint of the synthetic weights into dir.
 void write_checkpoint(const std::string& dir) {
@@ -178,7 +159,7 @@ int64_t compare(const std::string& what, const std::vector<float>& cpu, const st
 }
 
 TEST_F(CudaTest, QuantizedCheckpointLogitsMatchTheCpu) {
-  ScratchDir dir;
+  test_support::ScratchDir dir("bunsen_qm");
   write_checkpoint(dir.path());
   auto cpu = load(dir.path(), Device::cpu());
   auto gpu = load(dir.path(), Device::cuda(0));

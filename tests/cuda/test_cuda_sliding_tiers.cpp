@@ -4,14 +4,12 @@
 // engine from an SSD snapshot, answer bit for bit like the same prompt hitting the device cache with the same
 // hit length: the same kernels run over the same K/V bits, so any block restored wrong (or a window block
 // not restored) shows. Skips without a GPU.
-#include <unistd.h>
-
 #include <condition_variable>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 
 #include "../golden/golden_file.h"
+#include "../support/scratch_dir.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "model/registry.h"
@@ -20,7 +18,6 @@ namespace bunsen::golden {
 namespace {
 
 using kernels::test::CudaTest;
-namespace fs = std::filesystem;
 
 constexpr int32_t kBlock = 4;
 constexpr int64_t kPrompt = 40;
@@ -112,9 +109,7 @@ TEST_P(CudaSlidingTiers, RamAndSsdHitsEqualADeviceHit) {
   const int64_t vocab = m->config().vocab_size;
   const std::vector<int32_t> a = prompt_of(to_i32(f.outputs->get("input_ids")), 0, vocab);
   const int64_t hit = (kPrompt - 1) / kBlock * kBlock;
-  char tmpl[] = "/tmp/bunsen_cuda_sliding_tiers_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const fs::path dir = tmpl;
+  const test_support::ScratchDir dir("bunsen_cuda_sliding_tiers");
 
   Answer device_hit;
   {  // the reference: the second request hits the device cache (room for everything)
@@ -129,7 +124,7 @@ TEST_P(CudaSlidingTiers, RamAndSsdHitsEqualADeviceHit) {
     engine::Runner r(*m, runner_opts(/*n_blocks=*/20, /*n_sliding=*/8));
     engine::EngineOptions eo = engine_opts();
     eo.ram_cache_bytes = 64u << 20;
-    eo.ssd_cache_dir = dir.string();
+    eo.ssd_cache_dir = dir.str();
     engine::Engine e(r, eo);
     ask(e, a);
     for (int i = 1; i < 4; ++i) ask(e, prompt_of({}, i, vocab));
@@ -145,7 +140,7 @@ TEST_P(CudaSlidingTiers, RamAndSsdHitsEqualADeviceHit) {
   {  // a fresh engine on the same directory: both spaces come back from the snapshot
     engine::Runner r(*m, runner_opts(0, 0));
     engine::EngineOptions eo = engine_opts();
-    eo.ssd_cache_dir = dir.string();
+    eo.ssd_cache_dir = dir.str();
     engine::Engine e(r, eo);
     const Answer ssd_hit = ask(e, a);
     EXPECT_EQ(ssd_hit.cached, hit);
@@ -153,8 +148,6 @@ TEST_P(CudaSlidingTiers, RamAndSsdHitsEqualADeviceHit) {
     EXPECT_EQ(e.stats().ssd_cache_hits, 1);
     e.shutdown();
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gemma, CudaSlidingTiers, testing::Values("gemma3_text", "gemma4_text"),

@@ -7,19 +7,18 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
-#include <filesystem>
 
 #include "../golden/golden_file.h"
+#include "../support/scratch_dir.h"
 #include "cuda_test_util.h"
-#include "engine_cuda_util.h"
 #include "engine/engine.h"
+#include "engine_cuda_util.h"
 #include "model/registry.h"
 
 namespace bunsen::golden {
 namespace {
 
 using kernels::test::CudaTest;
-namespace fs = std::filesystem;
 
 engine::RunnerOptions runner_options(int32_t checkpoints) {
   engine::RunnerOptions ro;
@@ -83,9 +82,7 @@ TEST_F(CudaTest, StateCheckpointRoundTripsThroughHostMemory) {
 
 TEST_F(CudaTest, HybridRestartHitsFromSsdBitForBit) {
   auto m = load_cuda("qwen3_5_text");
-  char tmpl[] = "/tmp/bunsen-cuda-ssd-state-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const test_support::ScratchDir dir("bunsen-cuda-ssd-state");
   const std::vector<int32_t> prompt = prompt_of(2, 70);
   AskResult first, again;
   engine::EngineStats st;
@@ -94,7 +91,7 @@ TEST_F(CudaTest, HybridRestartHitsFromSsdBitForBit) {
     engine::EngineOptions eo;
     eo.max_batch = 2;
     eo.max_num_batched_tokens = 64;
-    eo.ssd_cache_dir = dir;
+    eo.ssd_cache_dir = dir.str();
     engine::Engine e(runner, eo);
     (run == 0 ? first : again) = ask(e, prompt);
     e.shutdown();
@@ -105,8 +102,6 @@ TEST_F(CudaTest, HybridRestartHitsFromSsdBitForBit) {
   EXPECT_EQ(st.ssd_cache_hits, 1);
   EXPECT_EQ(st.ssd_cache_quarantined, 0);
   expect_same(again, first, "restart");
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 TEST_F(CudaTest, HybridReplacedCheckpointComesBackFromPinnedRam) {

@@ -4,8 +4,6 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include <stdlib.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -61,21 +59,6 @@ inline RunnerOptions runner_opts(int64_t batch, int64_t step_tokens, int32_t n_b
   o.n_blocks = n_blocks;
   return o;
 }
-
-// A fresh directory under /tmp, removed with everything in it when the object goes.
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bunsen_engine_test_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 // The SSD tier's snapshot files (*.kvs) directly in dir.
 inline std::vector<std::filesystem::path> snapshot_files(const std::filesystem::path& dir) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../../support/scratch_dir.h"
 #include "core/status.h"
 #include "engine_test_util.h"
 #include "kv/ssd_format.h"
@@ -17,6 +18,7 @@ namespace bunsen::engine::test {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::ScratchDir;
 constexpr int32_t kBs = 8;
 
 // The answers of an engine without any cache (a fresh runner per call keeps them independent).
@@ -82,12 +84,12 @@ class HybridTiers : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HybridTiers, RestartHitsTheCheckpointFromSsdBitForBit) {
   auto m = fixture_model(GetParam());
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const std::vector<int32_t> a = make_prompt(1, 70);  // checkpoint boundary floor(69 / 8) * 8 = 64
-  const Lifetime first = run_fresh(*m, {dir.path.string()}, {a});
+  const Lifetime first = run_fresh(*m, {dir.str()}, {a});
   EXPECT_EQ(first.answers[0].cached, 0);
   expect_same(first.answers[0].tokens, reference(*m, a), "cold");
-  const auto files = snapshot_files(dir.path);
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) EXPECT_EQ(file_version(f), kv::kSsdFormatVersionState) << f;
   EXPECT_EQ(files.size(), 1u) << "the prompt's checkpoint boundary only (the full prefix has no checkpoint)";
@@ -96,33 +98,33 @@ TEST_P(HybridTiers, RestartHitsTheCheckpointFromSsdBitForBit) {
   std::vector<int32_t> a_out;
   for (const TokenOut& t : first.answers[0].tokens) a_out.push_back(t.token);
   const std::vector<int32_t> turn2 = concat(concat(a, a_out), make_prompt(4, 12));
-  const Lifetime again = run_fresh(*m, {dir.path.string()}, {a});
+  const Lifetime again = run_fresh(*m, {dir.str()}, {a});
   EXPECT_EQ(again.answers[0].cached, 64);
   expect_same(again.answers[0].tokens, first.answers[0].tokens, "restart, A resent");
   EXPECT_EQ(again.stats.ssd_cache_hits, 1);
   EXPECT_EQ(again.stats.ssd_cache_hit_tokens, 64);
   EXPECT_EQ(again.stats.ssd_cache_quarantined, 0);
   EXPECT_GE(again.stats.state_checkpoint_hits, 1) << "the hit resumed from the restored checkpoint";
-  const Lifetime next = run_fresh(*m, {dir.path.string(), /*verify=*/true}, {turn2});
+  const Lifetime next = run_fresh(*m, {dir.str(), /*verify=*/true}, {turn2});
   EXPECT_EQ(next.answers[0].cached, 64);
   expect_same(next.answers[0].tokens, reference(*m, turn2), "restart, next turn");
 }
 
 TEST_P(HybridTiers, ConcurrentPromptsOfOneRestoredPrefixBothHitAndOneSlotIsAMiss) {
   auto m = fixture_model(GetParam());
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const std::vector<int32_t> a = make_prompt(6, 61);  // boundary 56
   const std::vector<int32_t> a2 = concat(a, make_prompt(7, 9));
   // References first: two engines must not run forwards of one model at the same time.
   const std::vector<std::vector<TokenOut>> want = {reference(*m, a), reference(*m, a2)};
-  run_fresh(*m, {dir.path.string()}, {a});
+  run_fresh(*m, {dir.str()}, {a});
   {  // a restart with both prompts in flight at once: one restores, the other waits for that job
     RunnerOptions ro = runner_opts(2, 32, 0, kBs);
     Runner runner(*m, ro, cpu_ctx());
     EngineOptions o;
     o.max_batch = 2;
     o.max_num_batched_tokens = 32;
-    o.ssd_cache_dir = dir.path.string();
+    o.ssd_cache_dir = dir.str();
     Engine e(runner, o);
     std::vector<std::unique_ptr<Collector>> cs;
     for (const auto* p : {&a, &a2}) {
@@ -146,7 +148,7 @@ TEST_P(HybridTiers, ConcurrentPromptsOfOneRestoredPrefixBothHitAndOneSlotIsAMiss
     EXPECT_EQ(runner.pool().n_free_state_slots(), 2);
   }
   // One checkpoint slot: none can be reserved for a restore (insert() keeps it), so the file is a miss.
-  Tiers one{dir.path.string()};
+  Tiers one{dir.str()};
   one.checkpoints = 1;
   const Lifetime r = run_fresh(*m, one, {a});
   EXPECT_EQ(r.answers[0].cached, 0);
@@ -156,10 +158,10 @@ TEST_P(HybridTiers, ConcurrentPromptsOfOneRestoredPrefixBothHitAndOneSlotIsAMiss
 
 TEST_P(HybridTiers, DamagedStatePayloadIsAQuarantinedMissWithoutVerify) {
   auto m = fixture_model(GetParam());
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const std::vector<int32_t> a = make_prompt(2, 53);  // boundary 48
-  const Lifetime first = run_fresh(*m, {dir.path.string()}, {a});
-  const auto files = snapshot_files(dir.path);
+  const Lifetime first = run_fresh(*m, {dir.str()}, {a});
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) {  // the last byte of the last tensor: the last linear layer's recurrent state
     std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
@@ -170,13 +172,13 @@ TEST_P(HybridTiers, DamagedStatePayloadIsAQuarantinedMissWithoutVerify) {
     io.seekp(static_cast<std::streamoff>(fs::file_size(f)) - 1);
     io.write(&c, 1);
   }
-  const Lifetime again = run_fresh(*m, {dir.path.string(), /*verify=*/false}, {a});
+  const Lifetime again = run_fresh(*m, {dir.str(), /*verify=*/false}, {a});
   EXPECT_EQ(again.answers[0].cached, 0);
   expect_same(again.answers[0].tokens, first.answers[0].tokens, "damaged state");
   EXPECT_GE(again.stats.ssd_cache_quarantined, 1);
   EXPECT_GE(again.stats.ssd_cache_misses, 1);
   EXPECT_EQ(again.stats.ssd_cache_hits, 0);
-  EXPECT_GE(quarantined_files(dir.path), 1u);
+  EXPECT_GE(quarantined_files(dir.path()), 1u);
 }
 
 TEST_P(HybridTiers, ReplacedCheckpointComesBackFromRam) {

@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../../support/scratch_dir.h"
 #include "engine_test_util.h"
 
 namespace bunsen::engine::test {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::ScratchDir;
 constexpr int32_t kBlock = 4;
 
 std::unique_ptr<model::Model> tiny_gemma3() {
@@ -164,18 +166,18 @@ Fresh run_fresh(const std::vector<int32_t>& prompt, int64_t max_tokens, const fs
 }
 
 TEST(EngineSlidingTiers, SsdTierRestoresBothSpacesAfterARestart) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const std::vector<int32_t> prompt = make_prompt(3, 23);
   const Result want = reference(prompt, 6);
-  const Fresh first = run_fresh(prompt, 6, dir.path);
+  const Fresh first = run_fresh(prompt, 6, dir.path());
   EXPECT_EQ(first.result.usage.cached_tokens, 0);
   expect_bitwise_equal(first.result, want);
   EXPECT_TRUE(first.stats.ssd_cache_enabled);
-  const auto files = snapshot_files(dir.path);
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) EXPECT_EQ(file_version(f), 2u) << f << ": snapshots with sliding blocks";
 
-  const Fresh again = run_fresh(prompt, 6, dir.path);  // new engine, empty pools, same directory
+  const Fresh again = run_fresh(prompt, 6, dir.path());  // new engine, empty pools, same directory
   EXPECT_EQ(again.result.usage.cached_tokens, (23 - 1) / kBlock * kBlock);
   expect_bitwise_equal(again.result, want);
   EXPECT_EQ(again.stats.ssd_cache_hits, 1);
@@ -184,29 +186,29 @@ TEST(EngineSlidingTiers, SsdTierRestoresBothSpacesAfterARestart) {
   // The next turn of the conversation hits the snapshot of prompt + output (23 + 6 - 1 = 28 computed).
   const std::vector<int32_t> turn2 = concat(concat(prompt, first.result.tokens), make_prompt(9, 6));
   const Result want2 = reference(turn2, 5);
-  const Fresh second = run_fresh(turn2, 5, dir.path);
+  const Fresh second = run_fresh(turn2, 5, dir.path());
   EXPECT_EQ(second.result.usage.cached_tokens, 28 / kBlock * kBlock);
   expect_bitwise_equal(second.result, want2);
 }
 
 TEST(EngineSlidingTiers, SnapshotWithoutTheSlidingSpaceIsACleanMiss) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const std::vector<int32_t> prompt = make_prompt(4, 22);
   const Result want = reference(prompt, 5);
-  const Fresh plain = run_fresh(prompt, 5, dir.path, /*sliding=*/false);  // same namespace, one KV space
+  const Fresh plain = run_fresh(prompt, 5, dir.path(), /*sliding=*/false);  // same namespace, one KV space
   expect_bitwise_equal(plain.result, want);
-  const auto files = snapshot_files(dir.path);
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) EXPECT_EQ(file_version(f), 1u) << f << ": no sliding blocks, the old format";
 
-  const Fresh sliding = run_fresh(prompt, 5, dir.path);
+  const Fresh sliding = run_fresh(prompt, 5, dir.path());
   EXPECT_EQ(sliding.result.usage.cached_tokens, 0);
   expect_bitwise_equal(sliding.result, want);
   EXPECT_EQ(sliding.stats.ssd_cache_hits, 0);
   EXPECT_EQ(sliding.stats.ssd_cache_misses, 1);
   EXPECT_EQ(sliding.stats.ssd_cache_quarantined, 0) << "a miss, not damage";
 
-  const Fresh plain_again = run_fresh(prompt, 5, dir.path, /*sliding=*/false);  // its own file still hits
+  const Fresh plain_again = run_fresh(prompt, 5, dir.path(), /*sliding=*/false);  // its own file still hits
   EXPECT_EQ(plain_again.result.usage.cached_tokens, (22 - 1) / kBlock * kBlock);
   expect_bitwise_equal(plain_again.result, want);
 }
@@ -215,7 +217,7 @@ TEST(EngineSlidingTiers, SnapshotWithoutTheSlidingSpaceIsACleanMiss) {
 // RAM tier (so the sliding RAM part drops windows the full part still holds) and the SSD tier at once: every
 // answer equals the uncached one whatever mix of device, RAM and disk blocks served its hit.
 TEST(EngineSlidingTiers, MixedHitsFromEveryTierAreExact) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   std::vector<std::vector<int32_t>> prompts;
   for (int base = 0; base < 3; ++base) {
     const std::vector<int32_t> p = make_prompt(base, 40);
@@ -229,7 +231,7 @@ TEST(EngineSlidingTiers, MixedHitsFromEveryTierAreExact) {
   Runner runner(*m, sliding_runner(/*n_blocks=*/16, /*n_sliding=*/8), cpu_ctx());
   EngineOptions o = engine_opts();
   o.ram_cache_bytes = 16u << 10;  // a few dozen blocks of each space
-  o.ssd_cache_dir = dir.path.string();
+  o.ssd_cache_dir = dir.str();
   Engine e(runner, o);
   uint32_t x = 12345;
   int64_t cached = 0;

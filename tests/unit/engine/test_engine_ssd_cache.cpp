@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../../support/scratch_dir.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
 
@@ -24,8 +25,8 @@ using test::cpu_ctx;
 using test::make_prompt;
 using test::runner_opts;
 using test::snapshot_files;
-using test::TempDir;
 using test::tiny_model;
+using test_support::ScratchDir;
 
 constexpr int32_t kBlock = 4;
 
@@ -101,16 +102,16 @@ void flip_byte(const fs::path& file, std::streamoff offset_from_start) {
 }
 
 TEST(EngineSsdCache, RestartHitsFromSsdBitForBit) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(3, 23);
   const Result ref = run_fresh(greedy(prompt, 6), "", /*cache=*/false);
-  const Result first = run_fresh(greedy(prompt, 6), dir.path);
+  const Result first = run_fresh(greedy(prompt, 6), dir.path());
   EXPECT_EQ(first.usage.cached_tokens, 0);
   expect_bitwise_equal(first, ref);
   EXPECT_TRUE(first.stats.ssd_cache_enabled);
-  EXPECT_FALSE(snapshot_files(dir.path).empty());
+  EXPECT_FALSE(snapshot_files(dir.path()).empty());
 
-  const Result again = run_fresh(greedy(prompt, 6), dir.path);  // new engine, new pool, same directory
+  const Result again = run_fresh(greedy(prompt, 6), dir.path());  // new engine, new pool, same directory
   EXPECT_EQ(again.usage.cached_tokens, (23 - 1) / kBlock * kBlock);
   expect_bitwise_equal(again, ref);
   EXPECT_EQ(again.stats.ssd_cache_hits, 1);
@@ -119,74 +120,74 @@ TEST(EngineSsdCache, RestartHitsFromSsdBitForBit) {
 }
 
 TEST(EngineSsdCache, NextTurnOfAConversationHitsTheSnapshotOfPromptPlusOutput) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(5, 21);
-  const Result first = run_fresh(greedy(prompt, 7), dir.path);
+  const Result first = run_fresh(greedy(prompt, 7), dir.path());
   std::vector<int32_t> turn2 = prompt;
   turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
   const auto more = make_prompt(9, 6);
   turn2.insert(turn2.end(), more.begin(), more.end());
   const Result ref = run_fresh(greedy(turn2, 5), "", /*cache=*/false);
-  const Result second = run_fresh(greedy(turn2, 5), dir.path);
+  const Result second = run_fresh(greedy(turn2, 5), dir.path());
   // The first request computed 21 + 7 - 1 = 27 tokens: 6 full blocks were snapshotted.
   EXPECT_EQ(second.usage.cached_tokens, 27 / kBlock * kBlock);
   expect_bitwise_equal(second, ref);
 }
 
 TEST(EngineSsdCache, DamagedHeaderIsAQuarantinedMissAndTheAnswerIsRight) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(4, 22);
   const Result ref = run_fresh(greedy(prompt, 5), "", false);
-  run_fresh(greedy(prompt, 5), dir.path);
-  const auto files = snapshot_files(dir.path);
+  run_fresh(greedy(prompt, 5), dir.path());
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) flip_byte(f, 30);  // inside the prefix hash of the fixed header
-  const Result again = run_fresh(greedy(prompt, 5), dir.path);
+  const Result again = run_fresh(greedy(prompt, 5), dir.path());
   EXPECT_EQ(again.usage.cached_tokens, 0);
   expect_bitwise_equal(again, ref);
-  EXPECT_GE(quarantined_files(dir.path), 1u);
+  EXPECT_GE(quarantined_files(dir.path()), 1u);
   EXPECT_GE(again.stats.ssd_cache_quarantined, 1);
 }
 
 TEST(EngineSsdCache, DamagedPayloadWithVerifyIsAQuarantinedMiss) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(6, 22);
   const Result ref = run_fresh(greedy(prompt, 5), "", false);
-  run_fresh(greedy(prompt, 5), dir.path);
-  const auto files = snapshot_files(dir.path);
+  run_fresh(greedy(prompt, 5), dir.path());
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) flip_byte(f, static_cast<std::streamoff>(fs::file_size(f)) - 3);  // last tensor
-  const Result again = run_fresh(greedy(prompt, 5), dir.path, true, /*verify=*/true);
+  const Result again = run_fresh(greedy(prompt, 5), dir.path(), true, /*verify=*/true);
   EXPECT_EQ(again.usage.cached_tokens, 0);
   expect_bitwise_equal(again, ref);
   EXPECT_GE(again.stats.ssd_cache_quarantined, 1);
   EXPECT_GE(again.stats.ssd_cache_misses, 1);
-  EXPECT_GE(quarantined_files(dir.path), 1u);
+  EXPECT_GE(quarantined_files(dir.path()), 1u);
 }
 
 TEST(EngineSsdCache, AnotherNamespaceMisses) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(7, 22);
-  run_fresh(greedy(prompt, 5, /*salt=*/0), dir.path);
-  const Result salted = run_fresh(greedy(prompt, 5, /*salt=*/99), dir.path);
+  run_fresh(greedy(prompt, 5, /*salt=*/0), dir.path());
+  const Result salted = run_fresh(greedy(prompt, 5, /*salt=*/99), dir.path());
   EXPECT_EQ(salted.usage.cached_tokens, 0);
   EXPECT_EQ(salted.stats.ssd_cache_hits, 0);
   EXPECT_EQ(salted.stats.ssd_cache_misses, 1);
-  const Result plain = run_fresh(greedy(prompt, 5, 0), dir.path);  // the original namespace still hits
+  const Result plain = run_fresh(greedy(prompt, 5, 0), dir.path());  // the original namespace still hits
   EXPECT_EQ(plain.usage.cached_tokens, (22 - 1) / kBlock * kBlock);
 }
 
 TEST(EngineSsdCache, PartialDeviceHitIsCompletedFromSsd) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(2, 23);
   const Result ref = run_fresh(greedy(prompt, 6), "", /*cache=*/false);
-  run_fresh(greedy(prompt, 6), dir.path);
+  run_fresh(greedy(prompt, 6), dir.path());
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
   EngineOptions o;
   o.max_batch = 2;
   o.max_num_batched_tokens = 16;
-  o.ssd_cache_dir = dir.path;
+  o.ssd_cache_dir = dir.path();
   Engine e(runner, o);
   {  // the first 9 prompt tokens: 2 full blocks end up in the device cache
     Collector c;
@@ -209,14 +210,14 @@ TEST(EngineSsdCache, PartialDeviceHitIsCompletedFromSsd) {
 }
 
 TEST(EngineSsdCache, DeviceHitNeedsNoDiskAndOffMeansOff) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(8, 19);
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
   EngineOptions o;
   o.max_batch = 2;
   o.max_num_batched_tokens = 16;
-  o.ssd_cache_dir = dir.path;
+  o.ssd_cache_dir = dir.path();
   Engine e(runner, o);
   for (int i = 0; i < 2; ++i) {
     Collector c;

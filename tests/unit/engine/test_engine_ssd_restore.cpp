@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "../../support/scratch_dir.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
 
@@ -27,8 +28,8 @@ using test::make_prompt;
 using test::result_of;
 using test::runner_opts;
 using test::snapshot_files;
-using test::TempDir;
 using test::tiny_model;
+using test_support::ScratchDir;
 
 constexpr int32_t kBlock = 4;
 
@@ -91,16 +92,16 @@ size_t quarantined_files(const fs::path& dir) {
 }
 
 TEST(EngineSsdRestore, AnotherSequenceStepsWhileARestoreIsInFlightAndTheRestoreIsExact) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(3, 23);
   const test::GreedyResult ref = run_fresh(prompt, 6, "");
-  run_fresh(prompt, 6, dir.path);  // writes the snapshots
-  ASSERT_FALSE(snapshot_files(dir.path).empty());
+  run_fresh(prompt, 6, dir.path());  // writes the snapshots
+  ASSERT_FALSE(snapshot_files(dir.path()).empty());
 
   Gate gate;
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
-  Engine e(runner, options(dir.path, &gate));
+  Engine e(runner, options(dir.path(), &gate));
   Collector restored, other;
   e.submit(greedy_request(prompt, 6, 3), restored.sink());
   ASSERT_TRUE(gate.wait_entered(1));  // its restore job started and is held
@@ -128,13 +129,13 @@ TEST(EngineSsdRestore, AnotherSequenceStepsWhileARestoreIsInFlightAndTheRestoreI
 }
 
 TEST(EngineSsdRestore, CancellingARequestWhoseRestoreIsInFlightLeaksNoBlock) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(5, 22);
-  run_fresh(prompt, 5, dir.path);
+  run_fresh(prompt, 5, dir.path());
   Gate gate;
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
-  Engine e(runner, options(dir.path, &gate));
+  Engine e(runner, options(dir.path(), &gate));
   const int64_t free0 = e.stats().kv_blocks_free;
   ASSERT_EQ(free0, e.stats().kv_blocks_total);
   Collector c;
@@ -165,14 +166,14 @@ TEST(EngineSsdRestore, CancellingARequestWhoseRestoreIsInFlightLeaksNoBlock) {
 }
 
 TEST(EngineSsdRestore, ASecondRequestForAPrefixBeingRestoredWaitsForThatJob) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(8, 23);
   const test::GreedyResult ref = run_fresh(prompt, 4, "");
-  run_fresh(prompt, 4, dir.path);
+  run_fresh(prompt, 4, dir.path());
   Gate gate;
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
-  Engine e(runner, options(dir.path, &gate));
+  Engine e(runner, options(dir.path(), &gate));
   Collector a, b;
   e.submit(greedy_request(prompt, 4, 3), a.sink());
   ASSERT_TRUE(gate.wait_entered(1));
@@ -194,11 +195,11 @@ TEST(EngineSsdRestore, ASecondRequestForAPrefixBeingRestoredWaitsForThatJob) {
 }
 
 TEST(EngineSsdRestore, DamagedPayloadWithVerifyFailsTheJobPrefillsAndQuarantines) {
-  TempDir dir;
+  ScratchDir dir("bunsen_engine_test");
   const auto prompt = make_prompt(6, 22);
   const test::GreedyResult ref = run_fresh(prompt, 5, "");
-  run_fresh(prompt, 5, dir.path);
-  const auto files = snapshot_files(dir.path);
+  run_fresh(prompt, 5, dir.path());
+  const auto files = snapshot_files(dir.path());
   ASSERT_FALSE(files.empty());
   for (const auto& f : files) {  // one byte of the last tensor's last block (restored: d = 0)
     std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
@@ -214,7 +215,7 @@ TEST(EngineSsdRestore, DamagedPayloadWithVerifyFailsTheJobPrefillsAndQuarantines
   gate.open();  // the hook only counts: the job must have run on a worker
   auto m = tiny_model();
   Runner runner(*m, runner_opts(2, 16, 0, kBlock), cpu_ctx());
-  Engine e(runner, options(dir.path, &gate, /*verify=*/true));
+  Engine e(runner, options(dir.path(), &gate, /*verify=*/true));
   Collector c;
   e.submit(greedy_request(prompt, 5, 3), c.sink());
   ASSERT_TRUE(c.wait());
@@ -229,7 +230,7 @@ TEST(EngineSsdRestore, DamagedPayloadWithVerifyFailsTheJobPrefillsAndQuarantines
   EXPECT_GE(s.ssd_cache_quarantined, 1);
   EXPECT_EQ(s.ssd_cache_restored_bytes, 0);
   EXPECT_EQ(s.ssd_cache_restores_pending, 0);
-  EXPECT_GE(quarantined_files(dir.path), 1u);
+  EXPECT_GE(quarantined_files(dir.path()), 1u);
   EXPECT_EQ(s.kv_blocks_free, s.kv_blocks_total);  // the job's blocks went back (the request's are cached)
 }
 

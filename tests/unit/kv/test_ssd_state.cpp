@@ -10,10 +10,11 @@
 #include <fstream>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "core/status.h"
 #include "kv/ssd_store.h"
-#include "ssd_test_util.h"
 #include "kv/state_checkpoints.h"
+#include "ssd_test_util.h"
 
 namespace bunsen::kv {
 namespace {
@@ -23,6 +24,7 @@ constexpr uint64_t kNs = 0x5eed5eed12345678ull;
 
 using Sample = test::SsdSample;
 using test::read_u32;
+using test_support::ScratchDir;
 
 // 8 tokens = 2 blocks of 4; 2 K/V tensors of [2, 4, 1, 8] bf16, then `n_state` state tensors of 24 + 8 * i bytes.
 Sample make_state_sample(uint64_t prefix_hash, uint32_t seed, uint32_t n_state) {
@@ -67,18 +69,11 @@ void flip_byte(const fs::path& p, uint64_t at) {
 
 class SsdStateTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/bunsen-ssd-state-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+  SsdStoreOptions opts(bool verify = false) const {
+    return SsdStoreOptions{(root_.path() / "c").string(), 1ull << 30, verify};
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  SsdStoreOptions opts(bool verify = false) const { return SsdStoreOptions{(root_ / "c").string(), 1ull << 30, verify}; }
-  fs::path file_of(const SsdEntryKey& k) const { return root_ / "c" / SsdStore::file_name(k); }
-  fs::path root_;
+  fs::path file_of(const SsdEntryKey& k) const { return root_.path() / "c" / SsdStore::file_name(k); }
+  ScratchDir root_{"bunsen-ssd-state"};
 };
 
 TEST_F(SsdStateTest, StatePartIsVersion3AndSurvivesARestartVerified) {

@@ -3,6 +3,7 @@
 // quarantine, crash leftovers, the byte cap, and the failure policy (unwritable/removed/full directory →
 // disabled with one warning, never a throw). Disk-full runs in forked children (tmpfs or RLIMIT_FSIZE).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -11,8 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "core/status.h"
 #include "kv/ssd_store.h"
 #include "ssd_test_util.h"
@@ -29,6 +29,7 @@ using bunsen::kv::SsdEntryKey;
 using bunsen::kv::SsdLayout;
 using bunsen::kv::SsdStore;
 using bunsen::kv::SsdStoreOptions;
+using bunsen::test_support::ScratchDir;
 
 namespace {
 
@@ -89,24 +90,17 @@ int count_warnings(const std::string& err) {
 
 class SsdStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/bunsen-ssd-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    dir_ = root_ / "cache";
-  }
-  void TearDown() override {
+  void TearDown() override {  // a test may leave dir_ read-only
     std::error_code ec;
     fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(root_, ec);
   }
   SsdStoreOptions opts(uint64_t max_bytes = 1ull << 30, bool verify = false) const {
     return SsdStoreOptions{dir_.string(), max_bytes, verify};
   }
   fs::path file_of(const SsdEntryKey& k) const { return dir_ / SsdStore::file_name(k); }
 
-  fs::path root_;
-  fs::path dir_;
+  ScratchDir root_{"bunsen-ssd-test"};
+  fs::path dir_ = root_.path() / "cache";
 };
 
 TEST(SsdChecksum, EverySingleByteFlipAndLengthChangesIt) {
@@ -523,8 +517,8 @@ void expect_disabled_quietly(const SsdStoreOptions& o) {
 }
 
 TEST_F(SsdStoreTest, PathUnderARegularFileDisablesWithOneWarning) {
-  std::ofstream(root_ / "plain") << "x";
-  expect_disabled_quietly(SsdStoreOptions{(root_ / "plain" / "cache").string(), 1 << 20, false});
+  std::ofstream(root_.path() / "plain") << "x";
+  expect_disabled_quietly(SsdStoreOptions{(root_.path() / "plain" / "cache").string(), 1 << 20, false});
 }
 
 TEST_F(SsdStoreTest, ReadOnlyDirectoryDisablesWithOneWarning) {
@@ -533,14 +527,14 @@ TEST_F(SsdStoreTest, ReadOnlyDirectoryDisablesWithOneWarning) {
   bool root_can_write = ::access(dir_.c_str(), W_OK) == 0;  // root ignores permission bits
   if (root_can_write) {
     // Running as root: chmod does not stop writes, force ENOTDIR with a path under a regular file.
-    std::ofstream(root_ / "plain") << "x";
-    return expect_disabled_quietly(SsdStoreOptions{(root_ / "plain" / "c").string(), 1 << 20, false});
+    std::ofstream(root_.path() / "plain") << "x";
+    return expect_disabled_quietly(SsdStoreOptions{(root_.path() / "plain" / "c").string(), 1 << 20, false});
   }
   expect_disabled_quietly(opts());
 }
 
 TEST_F(SsdStoreTest, MissingDirectoryIsCreated) {
-  SsdStore store(SsdStoreOptions{(root_ / "a" / "b" / "c").string(), 1 << 20, false});
+  SsdStore store(SsdStoreOptions{(root_.path() / "a" / "b" / "c").string(), 1 << 20, false});
   EXPECT_TRUE(store.enabled());
   EXPECT_TRUE(put(store, make_sample(1, 1)));
 }

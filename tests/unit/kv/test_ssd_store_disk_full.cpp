@@ -3,14 +3,13 @@
 // forbids it) and EFBIG from RLIMIT_FSIZE. Expected: the entry that fits is written, the one that does not
 // disables the tier with exactly one warning, leaves no temp file, and nothing throws.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -22,12 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "kv/ssd_store.h"
 
 namespace fs = std::filesystem;
 using bunsen::kv::SsdEntryKey;
 using bunsen::kv::SsdLayout;
 using bunsen::kv::SsdStore;
+using bunsen::test_support::ScratchDir;
 
 namespace {
 
@@ -97,19 +98,9 @@ bool mount_tiny_tmpfs(const fs::path& dir) {
 
 class SsdStoreDiskFull : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/bunsen-ssd-full-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    dir_ = root_ / "cache";
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
+  void SetUp() override { fs::create_directories(dir_); }
   std::string child_stderr() const {
-    std::ifstream f(root_ / "stderr.txt");
+    std::ifstream f(root_.path() / "stderr.txt");
     std::stringstream ss;
     ss << f.rdbuf();
     return ss.str();
@@ -120,14 +111,14 @@ class SsdStoreDiskFull : public ::testing::Test {
     for (size_t at = 0; (at = s.find("[bunsen warn] ssd-cache", at)) != std::string::npos; ++at) ++n;
     return n;
   }
-  fs::path root_;
-  fs::path dir_;
+  ScratchDir root_{"bunsen-ssd-full"};
+  fs::path dir_ = root_.path() / "cache";
 };
 
 TEST_F(SsdStoreDiskFull, EnospcOnTinyTmpfsDisablesWithOneWarning) {
   int rc = run_in_child([&] {
     if (!mount_tiny_tmpfs(dir_)) return kSkip;
-    return disk_full_checks(dir_, root_ / "stderr.txt");
+    return disk_full_checks(dir_, root_.path() / "stderr.txt");
   });
   if (rc == kSkip) GTEST_SKIP() << "cannot mount a private tmpfs here (no user/mount namespaces)";
   EXPECT_EQ(rc, 0) << "child check failed (see disk_full_checks for the code)";
@@ -140,7 +131,7 @@ TEST_F(SsdStoreDiskFull, FileSizeLimitDisablesWithOneWarning) {
     ::signal(SIGXFSZ, SIG_IGN);  // otherwise exceeding RLIMIT_FSIZE kills the process
     rlimit lim{64 * 1024, 64 * 1024};
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) return kSkip;
-    return disk_full_checks(dir_, root_ / "stderr.txt");
+    return disk_full_checks(dir_, root_.path() / "stderr.txt");
   });
   if (rc == kSkip) GTEST_SKIP() << "setrlimit(RLIMIT_FSIZE) refused";
   EXPECT_EQ(rc, 0) << "child check failed (see disk_full_checks for the code)";

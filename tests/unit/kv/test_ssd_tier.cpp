@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "kv/ssd_tier.h"
 
 namespace fs = std::filesystem;
@@ -18,17 +19,7 @@ namespace {
 constexpr uint64_t kNs = 0xfeedfacecafebeefull;
 constexpr int32_t kBlockSize = 4;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/bunsen_ssd_tier_XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using bunsen::test_support::ScratchDir;
 
 // n_blocks blocks of 2 tensors, 16 bytes per block each, byte value = tensor * 100 + block.
 SsdSnapshot make_snapshot(int64_t n_blocks, std::vector<SsdSnapshot::Target> targets) {
@@ -53,8 +44,8 @@ SsdStoreOptions opts(const fs::path& dir) {
 }
 
 TEST(SsdTier, WritesEveryTargetAsAPrefixOfTheCopy) {
-  TempDir dir;
-  SsdTier tier(opts(dir.path));
+  ScratchDir dir("bunsen_ssd_tier");
+  SsdTier tier(opts(dir.path()));
   const SsdEntryKey full{kNs, 111}, part{kNs, 222};
   ASSERT_TRUE(tier.wants(full));
   ASSERT_TRUE(tier.submit(make_snapshot(3, {{full, 3}, {part, 2}})));
@@ -75,8 +66,8 @@ TEST(SsdTier, WritesEveryTargetAsAPrefixOfTheCopy) {
 }
 
 TEST(SsdTier, SlidingBlocksAreWrittenPerTargetAsVersion2) {
-  TempDir dir;
-  SsdTier tier(opts(dir.path));
+  ScratchDir dir("bunsen_ssd_tier");
+  SsdTier tier(opts(dir.path()));
   SsdSnapshot s = make_snapshot(4, {});
   s.layout.tensor_bytes.push_back(8);  // one sliding tensor of 8 bytes per block
   s.layout.sliding = {1, 6, 0, 0};
@@ -107,23 +98,23 @@ TEST(SsdTier, SlidingBlocksAreWrittenPerTargetAsVersion2) {
 }
 
 TEST(SsdTier, AKeyIsQueuedOnceAndNotWhenStored) {
-  TempDir dir;
+  ScratchDir dir("bunsen_ssd_tier");
   const SsdEntryKey k{kNs, 5};
   {
-    SsdTier tier(opts(dir.path));
+    SsdTier tier(opts(dir.path()));
     EXPECT_TRUE(tier.submit(make_snapshot(1, {{k, 1}})));
     EXPECT_FALSE(tier.wants(k));
     EXPECT_FALSE(tier.submit(make_snapshot(1, {{k, 1}})));  // debounced
   }  // the destructor drains the queue
-  SsdTier again(opts(dir.path));
+  SsdTier again(opts(dir.path()));
   EXPECT_TRUE(again.store().contains(k));
   EXPECT_FALSE(again.wants(k));  // already on disk
   EXPECT_TRUE(again.wants(SsdEntryKey{kNs, 6}));
 }
 
 TEST(SsdTier, QueueByteCapDropsAndCounts) {
-  TempDir dir;
-  SsdTier tier(opts(dir.path), /*max_pending_bytes=*/64);
+  ScratchDir dir("bunsen_ssd_tier");
+  SsdTier tier(opts(dir.path()), /*max_pending_bytes=*/64);
   EXPECT_FALSE(tier.has_room(1000));
   EXPECT_FALSE(tier.submit(make_snapshot(4, {{SsdEntryKey{kNs, 9}, 4}})));  // 4 * 32 + tokens > 64
   EXPECT_EQ(tier.stats().dropped, 2);
@@ -140,8 +131,8 @@ TEST(SsdTier, DisabledStoreTakesNothing) {
 }
 
 TEST(SsdTier, CountsLookups) {
-  TempDir dir;
-  SsdTier tier(opts(dir.path));
+  ScratchDir dir("bunsen_ssd_tier");
+  SsdTier tier(opts(dir.path()));
   tier.count_lookup(true, 32);
   tier.count_lookup(false, 0);
   tier.count_lookup(false, 0);

@@ -1,9 +1,8 @@
-// Helpers shared by the safetensors/WeightStore tests: a scratch directory, raw file writers, and an
-// assertion that a call throws bunsen::Error whose message contains given facts.
-// Not production code. Invariant: every scratch directory is fresh (mkdtemp) and removed afterwards.
+// Helpers shared by the safetensors/WeightStore tests: raw file writers and an assertion that a call throws
+// bunsen::Error whose message contains given facts. Not production code. Scratch directories come from
+// tests/support/scratch_dir.h.
 #pragma once
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -15,27 +14,6 @@
 #include "core/status.h"
 
 namespace bunsen::model::testutil {
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = testing::TempDir() + "bunsen_st_XXXXXX";
-    char* p = ::mkdtemp(tmpl.data());
-    if (!p) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = p;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/config.h"
 #include "model/convert.h"
@@ -19,8 +20,8 @@ namespace bunsen::model {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 
 TEST(ConvertRule, QuantizableTensors) {
   EXPECT_TRUE(is_quantizable("model.layers.0.self_attn.q_proj.weight", {128, 64}, true, 64));
@@ -57,7 +58,7 @@ std::string tied_checkpoint(const ScratchDir& dir) {
 }
 
 TEST(Convert, DropsWhatMlxLmDropsAndReportsProgress) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   ConvertOptions o;
   o.src = tied_checkpoint(dir);
   o.dst = dir.file("out/nested/q");  // parents are created
@@ -95,7 +96,7 @@ TEST(Convert, DropsWhatMlxLmDropsAndReportsProgress) {
 }
 
 TEST(Convert, FailureLeavesNothingBehind) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   ConvertOptions o;
   o.src = tied_checkpoint(dir);
   o.dst = dir.file("dst");

@@ -3,17 +3,18 @@
 // name, dtype or shape, config.json or a tokenizer file differs. Real files in a scratch directory.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
+#include "../../support/scratch_dir.h"
 #include "model/fingerprint.h"
 #include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
-using testutil::ScratchDir;
+using test_support::ScratchDir;
 using testutil::write_bytes;
 
 OwnedTensor iota_f32(std::initializer_list<int64_t> shape, float start) {
@@ -32,23 +33,23 @@ void write_checkpoint(const std::string& dir, int64_t poke = -1, const std::stri
 }
 
 TEST(Fingerprint, SameContentSameValueAnywhere) {
-  ScratchDir a, b;
+  ScratchDir a("bunsen_st"), b("bunsen_st");
   write_checkpoint(a.path());
   write_checkpoint(b.path());
   EXPECT_EQ(checkpoint_fingerprint(a.path()), checkpoint_fingerprint(b.path()));
 }
 
 TEST(Fingerprint, AnySampledChangeChangesIt) {
-  ScratchDir base;
+  ScratchDir base("bunsen_st");
   write_checkpoint(base.path());
   const uint64_t f0 = checkpoint_fingerprint(base.path());
   const int64_t n = 64 * 33;
   for (int64_t poke : {int64_t{0}, n / 2, n - 1}) {  // first element, the middle window, the last element
-    ScratchDir d;
+    ScratchDir d("bunsen_st");
     write_checkpoint(d.path(), poke);
     EXPECT_NE(checkpoint_fingerprint(d.path()), f0) << "element " << poke;
   }
-  ScratchDir renamed, config;
+  ScratchDir renamed("bunsen_st"), config("bunsen_st");
   write_checkpoint(renamed.path(), -1, "w2");
   write_checkpoint(config.path(), -1, "w", "{\"model_type\":\"llama\",\"rms_norm_eps\":1e-5}");
   EXPECT_NE(checkpoint_fingerprint(renamed.path()), f0);
@@ -68,7 +69,7 @@ TEST(Fingerprint, ShapeAndDtypeCount) {
 }
 
 TEST(Fingerprint, TokenizerFiles) {
-  ScratchDir a, b;
+  ScratchDir a("bunsen_st"), b("bunsen_st");
   write_bytes(a.file("tokenizer.json"), "{\"model\":{}}");
   write_bytes(b.file("tokenizer.json"), "{\"model\":{}}");
   EXPECT_EQ(tokenizer_fingerprint(a.path()), tokenizer_fingerprint(b.path()));

@@ -10,19 +10,20 @@
 #include <fstream>
 #include <map>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/arch/gemma.h"
 #include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
-#include "safetensors_test_util.h"
 #include "model_test_util.h"
+#include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 
 // google/gemma-3-4b-it's config.json (vision_config left out): the text_config omits every default.
 constexpr const char* kGemma3_4b = R"({"architectures":["Gemma3ForConditionalGeneration"],"boi_token_index":255999,
@@ -162,7 +163,7 @@ std::string strip_model(const std::string& name) { return name.substr(std::strin
 
 TEST(GemmaCheckpoint, NameVariantsGiveTheSameLogits) {
   for (bool tied : {false, true}) {
-    ScratchDir plain_dir, hub_dir, hf5_dir;
+    ScratchDir plain_dir("bunsen_st"), hub_dir("bunsen_st"), hf5_dir("bunsen_st");
     write_checkpoint(plain_dir, causal_config(tied), tied, [](const std::string& n) { return n; });
     // Hub gemma-3 / mlx-vlm: language_model.model.* and language_model.lm_head.
     write_checkpoint(hub_dir, wrapper_config(tied), tied, [](const std::string& n) {
@@ -189,7 +190,7 @@ TEST(GemmaCheckpoint, NameVariantsGiveTheSameLogits) {
 }
 
 TEST(GemmaCheckpoint, MissingEmbeddingNamesThePrefixesTried) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   write_checkpoint(dir, causal_config(true), true, [](const std::string& n) { return "text." + n; });
   expect_error([&] { load_model(dir.path()); },
                {"model.embed_tokens.weight", "language_model.model.embed_tokens.weight",
@@ -197,7 +198,7 @@ TEST(GemmaCheckpoint, MissingEmbeddingNamesThePrefixesTried) {
 }
 
 TEST(GemmaCheckpoint, KvLayoutReportsEachLayersWindow) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   write_checkpoint(dir, causal_config(true), true, [](const std::string& n) { return n; });
   auto m = load_model(dir.path());
   const auto layout = m->kv_layout();
@@ -239,7 +240,7 @@ QuantModule quantize_module(const OwnedTensor& w, int64_t rows, int64_t cols, Qu
 TEST(GemmaCheckpoint, Mlx4BitWrapperEqualsDequantizedModel) {
   const std::string quant = R"(,"quantization":{"group_size":32,"bits":4,"mode":"affine"})";
   const ModelConfig plain = parse_config(causal_config(true), "plain");
-  ScratchDir qdir;
+  ScratchDir qdir("bunsen_st");
   std::vector<OwnedTensor> owned;
   std::vector<std::pair<std::string, Tensor>> list;
   WeightStore reference;

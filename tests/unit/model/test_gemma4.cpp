@@ -12,19 +12,20 @@
 #include <fstream>
 #include <map>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/arch/gemma4.h"
 #include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
-#include "safetensors_test_util.h"
 #include "model_test_util.h"
+#include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 
 // Every switch at once: PLE, KV sharing, K=V global layers with their own head_dim, double-wide MLP, MoE.
 std::string text_json(bool tied, const std::string& shapes) {
@@ -204,7 +205,7 @@ TEST(Gemma4Checkpoints, EveryLayoutGivesTheReferenceLogits) {
   for (const bool tied : {true, false}) {
     const ModelConfig c = parse_config(causal_lm_json(tied), "t");
     const Tensors ref = reference(c);
-    ScratchDir ref_dir;
+    ScratchDir ref_dir("bunsen_st");
     auto m = save_and_load(ref_dir, causal_lm_json(tied), ref);
     const std::vector<KvLayerSpec> kv = m->kv_layout();
     ASSERT_EQ(kv.size(), 4u);
@@ -222,7 +223,7 @@ TEST(Gemma4Checkpoints, EveryLayoutGivesTheReferenceLogits) {
         {causal_lm_json(tied), "model.", "lm_head.weight", Experts::kPerExpert},
     };
     for (const Variant& v : variants) {
-      ScratchDir dir;
+      ScratchDir dir("bunsen_st");
       auto mv = save_and_load(dir, v.config, relayout(ref, v.prefix, v.experts, v.head));
       EXPECT_EQ(run_logits(*mv, kPrompt), want) << v.prefix << " tied=" << tied;
     }
@@ -263,7 +264,7 @@ TEST(Gemma4Checkpoints, MlxQuantizedExpertsMatchTheirDequantizedWeights) {
     mlx.emplace(prefix + ".scales", std::move(s16));
     mlx.emplace(prefix + ".biases", std::move(b16));
   }
-  ScratchDir qdir, fdir;
+  ScratchDir qdir("bunsen_st"), fdir("bunsen_st");
   auto q = save_and_load(qdir, wrapper_json(true, R"(,"quantization":{"group_size":32,"bits":4,"mode":"affine"})"), mlx);
   auto f = save_and_load(fdir, wrapper_json(true), deq);
   const std::vector<float> got = run_logits(*q, kPrompt), want = run_logits(*f, kPrompt);
@@ -279,7 +280,7 @@ TEST(Gemma4Checkpoints, MlxQuantizedExpertsMatchTheirDequantizedWeights) {
 TEST(Gemma4Checkpoints, MissingTextModelIsAnErrorNamingThePrefixes) {
   const ModelConfig c = parse_config(causal_lm_json(true), "t");
   Tensors t = relayout(reference(c), "text.", Experts::kStacked, "lm_head.weight");
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   expect_error([&] { save_and_load(dir, causal_lm_json(true), t); }, {"embed_tokens", "model.language_model."});
 }
 

@@ -11,17 +11,18 @@
 #include <fstream>
 #include <map>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
-#include "safetensors_test_util.h"
 #include "model_test_util.h"
+#include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
-using testutil::ScratchDir;
+using test_support::ScratchDir;
 
 constexpr int64_t kE = 4, kK = 2, kD = 64, kI = 32, kLayers = 2;
 const std::string kJson = R"({"model_type":"qwen3_moe","vocab_size":70,"hidden_size":64,"intermediate_size":96,
@@ -128,7 +129,7 @@ TEST(MoeCheckpointLayouts, FloatLayoutsGiveTheReferenceLogitsBitForBit) {
   std::unique_ptr<Model> reference = create_model(cfg, store_of(ref));
   const std::vector<float> want = run_logits(*reference, kTokens);
   for (const std::string layout : {"hf", "hub", "mlx"}) {
-    ScratchDir dir;
+    ScratchDir dir("bunsen_st");
     save(dir, kJson + "}", layout == "hf" ? reference_tensors(cfg) : relayout(ref, layout));
     std::unique_ptr<Model> m = load_model(dir.path());
     const std::vector<float> got = run_logits(*m, kTokens);
@@ -160,7 +161,7 @@ TEST(MoeCheckpointLayouts, QuantizedSwitchMlpMatchesItsDequantizedWeights) {
     std::memcpy(gu + e * 2 * kI * kD + kI * kD, u.data() + e * kI * kD, kI * kD * 4);
   }
   std::memcpy(ref.at(p + ".experts.down_proj").tensor.data, dn.data(), dn.size() * 4);
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   save(dir, kJson + kQuant + "}", file);
   std::unique_ptr<Model> qm = load_model(dir.path());
   std::unique_ptr<Model> fm = create_model(fcfg, store_of(ref));
@@ -191,7 +192,7 @@ TEST(MoeCheckpointLayouts, MissingExpertsNameTheBlock) {
   const ModelConfig cfg = parse_config(kJson + "}", "cfg");
   TensorMap ref = reference_tensors(cfg);
   ref.erase("model.layers.0.mlp.experts.gate_up_proj");
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   save(dir, kJson + "}", ref);
   testutil::expect_error([&] { load_model(dir.path()); }, {"model.layers.0.mlp", "no expert weights"});
 }

@@ -12,19 +12,20 @@
 #include <map>
 #include <optional>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/quant.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
-#include "safetensors_test_util.h"
 #include "model_test_util.h"
+#include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 
 // d_model 64, d_ff 96 (so down_proj needs group 32), 2 layers, vocab 80.
 std::string base_json(bool tied) {
@@ -102,7 +103,7 @@ void check_model(bool tied) {
   const std::string qjson = base_json(tied) + kQuantBlock, fjson = base_json(tied) + "}";
   const ModelConfig qcfg = parse_config(qjson, "q"), fcfg = parse_config(fjson, "f");
   Checkpoint ck = build(qcfg, fcfg);
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   save(dir, qjson, ck.file);
   std::unique_ptr<Model> q = load_model(dir.path());
   std::unique_ptr<Model> f = create_model(fcfg, std::move(ck.reference));
@@ -145,7 +146,7 @@ TEST(QuantModel, MalformedTensorSetsNameTheModule) {
                        const std::function<void(std::map<std::string, OwnedTensor>&)>& edit) {
     Checkpoint ck = build(qcfg, fcfg);
     edit(ck.file);
-    ScratchDir dir;
+    ScratchDir dir("bunsen_st");
     save(dir, config, ck.file);
     load_model(dir.path());
   };

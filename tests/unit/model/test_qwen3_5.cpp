@@ -9,16 +9,17 @@
 #include <fstream>
 #include <map>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/registry.h"
 #include "model/synthetic.h"
-#include "safetensors_test_util.h"
 #include "model_test_util.h"
+#include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
-using testutil::ScratchDir;
+using test_support::ScratchDir;
 
 // The text_config of Qwen/Qwen3.5-4B as published (vision_config left out; layer_types left out so the
 // interval rule is exercised).
@@ -77,7 +78,7 @@ Tensors plain_weights(const ModelConfig& cfg) {
 }
 
 std::vector<float> load_and_run(const std::string& config, const Tensors& file, const std::vector<int32_t>& toks) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   std::vector<std::pair<std::string, Tensor>> list;
   for (const auto& [name, t] : file) list.emplace_back(name, t.tensor);
   write_safetensors(dir.file("model.safetensors"), list);

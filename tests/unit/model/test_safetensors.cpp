@@ -8,15 +8,16 @@
 #include <filesystem>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "model/weights.h"
 #include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
+using test_support::ScratchDir;
 using testutil::expect_error;
 using testutil::le64;
-using testutil::ScratchDir;
 using testutil::st_image;
 using testutil::write_bytes;
 
@@ -34,7 +35,7 @@ OwnedTensor make_tensor(DType dtype, std::initializer_list<int64_t> shape, const
 }
 
 TEST(SafetensorsFormat, RoundTripEveryDtype) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   const std::vector<float> f32 = {1.5f, -2.0f, 3.25f, 1e-20f, -0.0f, 65504.0f};
   std::vector<uint16_t> f16, bf16;
   for (float v : {1.5f, -2.0f, 0.099975586f, 65504.0f}) f16.push_back(f32_to_f16(v));
@@ -102,7 +103,7 @@ TEST(SafetensorsFormat, RoundTripEveryDtype) {
 }
 
 TEST(SafetensorsFormat, HeaderKeysKeepInsertionOrderAndPadding) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor a = OwnedTensor::make(DType::kU8, {3});
   OwnedTensor b = OwnedTensor::make(DType::kU8, {1});
   const std::string path = dir.file("order.safetensors");
@@ -119,7 +120,7 @@ TEST(SafetensorsFormat, HeaderKeysKeepInsertionOrderAndPadding) {
 }
 
 TEST(SafetensorsFormat, WriteRejectsDuplicateAndNonContiguous) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor a = OwnedTensor::make(DType::kF32, {4, 4});
   const std::string path = dir.file("bad.safetensors");
   expect_error(
@@ -137,7 +138,7 @@ TEST(SafetensorsFormat, WriteRejectsDuplicateAndNonContiguous) {
 }
 
 TEST(SafetensorsFormat, MappedFileEmptyAndMissing) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   write_bytes(dir.file("empty"), "");
   MappedFile empty(dir.file("empty"));
   EXPECT_EQ(empty.size(), 0u);
@@ -147,7 +148,7 @@ TEST(SafetensorsFormat, MappedFileEmptyAndMissing) {
 }
 
 TEST(SafetensorsFormat, EmptyHeaderAndZeroSizeOnly) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   write_bytes(dir.file("none.st"), st_image("{}", 0));
   EXPECT_TRUE(parse_file(dir.file("none.st")).tensors.empty());
   write_bytes(dir.file("zero.st"), st_image(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
@@ -160,7 +161,7 @@ TEST(SafetensorsFormat, EmptyHeaderAndZeroSizeOnly) {
 }
 
 TEST(SafetensorsMalformed, TruncatedDataSection) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor a = OwnedTensor::make(DType::kF32, {8});
   const std::string path = dir.file("trunc.safetensors");
   write_safetensors(path, {{"w", a.tensor}});
@@ -251,7 +252,7 @@ std::vector<MalformedCase> malformed_cases() {
 class SafetensorsMalformedTest : public testing::TestWithParam<MalformedCase> {};
 
 TEST_P(SafetensorsMalformedTest, RejectedWithFileAndFact) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   const std::string path = dir.file(std::string(GetParam().label) + ".safetensors");
   write_bytes(path, GetParam().image);
   expect_error([&] { WeightStore::open_file(path); }, {"safetensors: " + path + ": "});

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "../../support/scratch_dir.h"
 #include "core/buffer.h"
 #include "model/safetensors_writer.h"
 #include "model/weights.h"
@@ -19,8 +20,8 @@ namespace bunsen::model {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 
 // A tensor whose bytes are a position-dependent pattern (any dtype: raw bytes).
 OwnedTensor patterned(DType dt, std::initializer_list<int64_t> shape, uint8_t salt) {
@@ -44,7 +45,7 @@ uint64_t header_len(const std::string& bytes) {
 }
 
 TEST(SafetensorsWriter, RoundTripsEveryDtypeAndEdgeShape) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   std::vector<std::pair<std::string, OwnedTensor>> src;
   src.emplace_back("a.bf16", patterned(DType::kBF16, {3, 5}, 1));
   src.emplace_back("b.f16", patterned(DType::kF16, {7}, 2));
@@ -79,7 +80,7 @@ TEST(SafetensorsWriter, RoundTripsEveryDtypeAndEdgeShape) {
 }
 
 TEST(SafetensorsWriter, HeaderIsPaddedToEightBytes) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor t = patterned(DType::kF16, {3}, 9);
   for (int len = 1; len <= 12; ++len) {  // every residue of the header length mod 8
     const std::string name(static_cast<size_t>(len), 'w');
@@ -100,7 +101,7 @@ TEST(SafetensorsWriter, HeaderIsPaddedToEightBytes) {
 }
 
 TEST(SafetensorsWriter, StreamsATensorInPieces) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor big = patterned(DType::kU32, {6, 10}, 11);
   OwnedTensor small = patterned(DType::kBF16, {6, 2}, 12);
   const std::string path = dir.file("parts.safetensors");
@@ -125,7 +126,7 @@ TEST(SafetensorsWriter, StreamsATensorInPieces) {
 }
 
 TEST(SafetensorsWriter, MisuseFailsAndLeavesNoFile) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor a = patterned(DType::kF32, {4}, 1);
   const std::string path = dir.file("bad.safetensors");
   {

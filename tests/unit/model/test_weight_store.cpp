@@ -6,14 +6,15 @@
 #include <cstring>
 #include <numeric>
 
+#include "../../support/scratch_dir.h"
 #include "model/weights.h"
 #include "safetensors_test_util.h"
 
 namespace bunsen::model {
 namespace {
 
+using test_support::ScratchDir;
 using testutil::expect_error;
-using testutil::ScratchDir;
 using testutil::write_bytes;
 
 OwnedTensor iota_f32(std::initializer_list<int64_t> shape, float start) {
@@ -24,7 +25,7 @@ OwnedTensor iota_f32(std::initializer_list<int64_t> shape, float start) {
 
 // Two shards: shard 1 holds a [2, 3] and b [4]; shard 2 holds c [3, 2] (bf16).
 struct ShardedSnapshot {
-  ScratchDir dir;
+  ScratchDir dir{"bunsen_st"};
   OwnedTensor a = iota_f32({2, 3}, 0.0f);
   OwnedTensor b = iota_f32({4}, 100.0f);
   OwnedTensor c = OwnedTensor::make(DType::kBF16, {3, 2});
@@ -68,7 +69,7 @@ TEST(SafetensorsStore, ShardedRoundTrip) {
 }
 
 TEST(SafetensorsStore, SingleFileDirectory) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor w = iota_f32({3}, 1.0f);
   write_safetensors(dir.file("model.safetensors"), {{"w", w.tensor}});
   WeightStore store = WeightStore::open(dir.path());
@@ -80,13 +81,13 @@ TEST(SafetensorsStore, SingleFileDirectory) {
 }
 
 TEST(SafetensorsStore, EmptyDirectory) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   expect_error([&] { WeightStore::open(dir.path()); },
-               {"no model.safetensors or model.safetensors.index.json in " + dir.path()});
+               {"no model.safetensors or model.safetensors.index.json in " + dir.str()});
 }
 
 TEST(SafetensorsStore, MissingTensorNamesFile) {
-  ScratchDir dir;
+  ScratchDir dir("bunsen_st");
   OwnedTensor w = iota_f32({3}, 1.0f);
   const std::string path = dir.file("one.safetensors");
   write_safetensors(path, {{"w", w.tensor}});

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../../support/scratch_dir.h"
 #include "core/status.h"
 #include "text/utf8.h"
 #include "text_test_util.h"
@@ -18,21 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "bunsen_tok_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& content) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << content;
-  }
+using test_support::ScratchDir;
 
- private:
-  std::string path_;
-};
+void write_file(const ScratchDir& d, const std::string& name, const std::string& content) {
+  std::ofstream(d.file(name), std::ios::binary) << content;
+}
 
 std::string load_error(const std::string& dir) {
   try {
@@ -48,38 +39,38 @@ std::string load_error(const std::string& dir) {
 const std::string kMinimal = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})";
 
 TEST(TokenizerLoad, MissingFileNamesIt) {
-  TempDir d;
+  ScratchDir d("bunsen_tok");
   std::string msg = load_error(d.path());
-  EXPECT_NE(msg.find(d.path() + "/tokenizer.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(d.file("tokenizer.json")), std::string::npos) << msg;
 }
 
 TEST(TokenizerLoad, CorruptJsonNamesTheFile) {
-  TempDir d;
-  d.write("tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
+  ScratchDir d("bunsen_tok");
+  write_file(d, "tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {");
   std::string msg = load_error(d.path());
-  EXPECT_NE(msg.find(d.path() + "/tokenizer.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(d.file("tokenizer.json")), std::string::npos) << msg;
   EXPECT_NE(msg.find("invalid JSON"), std::string::npos) << msg;
 }
 
 TEST(TokenizerLoad, UnsupportedPiecesNameFileAndType) {
-  TempDir d;
-  d.write("tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  ScratchDir d("bunsen_tok");
+  write_file(d, "tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
   std::string msg = load_error(d.path());
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Unigram"), std::string::npos) << msg;
-  d.write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})");
+  write_file(d, "tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})");
   msg = load_error(d.path());
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
 }
 
 TEST(TokenizerLoad, BadConfigNamesTokenizerConfig) {
-  TempDir d;
-  d.write("tokenizer.json", kMinimal);
+  ScratchDir d("bunsen_tok");
+  write_file(d, "tokenizer.json", kMinimal);
   EXPECT_NO_THROW(load_tokenizer(d.path()));  // tokenizer_config.json is optional
-  d.write("tokenizer_config.json", "{oops");
+  write_file(d, "tokenizer_config.json", "{oops");
   std::string msg = load_error(d.path());
-  EXPECT_NE(msg.find(d.path() + "/tokenizer_config.json"), std::string::npos) << msg;
-  d.write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  EXPECT_NE(msg.find(d.file("tokenizer_config.json")), std::string::npos) << msg;
+  write_file(d, "tokenizer_config.json", R"({"eos_token": "</s>"})");
   msg = load_error(d.path());
   EXPECT_NE(msg.find("tokenizer_config.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("</s>"), std::string::npos) << msg;
