@@ -3,14 +3,14 @@
 # opt-in GPU paths that were built without a GPU, within one device command (<= 10 minutes).
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
-# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, ctrig, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
+# STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_kv, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table trace_shapes, then
-# SERVE_KV="off fp8" serve_kv and ctrig. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table serve_bulk
+# trace_shapes; on an H100 MBT="512 1024" serve_mbt. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
-# Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, ctrig ~3, serve_kv ~1.2 per mode, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
+# Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, serve_kv ~1.2 per mode, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
 # attn ~2, attn_llama ~1.5-2, sanitize ~0.5-2, decode ~4, families ~3.5, defaults ~2, sampled ~1.5, table ~2, serve ~2-3 (64 streams
 # greedy and sampled, then 256 greedy unless SERVE_256=0), serve_trace ~1.5, serve_mbt ~2, serve_b8 ~1, serve_relay ~2,
 # bulk ~2-3.5, serve_bulk ~2, fused ~3,
@@ -179,13 +179,6 @@ boundary() {  # the step's head and tail: the fused tail (BUNSEN_FUSED_TAIL), th
     NEW_T=${NEW_T:-240} new
   ABENV_SHAPES=${BOUNDARY_SHAPES:-1b:llama3.2-1b 8b:llama3.1-8b 8b_q4:llama3.1-8b:4 qwen35:qwen3.5-4b e4b:gemma4-e4b} \
     ABENV_CASES="default: off:BUNSEN_FUSED_TAIL=0,BUNSEN_IDS_DIRECT=0 tail:BUNSEN_IDS_DIRECT=0" abenv
-}
-
-ctrig() {  # the combine letting the o-projection launch before its own wait (BUNSEN_DECODE_COMBINE_TRIGGER=2)
-  # against after it (the default, 1): the decode tests under it, then batch-1 decode on CTRIG_SHAPES
-  BUNSEN_DECODE_COMBINE_TRIGGER=2 NEW_OUT=ctrig_tests NEW_TESTS='*CudaDecodeTest*:*Pipelined*' NEW_T=${NEW_T:-90} new
-  ABENV_SHAPES=${CTRIG_SHAPES:-1b:llama3.2-1b 8b_q4:llama3.1-8b:4 8b:llama3.1-8b} \
-    ABENV_CASES="default: early:BUNSEN_DECODE_COMBINE_TRIGGER=2" abenv
 }
 
 gateup() {  # the strided norm GEMV (the default since the thirty-third session) and the GEMV tests after
@@ -501,7 +494,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary ctrig gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_kv serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_kv serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

@@ -35,15 +35,14 @@ static_assert(kCombineBatch == 32, "slice s0 + j's weight is lane j's");
 // this grid only, so this grid completes after the slice kernel (whose single-slice rows it reads) has.
 __device__ __forceinline__ bool wait_for_partials(const DecodeArgs& a, int n, uint64_t t_entry,
                                                   uint64_t& t_wait) {
-  // BUNSEN_DECODE_COMBINE_TRIGGER=2 (an A/B): before the wait, so the o-projection's blocks get resident
-  // while the slice kernel runs.
-  if (a.combine_trigger == 2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the slice kernel's partials are complete
   // The slice kernel has completed (its blocks left the SMs): the next kernel (the o-projection) may get its
   // blocks resident and start its weight loads while this grid merges (BUNSEN_DECODE_COMBINE_TRIGGER=0: only
   // when this grid ends). Measured on the H200, 8B: bf16 +0.6 %, 4-bit +2.4 %, 8-bit +1.4 %; 1B within noise.
-  // Earlier still (this kernel and the slice kernel both triggering before their waits, so the o-projection's
-  // blocks get resident while the slice kernel runs) loses on the H100: 1B -6.5 %, 8B -8.9 % (4-bit +0.8 %).
+  // Earlier triggers lose on the H100 (tok/s): this kernel and the slice kernel both before their waits (the
+  // o-projection's blocks resident while q/k/v and the slice kernel run) 1B -6.5 %, 8B -8.9 %, 8B 4-bit
+  // +0.8 %; this kernel alone before its wait (resident during the slice kernel) 1B -4.3 %, 8B -8.6 %, 8B
+  // 4-bit +0.9 %, 1B 4-bit +0.1 %, 8B 8-bit -30.8 %.
   if (a.combine_trigger == 1) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   t_wait = stamp_if(a.timing);
   if (n > 1) return false;
@@ -206,7 +205,7 @@ void launch_combine(cudaStream_t s, DecodeArgs a, const DevAttention& at) {
   cfg.numAttrs = 1;
   static const int trigger = [] {
     const int v = env_int("BUNSEN_DECODE_COMBINE_TRIGGER", 1);
-    return v >= 0 && v <= 2 ? v : 1;
+    return v == 0 ? 0 : 1;
   }();
   a.combine_trigger = trigger;
   static const int64_t prefetch_cap = int64_t{env_int("BUNSEN_L2_PREFETCH", 0)} << 20;

@@ -46,8 +46,7 @@ struct DecodeArgs : PagedArgs {
   // cluster instance does), Q and the newest block after it. BUNSEN_DECODE_EARLY=0 turns it off.
   int early_kv = 0;
   // combine_kernel lets its dependent (the o-projection) launch once its own wait has returned (the slice
-  // kernel has completed, so its blocks no longer hold the SMs); BUNSEN_DECODE_COMBINE_TRIGGER=0: at its end;
-  // 2: before its wait (an A/B).
+  // kernel has completed, so its blocks no longer hold the SMs); BUNSEN_DECODE_COMBINE_TRIGGER=0: at its end.
   int combine_trigger = 1;
   // combine_kernel's blocks ask L2 to fetch [prefetch, prefetch + prefetch_bytes) (a slice each, 16-byte
   // multiples) before their wait, while the slice kernel runs: the o-projection then streams its weights from
