@@ -1,6 +1,7 @@
 // Args parsing and help formatting.
 #include "cli/args.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
@@ -13,6 +14,37 @@ const OptionSpec* find(const std::vector<OptionSpec>& specs, const std::string& 
   for (const auto& s : specs)
     if (s.name == name || (!s.short_name.empty() && s.short_name == name)) return &s;
   return nullptr;
+}
+
+constexpr size_t kHelpIndent = 30;  // the column option help starts at
+constexpr size_t kHelpWidth = 100;  // help lines wrap at word boundaries before this column
+
+// `text` starting at column `indent`, each of its lines wrapped at spaces into lines of at most kHelpWidth
+// columns (a word longer than a line stays whole), continuation lines indented to `indent`.
+std::string wrap_help(const std::string& text, size_t indent) {
+  std::string out;
+  size_t col = indent, at = 0;
+  while (at < text.size()) {
+    if (text[at] == '\n') {
+      out += '\n' + std::string(indent, ' ');
+      col = indent;
+      ++at;
+      continue;
+    }
+    const size_t end = std::min(text.find_first_of(" \n", at), text.size());
+    const size_t len = end - at;
+    if (col > indent && col + 1 + len > kHelpWidth) {
+      out += '\n' + std::string(indent, ' ');
+      col = indent;
+    } else if (col > indent) {
+      out += ' ';
+      ++col;
+    }
+    out.append(text, at, len);
+    col += len;
+    at = end < text.size() && text[end] == ' ' ? end + 1 : end;
+  }
+  return out;
 }
 
 }  // namespace
@@ -82,15 +114,17 @@ std::optional<double> Args::number(const std::string& name) const {
 double Args::number(const std::string& name, double def) const { return number(name).value_or(def); }
 
 std::string format_help(const std::string& usage, const std::string& summary, const std::vector<OptionSpec>& specs) {
-  std::string out = "usage: " + usage + "\n\n" + summary + "\n\noptions:\n";
+  std::string out = "usage: " + usage + "\n\n" + wrap_help(summary, 0) + "\n\noptions:\n";
   for (const auto& s : specs) {
     std::string left = "  ";
     if (!s.short_name.empty()) left += "-" + s.short_name + ", ";
     left += "--" + s.name;
     if (!s.value_name.empty()) left += " " + s.value_name;
-    if (left.size() < 30) left.resize(30, ' ');
-    else left += "\n" + std::string(30, ' ');
-    out += left + s.help + "\n";
+    if (left.size() < kHelpIndent)
+      left.resize(kHelpIndent, ' ');
+    else
+      left += "\n" + std::string(kHelpIndent, ' ');
+    out += left + wrap_help(s.help, kHelpIndent) + "\n";
   }
   return out;
 }

@@ -34,6 +34,8 @@ class Args {
   std::vector<std::string> positional_;
 };
 
+// "usage: ...", the summary, then one entry per option: its names from column 2, its help from column 30;
+// the summary and the help wrapped at word boundaries before column 100.
 std::string format_help(const std::string& usage, const std::string& summary, const std::vector<OptionSpec>& specs);
 
 }  // namespace bunsen::cli

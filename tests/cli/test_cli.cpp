@@ -202,6 +202,37 @@ TEST(Cli, ErrorsAreOneLineWithExitCodes) {
   EXPECT_NE(oob.err.find("out of range"), std::string::npos) << oob.err;
 }
 
+// Every verb's --help: exit 0 on stdout, its usage line first, every line within 100 columns (long option
+// help wraps at word boundaries, continuation lines under the help column), and a wrapped help text keeps its
+// words in order.
+TEST(Cli, HelpOfEveryVerbFitsOneHundredColumns) {
+  for (const char* verb :
+       {"serve", "generate", "benchmark", "convert", "fit", "template", "tokenize", "detokenize"}) {
+    Proc h = run(std::string(verb) + " --help");
+    EXPECT_EQ(h.code, 0) << verb << ": " << h.err;
+    EXPECT_EQ(h.out.rfind(std::string("usage: bunsen ") + verb, 0), 0u) << h.out;
+    EXPECT_NE(h.out.find("\noptions:\n"), std::string::npos) << h.out;
+    std::istringstream lines(h.out);
+    int n = 0;
+    for (std::string line; std::getline(lines, line); ++n)
+      EXPECT_LE(line.size(), 100u) << verb << ": " << line;
+    EXPECT_GT(n, 5) << h.out;
+  }
+  Proc serve = run("serve --help");
+  const size_t at = serve.out.find("  --kv-quant off|4|8|fp8|config");
+  ASSERT_NE(at, std::string::npos) << serve.out;
+  const size_t end = serve.out.find("\n  --", at + 1);
+  std::string entry = serve.out.substr(at, end - at), joined;
+  const size_t cont = entry.find("\n" + std::string(30, ' '));  // a continuation line under the help column
+  ASSERT_NE(cont, std::string::npos) << entry;
+  EXPECT_NE(entry[cont + 31], ' ') << entry;
+  std::istringstream words(entry);
+  for (std::string w; words >> w;) joined += (joined.empty() ? "" : " ") + w;
+  EXPECT_NE(joined.find("fp8 (e4m3, one f32 scale per token and kv head), or config"), std::string::npos)
+      << joined;
+  EXPECT_NE(joined.find("so decode is slower (docs/PERFORMANCE.md)"), std::string::npos) << joined;
+}
+
 TEST(Cli, MissingTensorAndShapeMismatch) {
   // A real checkpoint directory with one tensor removed / one tensor of the wrong shape.
   Proc ok = run("generate --prompt-tokens 1 --max-tokens 1 --json");  // makes sure the demo exists
