@@ -7,7 +7,7 @@
 # defaults, table, serve, serve_kv, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table serve_bulk
-# trace_shapes; on an H100 MBT="512 1024" serve_mbt. timeline: a block timeline of the
+# trace_shapes. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
 # Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, serve_kv ~1.2 per mode, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
@@ -374,8 +374,8 @@ serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle 
 }
 
 serve_mbt() {  # 64 streams with other step budgets: --max-num-batched-tokens each of MBT (default "512 1024";
-  # the server's default is 2048; 4096 and 8192 measured no gain on the H200). Smaller steps spread a wave's
-  # prompts over more steps, so more decode rows ride in prefill steps; scripts/serve_model.py predicts +3 %.
+  # the server's default is 2048; 4096 and 8192 measured no gain on the H200, 512 / 1024 -6.9 / -2.5 % on the
+  # H100 where scripts/serve_model.py had predicted +3 % at 512).
   local seed=4 n
   for n in ${MBT:-512 1024}; do
     SERVE_ARGS="--max-num-batched-tokens $n" TAG=_mbt$n serve_run 64 "greedy:$seed"

@@ -12,7 +12,9 @@ one finishes. A step costs max(weight stream, GEMM compute of its tokens) + deco
 the packed kernel's rate) + prefill attention (its FLOPs) + a fixed host/launch part. The card constants are the
 measured ones of docs/PERFORMANCE.md (8B bf16: 15.01 GB of weights; H100 probe 3.02 TB/s, pp2048 ~39.4k tok/s;
 the packed decode attention ~2.35-2.9 TB/s on both cards); --fixed-ms calibrates the model to a measured run
-(H100, 64 streams, budget 2048: 3,559 tok/s).
+(H100, 64 streams, budget 2048: 3,559 tok/s). Known miss: it reads budgets of 512 / 1024 tokens at +3 % / +1 %
+over 2048, where the H100 measured -6.9 % / -2.5 % (thirty-fifth session): a mixed step costs more than its
+max(weights, GEMM) term (small GEMMs below the matmul rate, the varlen prefill attention per chunk).
 """
 import argparse
 import json
