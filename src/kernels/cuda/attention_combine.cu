@@ -43,7 +43,7 @@ __device__ __forceinline__ bool wait_for_partials(const DecodeArgs& a, int n, ui
   // o-projection's blocks resident while q/k/v and the slice kernel run) 1B -6.5 %, 8B -8.9 %, 8B 4-bit
   // +0.8 %; this kernel alone before its wait (resident during the slice kernel) 1B -4.3 %, 8B -8.6 %, 8B
   // 4-bit +0.9 %, 1B 4-bit +0.1 %, 8B 8-bit -30.8 %.
-  if (a.combine_trigger == 1) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (a.combine_trigger) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   t_wait = stamp_if(a.timing);
   if (n > 1) return false;
   record_block(a.timing, kTimingCombine, a.timing_layer, blockIdx.x, t_entry, t_wait, t_wait, t_wait, n);
@@ -203,11 +203,8 @@ void launch_combine(cudaStream_t s, DecodeArgs a, const DevAttention& at) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  static const int trigger = [] {
-    const int v = env_int("BUNSEN_DECODE_COMBINE_TRIGGER", 1);
-    return v == 0 ? 0 : 1;
-  }();
-  a.combine_trigger = trigger;
+  static const bool trigger = env_flag("BUNSEN_DECODE_COMBINE_TRIGGER", true);
+  a.combine_trigger = trigger ? 1 : 0;
   static const int64_t prefetch_cap = int64_t{env_int("BUNSEN_L2_PREFETCH", 0)} << 20;
   const int64_t pf = std::min(at.prefetch_bytes, prefetch_cap);
   if (at.prefetch != nullptr && pf >= 16 && reinterpret_cast<uintptr_t>(at.prefetch) % 16 == 0) {
