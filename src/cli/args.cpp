@@ -19,19 +19,13 @@ const OptionSpec* find(const std::vector<OptionSpec>& specs, const std::string& 
 constexpr size_t kHelpIndent = 30;  // the column option help starts at
 constexpr size_t kHelpWidth = 100;  // help lines wrap at word boundaries before this column
 
-// `text` starting at column `indent`, each of its lines wrapped at spaces into lines of at most kHelpWidth
-// columns (a word longer than a line stays whole), continuation lines indented to `indent`.
+// `text` starting at column `indent`, wrapped at spaces into lines of at most kHelpWidth columns (a word
+// longer than a line stays whole), continuation lines indented to `indent`.
 std::string wrap_help(const std::string& text, size_t indent) {
   std::string out;
   size_t col = indent, at = 0;
   while (at < text.size()) {
-    if (text[at] == '\n') {
-      out += '\n' + std::string(indent, ' ');
-      col = indent;
-      ++at;
-      continue;
-    }
-    const size_t end = std::min(text.find_first_of(" \n", at), text.size());
+    const size_t end = std::min(text.find(' ', at), text.size());
     const size_t len = end - at;
     if (col > indent && col + 1 + len > kHelpWidth) {
       out += '\n' + std::string(indent, ' ');
@@ -42,7 +36,7 @@ std::string wrap_help(const std::string& text, size_t indent) {
     }
     out.append(text, at, len);
     col += len;
-    at = end < text.size() && text[end] == ' ' ? end + 1 : end;
+    at = end + 1;
   }
   return out;
 }
