@@ -4,7 +4,7 @@
 #   here:  scripts/gpu-check.sh pack build   (the carry limit: see below)
 #   there: device tool, carry [".gpu"], command: bash scripts/gpu-session.sh [STAGE...]
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
-# defaults, table, serve, serve_kv, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
+# defaults, table, serve, serve_kv, serve_kvq, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
 # (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table serve_bulk
 # trace_shapes. timeline: a block timeline of the
@@ -361,6 +361,24 @@ serve_kv() {  # 64 streams of the 8B with a quantized KV cache (SERVE_KV: --kv-q
   for q in ${SERVE_KV:-fp8 8}; do SERVE_ARGS="--kv-quant $q" TAG=_kv$q serve_run 64 "greedy:3"; done
 }
 
+qkv() {  # the quantized cache's tests (the packed tensor-core kernel's included), then its micro-benchmark
+  NEW_TESTS='*QuantKv*' NEW_OUT=qkv_tests NEW_T=${QKV_T:-180} new
+  grep -hE 'Failure|worst at|not taken|Which is' "$R/qkv_tests.txt" | head -20
+  BUNSEN_BENCH_ATTENTION=1 timeout 150 "$G/test_cuda" --gtest_filter='*DecodeAttentionBenchQuantized*' \
+    >"$R/qkv_bench.txt" 2>&1
+  grep -h '^\[ bench' "$R/qkv_bench.txt"
+  snap
+}
+
+serve_kvq() {  # the same, each --kv-quant mode (SERVE_KV, default "8 fp8") on the packed tensor-core kernel
+  # (attention_decode_qmma.cu, BUNSEN_DECODE_QUANT_MMA=1) and then on the SIMT kernel (=0), same seeds
+  local q
+  for q in ${SERVE_KV:-8 fp8}; do
+    BUNSEN_DECODE_QUANT_MMA=1 SERVE_ARGS="--kv-quant $q" TAG=_kv${q}_tc serve_run 64 "greedy:3"
+    BUNSEN_DECODE_QUANT_MMA=0 SERVE_ARGS="--kv-quant $q" TAG=_kv${q}_simt serve_run 64 "greedy:3"
+  done
+}
+
 serve_trace() {  # a kernel trace of the server under 64 streams: GPU busy/idle and where the busy time goes
   [ -f "$G/lib/libbunsen_kernel_trace.so" ] || return 0
   LD_PRELOAD=$PWD/$G/lib/libbunsen_kernel_trace.so BUNSEN_KERNEL_TRACE="$R/trace_serve.csv" TAG=_traced \
@@ -494,7 +512,7 @@ trace_shapes() {  # per-op kernel traces of TRACE_SHAPES ("name:synthetic-shape[
   done
 }
 
-STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_kv serve_trace \
+STAGES="new tests q8 xb qnorm abenv lean l2 staged boundary gateup moe splits attn attn_llama sanitize decode families sampled defaults table serve serve_kv qkv serve_kvq serve_trace \
 serve_mbt serve_b8 serve_relay bulk serve_bulk fused fused_timing fused_ncu fused_sanitize timeline trace trace8 trace_shapes"
 [ $# -gt 0 ] || set -- tests table serve trace8
 for stage in "$@"; do

@@ -147,6 +147,7 @@ inline void reset_decode_switches() {
   cuda::set_attention_decode_variant_for_testing(0);
   cuda::set_attention_decode_path_for_testing(0);
   cuda::set_attention_decode_combine_for_testing(0);
+  cuda::set_attention_decode_quant_mma_for_testing(0);
 }
 
 inline void check_attention(Context& ctx, const Scenario& s, const std::string& what, uint32_t seed = 301) {

@@ -10,6 +10,7 @@
 // of the newest key per layer (the model's order: what the cluster path's early copies overlap with).
 // DecodeAttentionBenchBatched compares, at batch 16/64/256 x 1k/4k keys, the split kernel with the packed
 // kernel of batched steps (one kv head per warp, BUNSEN_DECODE_BATCHED), its slice counts, and the choice.
+// DecodeAttentionBenchQuantized: batched steps over an int8 / fp8 cache, tensor cores vs SIMT vs bf16.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,10 +51,13 @@ struct BenchResult {
 // dim] instead of [slot, kv head, dim] (strided views of the same buffers: what a head-major pool would
 // give each warp, one contiguous 4 KB run per cache block; not with with_write). depth: as
 // set_attention_decode_packed_depth_for_testing. shuffle false: each row's cache blocks in id order (a
-// row's keys contiguous in memory) instead of ids shuffled over the pool.
+// row's keys contiguous in memory) instead of ids shuffled over the pool. kv_bits 8: an int8 cache (kv_fp8:
+// e4m3; 4: int4) in groups of 64 dims, codes and params as --kv-quant stores them (bytes counted: codes and
+// params).
 BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int path, int combine = 0,
                          int splits = 0, int decode_path = 0, bool with_write = false, int batched = 0,
-                         int bulk = 0, bool hnd = false, int depth = 0, bool shuffle = true) {
+                         int bulk = 0, bool hnd = false, int depth = 0, bool shuffle = true, int kv_bits = 0,
+                         bool kv_fp8 = false) {
   const int64_t n_heads = sh.n_heads, n_kv_heads = sh.n_kv_heads, head_dim = sh.head_dim;
   cuda::set_attention_flash_decode_for_testing(path == 2);
   cuda::set_attention_decode_variant_for_testing(path == 1 ? 1 : 0);
@@ -63,6 +67,7 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_decode_batched_for_testing(batched);
   cuda::set_attention_decode_bulk_for_testing(bulk);
   cuda::set_attention_decode_packed_depth_for_testing(depth);
+  cuda::set_attention_decode_quant_mma_for_testing(path == 0 ? 2 : 1);  // (quantized caches only)
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Context c;
@@ -70,15 +75,30 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   const Device dev = Device::cuda(cuda::current_device());
   const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock, n_blocks = batch * blocks_per_seq;
   const int64_t width = std::max<int64_t>(blocks_per_seq, 8192 / kBlock);  // a runner's max_context >= 8k
-  const size_t cache_bytes = static_cast<size_t>(n_blocks * kBlock * n_kv_heads * head_dim) * 2;
+  const bool quant = kv_bits != 0;
+  constexpr int kQGroup = 64;
+  const int64_t n_rows = n_blocks * kBlock * n_kv_heads, par_per_row = 2 * (head_dim / kQGroup);
+  const int64_t row_code_bytes = quant ? head_dim * kv_bits / 8 : 2 * head_dim;
+  const size_t cache_bytes = static_cast<size_t>(n_rows * row_code_bytes);
+  const size_t par_bytes = quant ? static_cast<size_t>(n_rows * par_per_row) * sizeof(float) : 0;
   const int64_t n_caches =
-      std::min<int64_t>(kLayers, (int64_t{256} << 20) / static_cast<int64_t>(cache_bytes) + 1);
-  std::vector<cuda::DeviceBuffer> ks, vs;
+      std::min<int64_t>(kLayers, (int64_t{256} << 20) / static_cast<int64_t>(cache_bytes + par_bytes) + 1);
+  std::vector<cuda::DeviceBuffer> ks, vs, kps, vps;
+  // Params (scale 0.01, bias -0.5 per group; e4m3 bias 0), the same for every row.
+  std::vector<float> par(quant ? static_cast<size_t>(n_rows * par_per_row) : 0);
+  for (size_t i = 0; i < par.size(); ++i) par[i] = i % 2 == 0 ? 0.01f : kv_fp8 ? 0.0f : -0.5f;
   for (int64_t i = 0; i < n_caches; ++i) {
     ks.emplace_back(cache_bytes);
     vs.emplace_back(cache_bytes);
-    cudaMemset(ks.back().data(), 0x3c, cache_bytes);  // bf16 0x3c3c ~ 0.0115 everywhere
+    // bf16 0x3c3c ~ 0.0115 everywhere; int8 code 60; int4 codes 12 and 3; e4m3 0x3c = 1.5
+    cudaMemset(ks.back().data(), 0x3c, cache_bytes);
     cudaMemset(vs.back().data(), 0x3c, cache_bytes);
+    if (quant) {
+      kps.emplace_back(par_bytes);
+      vps.emplace_back(par_bytes);
+      cudaMemcpy(kps.back().data(), par.data(), par_bytes, cudaMemcpyHostToDevice);
+      cudaMemcpy(vps.back().data(), par.data(), par_bytes, cudaMemcpyHostToDevice);
+    }
   }
   std::mt19937 rng(501);
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
@@ -112,9 +132,19 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   auto layers = [&] {
     for (int64_t l = 0; l < kLayers; ++l) {
       const auto i = static_cast<size_t>(l % n_caches);
-      const std::initializer_list<int64_t> shape = {n_blocks, kBlock, n_kv_heads, head_dim};
-      PagedKv cache{Tensor::view(ks[i].data(), DType::kBF16, shape, dev),
-                    Tensor::view(vs[i].data(), DType::kBF16, shape, dev)};
+      const std::initializer_list<int64_t> shape = {n_blocks, kBlock, n_kv_heads,
+                                                    quant ? row_code_bytes : head_dim};
+      const std::initializer_list<int64_t> pshape = {n_blocks, kBlock, n_kv_heads, par_per_row};
+      const DType cdt = quant ? DType::kU8 : DType::kBF16;
+      PagedKv cache{Tensor::view(ks[i].data(), cdt, shape, dev), Tensor::view(vs[i].data(), cdt, shape, dev)};
+      if (quant)
+        cache = PagedKv{cache.k,
+                        cache.v,
+                        Tensor::view(kps[i].data(), DType::kF32, pshape, dev),
+                        Tensor::view(vps[i].data(), DType::kF32, pshape, dev),
+                        kv_bits,
+                        kQGroup,
+                        kv_fp8};
       if (hnd)
         for (Tensor* t : {&cache.k, &cache.v}) {
           t->strides[1] = head_dim;           // slot
@@ -162,10 +192,12 @@ BenchResult bench_decode(const BenchShape& sh, int64_t batch, int64_t ctx, int p
   cuda::set_attention_decode_batched_for_testing(0);
   cuda::set_attention_decode_bulk_for_testing(0);
   cuda::set_attention_decode_packed_depth_for_testing(0);
+  cuda::set_attention_decode_quant_mma_for_testing(0);
   BenchResult r;
   r.us_per_layer = 1000.0 * ms / (kReps * kLayers);
   const int64_t visible = sh.window > 0 ? std::min<int64_t>(ctx, sh.window) : ctx;
-  const double bytes = static_cast<double>(batch * visible * n_kv_heads * head_dim) * 2 * 2;
+  const double row_bytes = static_cast<double>(row_code_bytes + (quant ? par_per_row * 4 : 0));
+  const double bytes = static_cast<double>(batch * visible * n_kv_heads) * row_bytes * 2;
   r.gb_per_s = bytes / (r.us_per_layer * 1e3);
   return r;
 }
@@ -314,6 +346,31 @@ TEST_F(CudaTest, DecodeAttentionBenchPackedProbe) {
 // The wide heads (256/512) of Gemma 4 E4B and Qwen3.5 4B: tensor-core flash-decoding against the SIMT
 // flash-decoding kernel (256) or attention.cu's general kernel (512, which SIMT flash-decoding does not
 // take). BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchWideHeads*'
+// Batched decode steps over a quantized cache (int8 / e4m3 / int4, groups of 64): the packed tensor-core
+// kernel (attention_decode_qmma.cu) against the SIMT kernel (variant 1) and against a bf16 cache on the
+// packed bf16 kernel, at 64 and 256 rows x 1k keys and 64 x 4k. GB/s counts the bytes each cache holds per
+// key.
+TEST_F(CudaTest, DecodeAttentionBenchQuantized) {
+  const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
+  if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
+  struct Kind {
+    const char* name;
+    int path, bits;
+    bool fp8;
+  };
+  const Kind kinds[] = {{"bf16 packed", 0, 0, false}, {"int8 tensor cores", 0, 8, false},
+                        {"int8 SIMT", 1, 8, false},   {"fp8 tensor cores", 0, 8, true},
+                        {"fp8 SIMT", 1, 8, true},     {"int4 tensor cores", 0, 4, false},
+                        {"int4 SIMT", 1, 4, false}};
+  for (auto [batch, ctx] : {std::pair<int64_t, int64_t>{64, 1024}, {256, 1024}, {64, 4096}})
+    for (const Kind& k : kinds) {
+      const BenchResult r = bench_decode(kLlama, batch, ctx, k.path, 0, 0, 1, false, k.path == 0 ? 2 : 1, 0,
+                                         false, 0, true, k.bits, k.fp8);
+      std::printf("[ bench ] quantized %s batch %lld ctx %lld: %.1f us/layer, %.0f GB/s\n", k.name,
+                  (long long)batch, (long long)ctx, r.us_per_layer, r.gb_per_s);
+    }
+}
+
 TEST_F(CudaTest, DecodeAttentionBenchWideHeads) {
   const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
   if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";

@@ -3,7 +3,8 @@
 // cache matches kernels/ref over the same codes for decode steps (the SIMT flash-decoding kernel: GQA
 // 1/3/4/8, head_dim 64/128/80/256/72, block sizes 16 and 5, forced slice counts), prefill chunks and mixed
 // steps (the tensor-core kernel for bf16 q and head_dim 64/128, else the general tiled kernel), sliding
-// windows and softcap, and groups the decode kernel does not take (group 4: routed to the general kernel).
+// windows and softcap, and groups the decode kernel does not take (group 4: routed to the general kernel);
+// batched decode steps on the packed tensor-core kernel within f16 rounding.
 #include <cstring>
 
 #include "attention_test_util.h"
@@ -95,8 +96,9 @@ void expect_same_cache(const DeviceQuantCache& d, const QuantCache& want, const 
 
 // paged_attention on the device over the codes of the scenario's (f32, random) cache vs ref over the same
 // codes on the host.
-void check_quant_attention(Context& ctx, Scenario s, Fmt f, int group, const std::string& what,
-                           uint32_t seed = 501) {
+// Returns the device output; tol < 0: the default tolerance below.
+std::vector<float> check_quant_attention(Context& ctx, Scenario s, Fmt f, int group, const std::string& what,
+                                         uint32_t seed = 501, float tol = -1.0f) {
   s.cache_dtype = DType::kF32;
   std::mt19937 rng(seed);
   Batch b = make_batch(s, rng);
@@ -109,8 +111,10 @@ void check_quant_attention(Context& ctx, Scenario s, Fmt f, int group, const std
   paged_attention(ctx, d.out.tensor, d.q.tensor, dc.cache(), d.meta(), s.params);
   // bf16 outputs: twice the bf16 storage tolerance, since the tensor-core prefill kernel rounds the
   // dequantized K/V tiles to bf16 once more (the reference dequantizes in f32); seen at 1.2e-2 on the H200.
-  const float tol = s.out_dtype == DType::kBF16 ? 2e-2f : 1e-4f;
-  expect_close(d.out.download().tensor, want.tensor, tol, what + " " + name_of(f) + strfmt(" group %d", group));
+  if (tol < 0.0f) tol = s.out_dtype == DType::kBF16 ? 2e-2f : 1e-4f;
+  std::vector<float> got = values(d.out.download().tensor);
+  expect_close(got, values(want.tensor), tol, what + " " + name_of(f) + strfmt(" group %d", group));
+  return got;
 }
 
 int group_for(int64_t head_dim) { return head_dim % 64 == 0 ? 64 : static_cast<int>(head_dim); }
@@ -194,6 +198,73 @@ TEST_F(CudaTest, QuantKvSlidingWindowAndSoftcap) {
         p.out_dtype = DType::kBF16;  // the tensor-core kernel: K/V and P rounded to bf16, bf16-level error
         check_quant_attention(ctx_, p, f, 64, strfmt("prefill window %d softcap %g", window, softcap), 503);
       }
+}
+
+// The packed tensor-core kernel for quantized caches (attention_decode_qmma.cu: batched decode steps, forced
+// here by the testing switch) against the reference over the same codes. Its K and V reach the MMAs rounded
+// to f16 once (relative 2^-11 per element; the SIMT kernel dequantizes in f32, 1e-4), so the tolerance is
+// 2e-3 for f32 outputs. 4 and 8 warps per block, head_dim 64/128, GQA 1/4/8 over 3 kv heads (a partial last
+// block), groups 32/64/128, block sizes 16 and 5, 1 or 3 slices per row, bf16 and f32 q, a sliding window
+// with released blocks and a softcap, for int8, int4 and fp8. The same steps on the SIMT kernel must differ
+// somewhere (the path was taken).
+TEST_F(CudaTest, QuantKvPackedTensorCoreDecodeMatchesCpu) {
+  struct Reset {
+    ~Reset() { reset_decode_switches(), cuda::set_attention_splits_for_testing(0); }
+  } reset;
+  std::vector<int64_t> lens;
+  for (int i = 0; i < 12; ++i) lens.push_back(1 + (i * 389) % 1500);
+  lens.push_back(2049);
+  int n = 0;
+  for (Fmt f : kFmts)
+    for (int batched : {2, 3})
+      for (int64_t head_dim : {64, 128})
+        for (int64_t gqa : {1, 4, 8}) {
+          ++n;
+          Scenario s = quant_decode_scenario(gqa, head_dim, lens);
+          s.n_kv_heads = 3;
+          s.n_heads = 3 * gqa;
+          s.block_size = n % 2 == 0 ? 16 : 5;
+          s.q_dtype = n % 3 == 0 ? DType::kF32 : DType::kBF16;
+          const int group = head_dim == 64 ? (n % 2 == 0 ? 32 : 64)
+                                           : (n % 3 == 0   ? 128
+                                              : n % 3 == 1 ? 64
+                                                           : 32);
+          const int splits = n % 4 == 0 ? 1 : 3;
+          if (n % 5 == 0) {
+            s.params = {0.3f, 300, 5.0f, {}};
+            s.release_out_of_window = true;
+          }
+          const std::string what = strfmt("warps %d head_dim %lld gqa %lld block %lld splits %d q %s",
+                                          batched == 2 ? 4 : 8, (long long)head_dim, (long long)gqa,
+                                          (long long)s.block_size, splits, dtype_name(s.q_dtype));
+          cuda::set_attention_splits_for_testing(splits);
+          set_decode_switches(0, 0, 0, batched);
+          cuda::set_attention_decode_quant_mma_for_testing(2);
+          const std::vector<float> packed = check_quant_attention(ctx_, s, f, group, what, 505, 2e-3f);
+          set_decode_switches(1, 0, 0, 1);  // SIMT
+          const std::vector<float> simt = check_quant_attention(ctx_, s, f, group, what + " (SIMT)", 505);
+          EXPECT_NE(packed, simt) << what << " " << name_of(f) << ": the tensor-core path was not taken";
+        }
+  // 64 rows x 2 kv heads: past the packed kernel's threshold (128 rows x kv heads), so the default path is
+  // it.
+  reset_decode_switches();
+  cuda::set_attention_splits_for_testing(0);
+  std::vector<int64_t> many;
+  for (int i = 0; i < 64; ++i) many.push_back(1 + (i * 211) % 1100);
+  for (Fmt f : kFmts) {
+    const Scenario s = quant_decode_scenario(4, 128, many);
+    cuda::set_attention_decode_quant_mma_for_testing(2);
+    const std::vector<float> chosen =
+        check_quant_attention(ctx_, s, f, 64, "64 rows, chosen path", 506, 2e-3f);
+    set_decode_switches(0, 0, 0, 2);
+    const std::vector<float> packed = check_quant_attention(ctx_, s, f, 64, "64 rows, packed", 506, 2e-3f);
+    cuda::set_attention_decode_quant_mma_for_testing(1);  // off: the SIMT kernel
+    const std::vector<float> simt = check_quant_attention(ctx_, s, f, 64, "64 rows, switch off", 506);
+    reset_decode_switches();
+    expect_close(chosen, packed, 0.0f,
+                 std::string("64 rows: the chosen path is the packed kernel, ") + name_of(f));
+    EXPECT_NE(chosen, simt) << "64 rows, " << name_of(f) << ": the switch did not turn the kernel off";
+  }
 }
 
 // kv_write on the device writes the CPU's codes and params, and leaves slots with slot < 0 alone.

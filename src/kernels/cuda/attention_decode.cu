@@ -1,6 +1,7 @@
 // Flash-decoding over a paged bf16 or quantized (--kv-quant int8/int4/fp8) cache: one block per (query row,
 // kv head, key slice). This file holds the SIMT slice kernel (any head_dim % 8 == 0 up to 256, any q dtype;
-// the only one for quantized caches, whose codes it dequantizes in registers) and the host side;
+// it dequantizes a quantized cache's codes in registers: every quantized step but the batched ones
+// of attention_decode_qmma.cu's packed tensor-core kernel) and the host side;
 // attention_decode_mma.cu the tensor-core slice kernel used for head_dim 64/128/256/512 (<= 16 query heads
 // per kv head), bf16 q and cache; attention_combine.cu the combine kernel. SIMT:
 // each warp reads kUnroll x (32 / kL) key rows at a time, kL lanes per row with kE dims (16 or 8 bytes) per
@@ -110,7 +111,11 @@ int cluster_cap() {
 // from kBatchedMinRowHeads rows x kv heads (16 rows on the 8B shape), so batch 1 (latency: the split
 // kernel's slices spread one row over the GPU) and small batches keep the split kernel.
 int batched_warps(const DevAttention& at) {
-  if (!mma_packed_ok(at.q.head_dim, at.q.n_heads / at.cache.n_kv_heads)) return 0;
+  const int64_t group = at.q.n_heads / at.cache.n_kv_heads;
+  const bool eligible = at.cache.bits == 0 ? mma_packed_ok(at.q.head_dim, group)
+                                           : g_variant.load() == 0 &&  // (variant 1: SIMT for every cache)
+                                                 qmma_packed_ok(at.cache, at.q.head_dim, group, at.q.dtype);
+  if (!eligible) return 0;
   int mode = g_batched.load();
   static const int env_mode = [] {
     const std::string_view v = env_str("BUNSEN_DECODE_BATCHED");
@@ -667,13 +672,16 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
   const Tiling ti = tiling_for(at.q.head_dim, a.group);
   const int unroll = ti.g * ti.e >= 64 ? 2 : 4;  // as Shape::kUnroll
   const int mma_per_sm = mma ? mma_blocks_per_sm(a.head_dim, a.group) : 0;
-  const int pack = mma ? batched_warps(at) : 0;  // packed kernel: warps per block
-  const bool packed = pack > 0;
+  // packed kernel: warps per block (a quantized cache: attention_decode_qmma.cu's kernel)
+  const int pack = mma || at.cache.bits != 0 ? batched_warps(at) : 0;
+  const bool packed = pack > 0, quant = at.cache.bits != 0;
   a.min_keys = packed ? kBatchedMinKeys
                : mma  ? mma_min_keys(a.head_dim, a.group)
                       : std::max(32, kWarps * (32 / ti.l) * unroll);
-  a.n_splits = packed ? choose_batched_splits(at, pack, mma_packed_blocks_per_sm(a.head_dim, a.group, pack) *
-                                                            sm_count(), forced_splits)
+  const int packed_per_sm = !packed ? 0
+                            : quant ? qmma_packed_blocks_per_sm(a.head_dim, pack, at.cache.bits)
+                                    : mma_packed_blocks_per_sm(a.head_dim, a.group, pack);
+  a.n_splits = packed ? choose_batched_splits(at, pack, packed_per_sm * sm_count(), forced_splits)
                       : choose_splits(at, a.min_keys, mma ? mma_per_sm : kSimtBlocksPerSm, forced_splits);
   const int64_t table_keys = at.meta.max_blocks * at.cache.block_size;
   a.max_slice_keys =
@@ -699,7 +707,9 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
     a.partials = static_cast<float*>(scratch(stream, bytes, op));
     if (fused) a.counters = arrival_counters(s, static_cast<int64_t>(a.n_tokens) * n_kv_heads, op);
   }
-  if (packed)
+  if (packed && quant)
+    launch_decode_qmma_packed(s, a, n_kv_heads, pack, kv_fmt_of(at.cache));
+  else if (packed)
     launch_decode_mma_packed(s, a, n_kv_heads, pack);
   else if (mma)
     launch_decode_mma(s, a, n_kv_heads);

@@ -316,5 +316,9 @@ void set_attention_decode_bulk_for_testing(int mode);
 // Measurement tool: the packed decode kernel's instance of head_dim 128, <= 8 heads per kv head, 4 warps with
 // a ring of `depth` stages (0 or 3: the default; 5).
 void set_attention_decode_packed_depth_for_testing(int depth);
+// Batched decode steps over a quantized cache on the packed tensor-core kernel (attention_decode_qmma.cu):
+// 0 = BUNSEN_DECODE_QUANT_MMA (unset: off until measured on the device), 1 = never (SIMT), 2 = where it
+// applies.
+void set_attention_decode_quant_mma_for_testing(int mode);
 
 }  // namespace bunsen::kernels::cuda
