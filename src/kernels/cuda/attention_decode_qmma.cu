@@ -72,21 +72,6 @@ __device__ __forceinline__ int qswz(int row, int chunk) {
     return row * 32 + ((chunk ^ ((row >> 2) & 1)) << 4);
 }
 
-// 8 bytes global -> shared (cp.async.ca; src_bytes 0 writes zeros and reads nothing).
-__device__ __forceinline__ void cp_async_8_zfill(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-
-// c += A·B (m16n8k16, f16 in, f32 accumulate); fragments as mma_m16n8k16 (mma_sync.cuh).
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t h2u(__half2 h) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
@@ -276,11 +261,12 @@ __global__ void __launch_bounds__(32 * kPack, kPack == 4 ? 2 : 1) decode_qmma_ke
         for (int n = 0; n < 2; ++n) {
           const uint32_t w4 = r[2 * n + h];
           if constexpr (S::kI4) {  // dims 32c + 8tq + {0, 4 | 1, 5} (k-step 2c), {2, 6 | 3, 7} (2c + 1)
-            mma_f16(sc[n], qa[2 * c], deq_nib(w4, 0, ks[n], kb[n]), deq_nib(w4, 1, ks[n], kb[n]));
-            mma_f16(sc[n], qa[2 * c + 1], deq_nib(w4, 2, ks[n], kb[n]), deq_nib(w4, 3, ks[n], kb[n]));
+            mma_m16n8k16_f16(sc[n], qa[2 * c], deq_nib(w4, 0, ks[n], kb[n]), deq_nib(w4, 1, ks[n], kb[n]));
+            mma_m16n8k16_f16(sc[n], qa[2 * c + 1], deq_nib(w4, 2, ks[n], kb[n]),
+                             deq_nib(w4, 3, ks[n], kb[n]));
           } else {
-            mma_f16(sc[n], qa[c], deq2<F>(w4, Sel<F>::kLo, ks[n], kb[n]),
-                    deq2<F>(w4, Sel<F>::kHi, ks[n], kb[n]));
+            mma_m16n8k16_f16(sc[n], qa[c], deq2<F>(w4, Sel<F>::kLo, ks[n], kb[n]),
+                             deq2<F>(w4, Sel<F>::kHi, ks[n], kb[n]));
           }
         }
       }
@@ -344,18 +330,18 @@ __global__ void __launch_bounds__(32 * kPack, kPack == 4 ? 2 : 1) decode_qmma_ke
           for (int i = 0; i < 4; ++i) {
             const uint32_t b0 = deq_nib(r[2 * h], i, vs[0], vb[0]),
                            b1 = deq_nib(r[2 * h + 1], i, vs[1], vb[1]);
-            mma_f16(o[4 * c + i], ph, b0, b1);
-            mma_f16(o[4 * c + i], pl, b0, b1);
+            mma_m16n8k16_f16(o[4 * c + i], ph, b0, b1);
+            mma_m16n8k16_f16(o[4 * c + i], pl, b0, b1);
           }
         } else {  // the bytes of dims 2n, 2n + 1 of keys 2tq, 2tq + 1: tile 0 = even dims, 1 = odd
           const uint32_t e0 = deq2<F>(r[2 * h], Sel<F>::kEven, vs[0], vb[0]);
           const uint32_t e1 = deq2<F>(r[2 * h + 1], Sel<F>::kEven, vs[1], vb[1]);
           const uint32_t d0 = deq2<F>(r[2 * h], Sel<F>::kOdd, vs[0], vb[0]);
           const uint32_t d1 = deq2<F>(r[2 * h + 1], Sel<F>::kOdd, vs[1], vb[1]);
-          mma_f16(o[2 * c], ph, e0, e1);
-          mma_f16(o[2 * c], pl, e0, e1);
-          mma_f16(o[2 * c + 1], ph, d0, d1);
-          mma_f16(o[2 * c + 1], pl, d0, d1);
+          mma_m16n8k16_f16(o[2 * c], ph, e0, e1);
+          mma_m16n8k16_f16(o[2 * c], pl, e0, e1);
+          mma_m16n8k16_f16(o[2 * c + 1], ph, d0, d1);
+          mma_m16n8k16_f16(o[2 * c + 1], pl, d0, d1);
         }
       }
     }

@@ -1,9 +1,9 @@
 // Warp-level tensor-core primitives shared by the mma.sync attention kernels (attention_decode_mma.cu,
-// attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16 MMA with f32
-// accumulation, and the 16-byte cp.async copies into shared memory (plain and zero-filling; also used by
-// gemv_qmma.cu's tiled kernel), and sm_90 bulk copies with their mbarriers. Not a kernel, and not the
-// quantized GEMV's MMA (gemv_qmma.cu feeds separate registers). Invariants: device-only, inlined; p / dst
-// point into shared memory.
+// attention_decode_qmma.cu, attention_prefill_mma.cu): ldmatrix loads of shared memory and the m16n8k16 bf16
+// (and f16) MMA with f32 accumulation, and the 16-byte (and 8-byte) cp.async copies into shared memory (plain
+// and zero-filling; also used by gemv_qmma.cu's tiled kernel), and sm_90 bulk copies with their mbarriers.
+// Not a kernel, and not the quantized GEMV's MMA (gemv_qmma.cu feeds separate registers). Invariants:
+// device-only, inlined; p / dst point into shared memory.
 #pragma once
 #include <cstdint>
 
@@ -21,6 +21,11 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
 // As cp_async_16, but only the first src_bytes (0 or 16) are read: src_bytes 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async_16_zfill(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+// 8 bytes global -> shared (cp.async.ca: via L1; src_bytes 0 writes zeros and reads nothing).
+__device__ __forceinline__ void cp_async_8_zfill(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit_group() {
@@ -112,6 +117,16 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
 __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The same with f16 A and B (attention_decode_qmma.cu: dequantized K / V tiles).
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
