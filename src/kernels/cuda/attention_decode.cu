@@ -708,7 +708,7 @@ void decode_attention(void* stream, const DevAttention& at, int forced_splits) {
     if (fused) a.counters = arrival_counters(s, static_cast<int64_t>(a.n_tokens) * n_kv_heads, op);
   }
   if (packed && quant)
-    launch_decode_qmma_packed(s, a, n_kv_heads, pack, kv_fmt_of(at.cache));
+    launch_decode_qmma_packed(s, a, n_kv_heads, pack, at.cache);
   else if (packed)
     launch_decode_mma_packed(s, a, n_kv_heads, pack);
   else if (mma)

@@ -440,10 +440,11 @@ int mma_min_keys(int head_dim, int group);  // one key tile per key stream of a 
 int mma_blocks_per_sm(int head_dim, int group);
 // The packed kernel for a quantized cache (attention_decode_qmma.cu): int8, int4 or fp8 codes in groups of
 // 32, 64 or 128 dims, head_dim 64/128, <= 8 query heads per kv head, bf16 or f32 q; the same grid and
-// partials as launch_decode_mma_packed; `fmt` is the cache's KvFmt. Only where BUNSEN_DECODE_QUANT_MMA=1
+// partials as launch_decode_mma_packed; `c` is the quantized cache. Only where BUNSEN_DECODE_QUANT_MMA=1
 // (or the testing switch) turns it on; else the SIMT kernel.
 bool qmma_packed_ok(const DevCache& c, int64_t head_dim, int64_t group, DType q_dtype);
-void launch_decode_qmma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps, int fmt);
+void launch_decode_qmma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps,
+                               const DevCache& c);
 int qmma_packed_blocks_per_sm(int head_dim, int warps, int bits);  // shared memory bound
 
 // attention_combine.cu: the combine kernel for the partials of a (split or packed) launch of a.n_splits > 1

@@ -404,16 +404,6 @@ void launch_fmt(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps) 
     launch_one<kD, F, 8>(s, a, n_kv_heads);
 }
 
-template <int kD>
-void launch_dim(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps, int fmt) {
-  if (fmt == kKvF8)
-    launch_fmt<kD, kKvF8>(s, a, n_kv_heads, warps);
-  else if (fmt == kKvI4)
-    launch_fmt<kD, kKvI4>(s, a, n_kv_heads, warps);
-  else
-    launch_fmt<kD, kKvI8>(s, a, n_kv_heads, warps);
-}
-
 std::atomic<int> g_quant_mma{0};  // set_attention_decode_quant_mma_for_testing
 
 bool quant_mma_wanted() {
@@ -446,18 +436,20 @@ int qmma_packed_blocks_per_sm(int head_dim, int warps, int bits) {
   return std::max(1, static_cast<int>((227u << 10) / (ring * static_cast<size_t>(warps) + 1024)));
 }
 
-void launch_decode_qmma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps, int fmt) {
-  if (a.counters != nullptr || (a.head_dim != 64 && a.head_dim != 128) || (warps != 4 && warps != 8) ||
-      (fmt != kKvI8 && fmt != kKvF8 && fmt != kKvI4))
+void launch_decode_qmma_packed(cudaStream_t s, const DecodeArgs& a, int n_kv_heads, int warps,
+                               const DevCache& c) {
+  if (a.counters != nullptr || (a.head_dim != 64 && a.head_dim != 128) || (warps != 4 && warps != 8))
     throw Error("cuda",
-                strfmt("paged_attention: the quantized packed decode kernel takes head_dim 64 or 128, int8, "
-                       "int4 or fp8 codes, 4 or 8 warps and no fused combine; got head_dim %d, format %d, %d "
-                       "warps, counters %s",
-                       a.head_dim, fmt, warps, a.counters ? "set" : "null"));
-  if (a.head_dim == 64)
-    launch_dim<64>(s, a, n_kv_heads, warps, fmt);
-  else
-    launch_dim<128>(s, a, n_kv_heads, warps, fmt);
+                strfmt("paged_attention: the quantized packed decode kernel takes head_dim 64 or 128, 4 or 8 "
+                       "warps and no fused combine; got head_dim %d, %d warps, counters %s",
+                       a.head_dim, warps, a.counters ? "set" : "null"));
+  with_quant_fmt(c, [&](auto fmt) {  // (throws for a format that is not int8, int4 or fp8)
+    constexpr int F = decltype(fmt)::value;
+    if (a.head_dim == 64)
+      launch_fmt<64, F>(s, a, n_kv_heads, warps);
+    else
+      launch_fmt<128, F>(s, a, n_kv_heads, warps);
+  });
 }
 
 }  // namespace bunsen::kernels::cuda::decode
