@@ -370,12 +370,14 @@ qkv() {  # the quantized cache's tests (the packed tensor-core kernel's included
   snap
 }
 
-serve_kvq() {  # the same, each --kv-quant mode (SERVE_KV, default "8 fp8") on the packed tensor-core kernel
-  # (attention_decode_qmma.cu, BUNSEN_DECODE_QUANT_MMA=1) and then on the SIMT kernel (=0), same seeds
+serve_kvq() {  # the same, each --kv-quant mode (SERVE_KV, default "8 fp8"; "off" = a bf16 cache) on the packed
+  # tensor-core kernel (attention_decode_qmma.cu, BUNSEN_DECODE_QUANT_MMA=1) and then, unless KVQ_SIMT=0, on the
+  # SIMT kernel (=0), same seeds
   local q
   for q in ${SERVE_KV:-8 fp8}; do
     BUNSEN_DECODE_QUANT_MMA=1 SERVE_ARGS="--kv-quant $q" TAG=_kv${q}_tc serve_run 64 "greedy:3"
-    BUNSEN_DECODE_QUANT_MMA=0 SERVE_ARGS="--kv-quant $q" TAG=_kv${q}_simt serve_run 64 "greedy:3"
+    [ "$q" = off ] || [ "${KVQ_SIMT:-1}" = 0 ] ||
+      BUNSEN_DECODE_QUANT_MMA=0 SERVE_ARGS="--kv-quant $q" TAG=_kv${q}_simt serve_run 64 "greedy:3"
   done
 }
 
