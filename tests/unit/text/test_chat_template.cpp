@@ -7,30 +7,34 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../../support/scratch_dir.h"
 #include "core/status.h"
 #include "text/chat_template.h"
 
 namespace bunsen::text {
 namespace {
 
-namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string make_dir(const std::string& name, const std::optional<std::string>& config,
-                     const std::optional<std::string>& jinja = std::nullopt) {
-  fs::path dir = fs::path(::testing::TempDir()) / ("bunsen_chat_template_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  if (config) std::ofstream(dir / "tokenizer_config.json") << *config;
-  if (jinja) std::ofstream(dir / "chat_template.jinja") << *jinja;
-  return dir.string();
-}
+// A scratch directory (removed when the test ends) holding the given tokenizer_config.json and
+// chat_template.jinja.
+struct TemplateDir {
+  test_support::ScratchDir scratch{"bunsen_chat_template"};
+  explicit TemplateDir(const std::optional<std::string>& config,
+                       const std::optional<std::string>& jinja = std::nullopt) {
+    if (config) std::ofstream(scratch.file("tokenizer_config.json")) << *config;
+    if (jinja) std::ofstream(scratch.file("chat_template.jinja")) << *jinja;
+  }
+  std::string str() const { return scratch.str(); }
+};
 
 const ojson kUser = ojson::parse(R"([{"role": "user", "content": "hi"}])");
 
 TEST(ChatTemplate, JinjaFileWinsOverTokenizerConfig) {
-  const std::string dir = make_dir("jinja_wins", R"({"chat_template": "from-config", "bos_token": {"content": "<s>", "lstrip": false}})",
-                                   "from-file {{ bos_token }}{{ messages[0].content }}\n");
+  const TemplateDir dir_files(
+      R"({"chat_template": "from-config", "bos_token": {"content": "<s>", "lstrip": false}})",
+      "from-file {{ bos_token }}{{ messages[0].content }}\n");
+  const std::string dir = dir_files.str();
   EXPECT_TRUE(ChatTemplate::available(dir));
   ChatTemplate t = ChatTemplate::load(dir);
   EXPECT_EQ(t.render(kUser, nullptr, true), "from-file <s>hi");  // jinja2 drops one trailing newline
@@ -38,9 +42,10 @@ TEST(ChatTemplate, JinjaFileWinsOverTokenizerConfig) {
 }
 
 TEST(ChatTemplate, NamedTemplatesPickToolUseWithTools) {
-  const std::string dir = make_dir("named", R"({"chat_template": [
+  const TemplateDir dir_files(R"({"chat_template": [
       {"name": "default", "template": "D{{ tools }}"},
       {"name": "tool_use", "template": "T{{ tools|length }}"}], "eos_token": "</s>"})");
+  const std::string dir = dir_files.str();
   ChatTemplate t = ChatTemplate::load(dir);
   EXPECT_EQ(t.render(kUser, nullptr, true), "DNone");
   EXPECT_EQ(t.render(kUser, ojson::array(), true), "T0");
@@ -49,8 +54,9 @@ TEST(ChatTemplate, NamedTemplatesPickToolUseWithTools) {
 }
 
 TEST(ChatTemplate, ListWithoutDefaultFailsWithoutTools) {
-  const std::string dir = make_dir("nodefault", R"({"chat_template": [{"name": "rag", "template": "R"},
+  const TemplateDir dir_files(R"({"chat_template": [{"name": "rag", "template": "R"},
                                                                        {"name": "tool_use", "template": "T"}]})");
+  const std::string dir = dir_files.str();
   ChatTemplate t = ChatTemplate::load(dir);
   EXPECT_EQ(t.render(kUser, ojson::array(), true), "T");
   EXPECT_THROW(t.render(kUser, nullptr, true), Error);
@@ -73,7 +79,8 @@ TEST(ChatTemplate, ConflictingKwargsFail) {
 }
 
 TEST(ChatTemplate, MissingTemplateNamesTheDirectory) {
-  const std::string dir = make_dir("missing", R"({"bos_token": "<s>"})");
+  const TemplateDir dir_files(R"({"bos_token": "<s>"})");
+  const std::string dir = dir_files.str();
   EXPECT_FALSE(ChatTemplate::available(dir));
   try {
     ChatTemplate::load(dir);
@@ -82,7 +89,8 @@ TEST(ChatTemplate, MissingTemplateNamesTheDirectory) {
     EXPECT_EQ(e.component(), "template");
     EXPECT_NE(e.message().find(dir), std::string::npos) << e.message();
   }
-  const std::string bad = make_dir("bad_syntax", R"({"chat_template": "{% if %}"})");
+  const TemplateDir bad_files(R"({"chat_template": "{% if %}"})");
+  const std::string bad = bad_files.str();
   try {
     ChatTemplate::load(bad);
     FAIL() << "bad syntax accepted";
