@@ -348,8 +348,9 @@ TEST_F(CudaTest, DecodeAttentionBenchPackedProbe) {
 // take). BUNSEN_BENCH_ATTENTION=1 test_cuda --gtest_filter='*DecodeAttentionBenchWideHeads*'
 // Batched decode steps over a quantized cache (int8 / e4m3 / int4, groups of 64): the packed tensor-core
 // kernel (attention_decode_qmma.cu) against the SIMT kernel (variant 1) and against a bf16 cache on the
-// packed bf16 kernel, at 64 and 256 rows x 1k keys and 64 x 4k. GB/s counts the bytes each cache holds per
-// key.
+// packed bf16 kernel (and the bf16 split kernel), at 1, 16, 64 and 256 rows x 1k keys and 64 x 4k (below 16
+// rows x 8 kv heads a step takes the split kernel by default: the rows at 1 and 16 say where the quantized
+// cache's crossover lies). GB/s counts the bytes each cache holds per key.
 TEST_F(CudaTest, DecodeAttentionBenchQuantized) {
   const char* on = std::getenv("BUNSEN_BENCH_ATTENTION");
   if (on == nullptr || on[0] != '1') GTEST_SKIP() << "set BUNSEN_BENCH_ATTENTION=1 to run";
@@ -358,14 +359,16 @@ TEST_F(CudaTest, DecodeAttentionBenchQuantized) {
     int path, bits;
     bool fp8;
   };
-  const Kind kinds[] = {{"bf16 packed", 0, 0, false}, {"int8 tensor cores", 0, 8, false},
-                        {"int8 SIMT", 1, 8, false},   {"fp8 tensor cores", 0, 8, true},
-                        {"fp8 SIMT", 1, 8, true},     {"int4 tensor cores", 0, 4, false},
-                        {"int4 SIMT", 1, 4, false}};
-  for (auto [batch, ctx] : {std::pair<int64_t, int64_t>{64, 1024}, {256, 1024}, {64, 4096}})
+  const Kind kinds[] = {{"bf16 split", 2, 0, false},        {"bf16 packed", 0, 0, false},
+                        {"int8 tensor cores", 0, 8, false}, {"int8 SIMT", 1, 8, false},
+                        {"fp8 tensor cores", 0, 8, true},   {"fp8 SIMT", 1, 8, true},
+                        {"int4 tensor cores", 0, 4, false}, {"int4 SIMT", 1, 4, false}};
+  for (auto [batch, ctx] :
+       {std::pair<int64_t, int64_t>{1, 1024}, {16, 1024}, {64, 1024}, {256, 1024}, {64, 4096}})
     for (const Kind& k : kinds) {
-      const BenchResult r = bench_decode(kLlama, batch, ctx, k.path, 0, 0, 1, false, k.path == 0 ? 2 : 1, 0,
-                                         false, 0, true, k.bits, k.fp8);
+      // path 2: the bf16 split kernel (the packed kernel switched off)
+      const BenchResult r = bench_decode(kLlama, batch, ctx, k.path == 2 ? 0 : k.path, 0, 0, 1, false,
+                                         k.path == 0 ? 2 : 1, 0, false, 0, true, k.bits, k.fp8);
       std::printf("[ bench ] quantized %s batch %lld ctx %lld: %.1f us/layer, %.0f GB/s\n", k.name,
                   (long long)batch, (long long)ctx, r.us_per_layer, r.gb_per_s);
     }
