@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """scripts/serve_model.py (a step-cost model of closed-loop serving) on cases whose answer is known by hand:
 one request is one prefill step plus gen - 1 decode steps, every request's tokens are counted once, a budget
-smaller than the prompt chunks it, clients send their next request only when the last ends, and bad
-arguments are refused."""
+smaller than the prompt chunks it, clients send their next request only when the last ends, a quantized KV
+cache costs less, the FLOPs bound holds, and bad arguments are refused."""
 import importlib.util
 import os
 import subprocess
@@ -39,6 +39,22 @@ class ServeModel(unittest.TestCase):
         r = model.simulate(512, 8, 16, 1024, 64, "h100", 0.5)
         self.assertGreater(r["decode_rows_in_prefill_steps"], 0.0)
         self.assertLessEqual(r["decode_rows_in_prefill_steps"], 1.0)
+
+    def test_a_smaller_kv_cache_reads_faster(self):
+        t = {kv: model.simulate(2048, 16, 32, 512, 64, "h100", 0.5, kv)["seconds"] for kv in ("off", "8", "fp8", "4")}
+        self.assertLess(t["4"], t["fp8"])
+        self.assertLess(t["fp8"], t["8"])
+        self.assertLess(t["8"], t["off"])
+
+    def test_compute_bound(self):
+        # one prompt token, one output token: the layers' matmuls once and the head once, no attention
+        layer = 4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336
+        self.assertEqual(model.flops_per_output_token(1, 1), 2 * 32 * layer + 2 * 128256 * 4096)
+        # every simulated run is slower than its FLOPs at the card's matmul rate
+        for streams in (1, 64):
+            r = model.simulate(2048, streams, 2 * streams, 1024, 256, "h200", 0.0, "4")
+            bound = model.CARDS["h200"]["tflops"] * 1e12 / model.flops_per_output_token(1024, 256)
+            self.assertLess(r["output_tok_s"], bound)
 
     def test_bad_arguments_are_refused(self):
         p = subprocess.run([sys.executable, SCRIPT, "--mbt", "0"], capture_output=True, text=True)
