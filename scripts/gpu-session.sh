@@ -6,8 +6,8 @@
 # STAGE: new (the new tests alone), tests, q8, xb, qnorm, abenv, lean, l2, staged, boundary, gateup, moe, splits, attn, attn_llama, sanitize, decode, families, sampled,
 # defaults, table, serve, serve_kv, serve_kvq, serve_trace, serve_mbt, serve_b8, serve_relay, bulk, serve_bulk, fused, fused_timing, fused_ncu,
 # fused_sanitize, timeline, trace, trace8, trace_shapes
-# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): on an H200 table serve_bulk
-# trace_shapes. timeline: a block timeline of the
+# (default: tests table serve trace8). Next call (docs/PERFORMANCE.md "Next"): QKV_T=150 qkv, then
+# SERVE_KV="8 off" KVQ_SIMT=0 serve_kvq, then on an H200 table. timeline: a block timeline of the
 # decode attention beside the kernel trace of the same run (TL_SHAPES; env such as BUNSEN_DECODE_FUSED_COMBINE=1
 # passes through).
 # Times (H100/H200): l2 ~0.3-1 minute per shape and case pair (H100), staged ~2.5, serve_kv ~1.2 per mode, tests ~2.5-5.5 minutes, q8 ~1.5-4, xb ~1-2, moe ~2.5 (~0.3 with MOE_AB=0), splits ~2.5,
