@@ -110,6 +110,13 @@ __device__ __forceinline__ Where where_am_i(const DecodeArgs& a) {
   return w;
 }
 
+// Where slice w.split of row w.t writes head `head`'s partial: [m, l, o[0..head_dim)], the layout
+// combine_kernel merges.
+__device__ __forceinline__ float* partial_of(const DecodeArgs& a, const Where& w, int head) {
+  return a.partials +
+         ((static_cast<int64_t>(w.t) * a.n_heads + head) * a.n_splits + w.split) * (a.head_dim + 2);
+}
+
 // The slice kernels' prologue: waits for the kernel before it on the stream (they are launched with
 // programmatic dependent launch, so their blocks get resident while that one finishes; the wait comes
 // before any read), then lets a dependent (the combine kernel, or the next layer's kernel) get its blocks
@@ -344,8 +351,7 @@ __device__ __forceinline__ void write_block(const DecodeArgs& a, float* red, con
     if (w.sl.n_act == 1) {
       store_any(a.out, a.out_dtype, w.t * a.o_ts + head * a.o_hs + d, num / den);
     } else {
-      float* part =
-          a.partials + ((static_cast<int64_t>(w.t) * a.n_heads + head) * a.n_splits + w.split) * (D + 2);
+      float* part = partial_of(a, w, head);
       if (d == 0) {
         part[0] = mx;
         part[1] = den;

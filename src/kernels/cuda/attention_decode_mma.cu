@@ -190,7 +190,7 @@ template <class S>
 __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, int gq, int tq,
                                            const float (&m)[S::kR], float (&l)[S::kR],
                                            const float (&o)[S::kPartD / 8][4]) {
-  const int D = a.head_dim, G = a.group;
+  const int G = a.group;
 #pragma unroll
   for (int r = 0; r < S::kR; ++r) {
     l[r] += __shfl_xor_sync(kFull, l[r], 1);
@@ -205,8 +205,7 @@ __device__ __forceinline__ void write_warp(const DecodeArgs& a, const Where& w, 
           store_any(a.out, a.out_dtype, w.t * a.o_ts + head * a.o_hs + dn * 8 + 2 * tq + e,
                     o[dn][2 * r + e] / l[r]);
     } else {
-      float* part =
-          a.partials + ((static_cast<int64_t>(w.t) * a.n_heads + head) * a.n_splits + w.split) * (D + 2);
+      float* part = partial_of(a, w, head);
       if (tq == 0) {
         part[0] = m[r];
         part[1] = l[r];

@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(32 * kPack, kPack == 4 ? 2 : 1) decode_qmma_ke
   l += __shfl_xor_sync(kFull, l, 1);
   l += __shfl_xor_sync(kFull, l, 2);
   if (gq >= G) return;
-  const int head = w.g * G + gq, D = a.head_dim;
+  const int head = w.g * G + gq;
   if (w.sl.n_act == 1) {
     const int64_t at = w.t * a.o_ts + head * a.o_hs;
 #pragma unroll
@@ -363,8 +363,7 @@ __global__ void __launch_bounds__(32 * kPack, kPack == 4 ? 2 : 1) decode_qmma_ke
       for (int j = 0; j < 2 * kNt; ++j)
         store_any(a.out, a.out_dtype, at + kDc * c + 2 * kNt * tq + j, o[kNt * c + j % kNt][j / kNt] / l);
   } else {
-    float* part =
-        a.partials + ((static_cast<int64_t>(w.t) * a.n_heads + head) * a.n_splits + w.split) * (D + 2);
+    float* part = partial_of(a, w, head);
     if (tq == 0) {
       part[0] = m;
       part[1] = l;
