@@ -460,9 +460,11 @@ table() {  # the must-show batch-1 figures of issues 4, 8, 9 with the committed 
     timeout 75 "$G/bunsen" benchmark --device cuda --synthetic "$shape" --prompt-len 1024 --gen 128 $probe \
       $args --json >"$R/table_$i.json" 2>"$R/table_$i.err"
     python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
-pf=' '.join('pp%d %.0f' % (p['prompt_len'], p['tok_s']) for p in d.get('prefill', []))
+pf=' '.join('pp%d %.0f' % (p['prompt_len'], p['tok_s']) + (' (%.0f%% of the matmul rate)' % (100 * p['matmul_fraction'])
+if 'matmul_fraction' in p else '') for p in d.get('prefill', []))
+mm=' | matmul probe %.0f GFLOP/s' % d['probe_matmul_gflops'] if d.get('probe_matmul_gflops') else ''
 print(sys.argv[2], '| decode %.1f tok/s %.3f ms, %.2f GB/tok, %.0f GB/s, probe %s |' % (d['decode_tok_s'],
-d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'], d.get('probe_read_gbps', '-')), pf)" \
+d['ms_per_token'], d['weight_bytes_per_token'] / 1e9, d['decode_gbps'], d.get('probe_read_gbps', '-')), pf + mm)" \
       "$R/table_$i.json" "$shape $args" 2>/dev/null || {
       echo "$shape $args FAILED"; tail -2 "$R/table_$i.err"; }
     i=$((i + 1))

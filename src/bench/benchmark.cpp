@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "bench/bandwidth.h"
+#include "bench/matmul_probe.h"
 #include "bench/synthetic_shapes.h"
 #include "core/env.h"
 #include "core/status.h"
@@ -153,6 +154,7 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   r.prompt_len = o.prompt_len;
   r.gen_len = o.gen_len;
   r.params = matmul_params(cfg);
+  r.head_params = cfg.vocab_size * cfg.d_model;
   r.moe = moe_shape(cfg);
   r.weight_bytes_per_token = static_cast<double>(m->weight_bytes_per_token());
   // The probe runs before and after the timed work and the larger reading is the denominator: on a shared
@@ -163,6 +165,13 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
     r.probe_read_gbps = std::max(r.probe_read_gbps, gbps);
   };
   probe();
+  if (o.probe) {  // before the model's buffers exist: the probe's operands are ~384 MB on CUDA
+    const MatmulRateResult mm = measure_matmul_rate(o.device, pool);
+    r.probe_matmul_gflops = mm.gflops;
+    r.probe_matmul_m = mm.shape.m;
+    r.probe_matmul_n = mm.shape.n;
+    r.probe_matmul_k = mm.shape.k;
+  }
 
   const std::vector<int64_t> lens = prefill_lengths(o);
   const int64_t longest = lens.back();
@@ -206,8 +215,16 @@ BenchmarkResult run_benchmark(const BenchmarkOptions& o) {
   probe();
   r.decode_gbps = r.weight_bytes_per_token * r.decode_tok_s / 1e9;
   r.decode_bw_fraction = r.probe_read_gbps > 0 ? r.decode_gbps / r.probe_read_gbps : 0;
-  r.prefill_gflops = 2.0 * static_cast<double>(r.params) * r.prefill_tok_s / 1e9;
+  r.prefill_gflops = r.prefill_gflops_of({o.prompt_len, r.prefill_tok_s, r.ttft_ms});
+  r.prefill_matmul_fraction = r.probe_matmul_gflops > 0 ? r.prefill_gflops / r.probe_matmul_gflops : 0;
   return r;
+}
+
+double BenchmarkResult::prefill_gflops_of(const PrefillResult& p) const {
+  if (p.prompt_len <= 0) return 0;
+  const double per_token = static_cast<double>(params - head_params) +
+                           static_cast<double>(head_params) / static_cast<double>(p.prompt_len);
+  return 2.0 * per_token * p.tok_s / 1e9;
 }
 
 std::string BenchmarkResult::to_json() const {
@@ -223,14 +240,22 @@ std::string BenchmarkResult::to_json() const {
   j["prefill_tok_s"] = prefill_tok_s;
   j["ttft_ms"] = ttft_ms;
   nlohmann::ordered_json pp = nlohmann::ordered_json::array();
-  for (const PrefillResult& p : prefill)
-    pp.push_back({{"prompt_len", p.prompt_len}, {"tok_s", p.tok_s}, {"ttft_ms", p.ttft_ms}});
+  for (const PrefillResult& p : prefill) {
+    const double gflops = prefill_gflops_of(p);
+    nlohmann::ordered_json e = {
+        {"prompt_len", p.prompt_len}, {"tok_s", p.tok_s}, {"ttft_ms", p.ttft_ms}, {"gflops", gflops}};
+    if (probe_matmul_gflops > 0) e["matmul_fraction"] = gflops / probe_matmul_gflops;
+    pp.push_back(e);
+  }
   j["prefill"] = pp;
   nlohmann::ordered_json db = nlohmann::ordered_json::array();
   for (const DecodeBatchResult& d : decode_batch)
     db.push_back({{"batch", d.batch}, {"prefill_tokens", d.prefill_tokens}, {"tok_s", d.tok_s}, {"ms_per_step", d.ms_per_step}});
   if (!decode_batch.empty()) j["decode_batch"] = db;
   j["prefill_gflops"] = prefill_gflops;
+  j["probe_matmul_gflops"] = probe_matmul_gflops;
+  if (probe_matmul_gflops > 0) j["probe_matmul_shape"] = {probe_matmul_m, probe_matmul_n, probe_matmul_k};
+  j["prefill_matmul_fraction"] = prefill_matmul_fraction;
   j["decode_sampler"] = decode_sampler;
   j["decode_tok_s"] = decode_tok_s;
   j["decode_step"] = decode_step;
@@ -246,9 +271,18 @@ std::string BenchmarkResult::to_json() const {
 std::string BenchmarkResult::to_text() const {
   std::string s = strfmt("model      %s (%s, %s %s, %d threads)\n", model.c_str(), dtype.c_str(),
                          device.c_str(), backend.c_str(), threads);
-  for (const PrefillResult& p : prefill)
-    s += strfmt("prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s\n", (long long)p.prompt_len,
-                p.tok_s, p.ttft_ms, 2.0 * static_cast<double>(params) * p.tok_s / 1e9);
+  for (const PrefillResult& p : prefill) {
+    const double gflops = prefill_gflops_of(p);
+    s += strfmt("prefill    pp%lld: %.1f tok/s, TTFT %.1f ms, %.1f GFLOP/s", (long long)p.prompt_len, p.tok_s,
+                p.ttft_ms, gflops);
+    s += probe_matmul_gflops > 0
+             ? strfmt(" = %.0f%% of the matmul rate\n", 100.0 * gflops / probe_matmul_gflops)
+             : std::string("\n");
+  }
+  if (probe_matmul_gflops > 0)
+    s += strfmt("matmul     %.1f GFLOP/s measured by the probe (bf16 weights, %lld x %lld x %lld)\n",
+                probe_matmul_gflops, (long long)probe_matmul_m, (long long)probe_matmul_n,
+                (long long)probe_matmul_k);
   return s + strfmt(
                  "decode     tg%lld after %lld (%s, %s step): %.2f tok/s, %.2f ms/token\n"
                  "roofline   %.1f MB/token%s -> %.2f GB/s = %.0f%% of the %.2f GB/s read bandwidth measured "

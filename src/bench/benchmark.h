@@ -1,7 +1,7 @@
 // `bunsen benchmark`: prefill and decode throughput of one model (a snapshot directory or a named
-// synthetic shape) on the CPU or a CUDA device, with the roofline denominator measured by the tool itself
-// (bandwidth.h on the CPU, a device read kernel on CUDA). Not a unit test: results are reported, never
-// asserted.
+// synthetic shape) on the CPU or a CUDA device, with the roofline denominators measured by the tool itself:
+// read bandwidth (bandwidth.h on the CPU, a device read kernel on CUDA) for decode, the matmul rate
+// (matmul_probe.h) for prefill. Not a unit test: results are reported, never asserted.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -27,7 +27,7 @@ struct BenchmarkOptions {
   // Further prompt lengths whose prefill alone is timed; empty: none on the CPU, {512, 2048} on CUDA.
   std::vector<int64_t> prefill_lens;
   int threads = 0;  // 0 = all cores
-  bool probe = true;
+  bool probe = true;  // the bandwidth and matmul-rate probes (--no-probe skips both)
   // Batched decode: for each B, B sequences of prompt_len tokens decode gen_len steps together (one
   // token each per step, greedy argmax on the device, CUDA graphs), as the serving engine runs them.
   std::vector<int64_t> decode_batches;
@@ -62,7 +62,8 @@ struct BenchmarkResult {
   std::string device;
   std::string backend;
   int threads = 0;
-  int64_t params = 0;
+  int64_t params = 0;       // matmul weights a decode token multiplies (the head included)
+  int64_t head_params = 0;  // the head's (vocab x d_model): a prefill multiplies it once, for the last token
   int64_t prompt_len = 0;
   int64_t gen_len = 0;
   double prefill_tok_s = 0;  // at prompt_len
@@ -80,7 +81,13 @@ struct BenchmarkResult {
   double decode_gbps = 0;      // weight bytes per token × decode tok/s
   double probe_read_gbps = 0;  // measured by the probe on the benchmarked device
   double decode_bw_fraction = 0;
-  double prefill_gflops = 0;  // 2 × matmul params × prefill tok/s
+  double prefill_gflops = 0;       // prefill_gflops_of(the prompt_len entry)
+  double probe_matmul_gflops = 0;  // bf16 matmul rate measured by the probe on the benchmarked device
+  int64_t probe_matmul_m = 0, probe_matmul_n = 0, probe_matmul_k = 0;  // the probe's GEMM
+  double prefill_matmul_fraction = 0;  // prefill_gflops / probe_matmul_gflops (0 without the probe)
+  // The matmul rate of one prefill: 2 × (layer params × prompt_len + head params) FLOPs over its time.
+  // Attention's FLOPs are not counted.
+  double prefill_gflops_of(const PrefillResult& p) const;
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -40,7 +40,7 @@ const std::vector<OptionSpec> kSpecs = {
     {"top-k", "K", "with --temperature: top-k (default 0 = off)"},
     {"min-p", "P", "with --temperature: min-p (default 0 = off)"},
     {"threads", "N", "CPU threads (default: all cores)"},
-    {"no-probe", "", "skip the memory-bandwidth probe"},
+    {"no-probe", "", "skip the memory-bandwidth and matmul-rate probes"},
     {"json", "", "print the result as JSON"},
     {"list-shapes", "", "list the --synthetic shapes"},
     {"device", "DEV", kDeviceHelp},

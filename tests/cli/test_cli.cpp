@@ -123,6 +123,41 @@ TEST(Cli, BenchmarkJson) {
   EXPECT_NE(bad.err.find("--prefill-lens"), std::string::npos) << bad.err;
 }
 
+// The roofline denominators: the read-bandwidth and matmul-rate probes run unless --no-probe, and each
+// prefill figure is a fraction of the measured matmul rate. A prefill multiplies the head once (the last
+// token's logits), not once per prompt token: for the demo (qwen3, d_model 64, 2 layers, vocab 151,936) by
+// hand, 2 layers x (64 x (64 + 2 x 32) + 64 x 64 + 3 x 64 x 128) = 73,728 layer params and 9,723,904 head
+// params.
+TEST(Cli, BenchmarkMatmulProbeAndPrefillFlops) {
+  Proc r = run("benchmark --prompt-len 16 --gen 4 --prefill-lens 8 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("matmul_params").get<int64_t>(), 73728 + 9723904);
+  const double probe = j.at("probe_matmul_gflops").get<double>();
+  EXPECT_GT(probe, 0.0);
+  EXPECT_GT(j.at("probe_read_gbps").get<double>(), 0.0);
+  if (bunsen::kernels::cuda_device_count() == 0)
+    EXPECT_EQ(j.at("probe_matmul_shape"), nlohmann::json::parse("[64, 4096, 2048]"));
+  ASSERT_EQ(j.at("prefill").size(), 2u) << r.out;
+  for (const auto& p : j.at("prefill")) {
+    const double len = p.at("prompt_len").get<double>(), tok_s = p.at("tok_s").get<double>();
+    const double flop_per_token = p.at("gflops").get<double>() * 1e9 / tok_s;
+    EXPECT_NEAR(flop_per_token, 2.0 * (73728.0 + 9723904.0 / len), 1e-6 * flop_per_token) << p.dump();
+    EXPECT_NEAR(p.at("matmul_fraction").get<double>(), p.at("gflops").get<double>() / probe, 1e-9)
+        << p.dump();
+  }
+  EXPECT_NEAR(j.at("prefill_matmul_fraction").get<double>(), j.at("prefill_gflops").get<double>() / probe,
+              1e-9);
+  // --no-probe: neither probe runs, and no fraction is claimed.
+  Proc quiet = run("benchmark --prompt-len 16 --gen 4 --no-probe --json");
+  ASSERT_EQ(quiet.code, 0) << quiet.err;
+  auto q = nlohmann::json::parse(quiet.out);
+  EXPECT_EQ(q.at("probe_matmul_gflops").get<double>(), 0.0);
+  EXPECT_EQ(q.at("prefill_matmul_fraction").get<double>(), 0.0);
+  EXPECT_FALSE(q.contains("probe_matmul_shape"));
+  EXPECT_FALSE(q.at("prefill")[0].contains("matmul_fraction"));
+}
+
 // Batched decode steps, each also carrying a prompt chunk of another sequence (--mixed-prefill), as a serving
 // step: the JSON names the batch and the chunk; the chunk without --decode-batch is a usage error.
 TEST(Cli, BenchmarkDecodeBatchWithMixedPrefill) {
