@@ -3,7 +3,7 @@
 output lengths), for choosing what to measure: not a measurement, and no substitute for one.
 
   scripts/serve_model.py [--mbt 512 1024 2048 4096] [--streams 64] [--requests 128] [--prompt 1024] [--gen 256]
-                         [--card h100|h200] [--kv off|8|fp8|4] [--json]
+                         [--card h100|h200] [--kv off|8|fp8|4] [--probe-tflops T] [--json]
 
 The scheduler part follows src/engine/scheduler.h: every step takes one decode token per running sequence that
 has finished its prompt, then prompt chunks FCFS under the step budget (--max-num-batched-tokens); a sequence
@@ -116,14 +116,22 @@ def main():
     ap.add_argument("--kv", choices=sorted(KV_ROW_BYTES), default="off",
                     help="--kv-quant of the server: its bytes per key, read at the same rate as bf16's")
     ap.add_argument("--fixed-ms", type=float, default=0.5, help="host and launch time per step")
+    ap.add_argument("--probe-tflops", type=float, default=0,
+                    help="the card's measured matmul rate (bunsen benchmark's probe_matmul_gflops / 1000): "
+                         "the compute bound at it")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.streams < 1 or a.requests < 1 or a.prompt < 1 or a.gen < 1 or min(a.mbt) < 1:
         ap.error("--streams, --requests, --prompt, --gen and --mbt must be positive")
+    if a.probe_tflops < 0:
+        ap.error("--probe-tflops must be >= 0")
     bound = flops_per_output_token(a.prompt, a.gen)
     rows = [simulate(m, a.streams, a.requests, a.prompt, a.gen, a.card, a.fixed_ms, a.kv) for m in a.mbt]
     if a.json:
-        print(json.dumps({"flops_per_output_token": bound, "rows": rows}, indent=1))
+        out = {"flops_per_output_token": bound, "rows": rows}
+        if a.probe_tflops > 0:
+            out["bound_at_probe_tok_s"] = a.probe_tflops * 1e12 / bound
+        print(json.dumps(out, indent=1))
         return
     print(f"model (not a measurement): {a.card}, --kv-quant {a.kv}, {a.streams} streams, {a.requests} requests, "
           f"{a.prompt} in / {a.gen} out")
@@ -135,6 +143,9 @@ def main():
     print(f"  compute bound: {bound / 1e9:.1f} GFLOP per output token; at most "
           f"{CARDS[a.card]['tflops'] * 1e12 / bound:,.0f} tok/s at the model's {CARDS[a.card]['tflops']:.0f} TFLOP/s, "
           f"{PEAK_TFLOPS * 1e12 / bound:,.0f} at the {PEAK_TFLOPS:.0f} TFLOP/s dense bf16 peak")
+    if a.probe_tflops > 0:
+        print(f"  at the measured {a.probe_tflops:.0f} TFLOP/s matmul rate: at most "
+              f"{a.probe_tflops * 1e12 / bound:,.0f} tok/s")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 """scripts/serve_model.py (a step-cost model of closed-loop serving) on cases whose answer is known by hand:
 one request is one prefill step plus gen - 1 decode steps, every request's tokens are counted once, a budget
 smaller than the prompt chunks it, clients send their next request only when the last ends, a quantized KV
-cache costs less, the FLOPs bound holds, and bad arguments are refused."""
+cache costs less, the FLOPs bound holds (also at a measured matmul rate), and bad arguments are refused."""
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,19 @@ class ServeModel(unittest.TestCase):
         p = subprocess.run([sys.executable, SCRIPT, "--mbt", "0"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
         self.assertIn("must be positive", p.stderr)
+        p = subprocess.run([sys.executable, SCRIPT, "--probe-tflops", "-1"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--probe-tflops must be >= 0", p.stderr)
+
+    def test_bound_at_a_measured_matmul_rate(self):
+        # 725 TFLOP/s over the 1,024-in / 256-out workload's FLOPs per output token
+        p = subprocess.run([sys.executable, SCRIPT, "--mbt", "2048", "--probe-tflops", "725", "--json"],
+                           capture_output=True, text=True, check=True)
+        out = json.loads(p.stdout)
+        self.assertAlmostEqual(out["bound_at_probe_tok_s"], 725e12 / model.flops_per_output_token(1024, 256))
+        p = subprocess.run([sys.executable, SCRIPT, "--mbt", "2048", "--json"], capture_output=True, text=True,
+                           check=True)
+        self.assertNotIn("bound_at_probe_tok_s", json.loads(p.stdout))
 
 
 if __name__ == "__main__":
