@@ -1,35 +1,25 @@
-// Matmul-rate probe (see matmul_probe.h): random bf16 operands, one warm-up pass, the best timed pass.
+// Matmul-rate probe (see matmul_probe.h): synthetic bf16 operands, one warm-up pass, the best timed pass.
 #include "bench/matmul_probe.h"
 
 #include <algorithm>
 #include <chrono>
-#include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/device.h"
 #include "kernels/ops.h"
+#include "model/synthetic.h"
 
 namespace bunsen::bench {
 namespace {
 
-// Uniform values in [-1, 1) as bf16 bit patterns (splitmix64): cheap, and never zero-dominated.
-void fill_random_bf16(uint16_t* dst, size_t n, uint64_t seed) {
-  uint64_t s = seed;
-  for (size_t i = 0; i < n; ++i) {
-    s += 0x9e3779b97f4a7c15ull;
-    uint64_t z = s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    dst[i] = f32_to_bf16(static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
-  }
+// Values in [-1, 1), bf16-exact: model/synthetic.h's stream (never zero-dominated).
+void fill_random_bf16(uint16_t* dst, size_t n, uint64_t key) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(model::synthetic_value(key, i, {}));
 }
 
-void fill_random_f32(float* dst, size_t n, uint64_t seed) {
-  std::vector<uint16_t> h(n);
-  fill_random_bf16(h.data(), n, seed);
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+void fill_random_f32(float* dst, size_t n, uint64_t key) {
+  for (size_t i = 0; i < n; ++i) dst[i] = model::synthetic_value(key, i, {});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Matmul-rate probe: the denominator of every prefill roofline figure bunsen reports, measured on the device
 // the model runs on, through the same op its prefill runs (kernels::linear: cuBLASLt on CUDA, the blocked
-// AVX kernels on the CPU), with bf16 weights. Not a GEMM tuner. Invariant: the operands hold random
+// AVX kernels on the CPU), with bf16 weights. Not a GEMM tuner. Invariant: the operands hold pseudo-random
 // values (zeros would flatter a card's power-limited clock), the first pass is a warm-up, and the best of
 // `repeats` timed passes is reported.
 #pragma once
